@@ -1,0 +1,45 @@
+# `make demo` and `make test` do all set-up on a fresh Debian 12 machine; both are
+# idempotent and quick once everything is present.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+DEB_PACKAGES := mariadb-server mariadb-backup mariadb-client percona-toolkit gnupg zstd \
+                libmariadb-dev pkg-config procps
+
+.PHONY: setup deps test unit lint demo bench clean lock
+
+setup: deps $(STAMP)
+
+deps:
+	@scripts/install-debian-deps.sh $(DEB_PACKAGES)
+
+# constraints.txt pins the whole dependency tree so CI installs what we tested.
+$(STAMP): pyproject.toml constraints.txt
+	@$(MAKE) --no-print-directory deps
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@$(VENV)/bin/pip install -q uv
+	$(VENV)/bin/uv pip install -q --python $(PY) -c constraints.txt -e '.[test]'
+	@touch $@
+
+lint: setup
+	$(VENV)/bin/ruff check provider dags tests bench scripts
+	$(VENV)/bin/mypy
+
+test: setup lint
+	@scripts/run-pytest.sh $(PYTEST_ARGS)
+
+unit: setup
+	$(VENV)/bin/pytest -q tests/unit
+
+demo: setup
+	$(PY) scripts/demo.py
+
+bench: setup
+	$(PY) bench/backup_throughput.py
+
+lock:
+	$(VENV)/bin/uv pip compile -q --python $(PY) --extra test pyproject.toml -o constraints.txt
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

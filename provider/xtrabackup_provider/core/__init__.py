@@ -1,0 +1,1 @@
+"""Airflow-free library: all backup, storage, catalog and restore logic lives here."""

@@ -1,0 +1,188 @@
+"""Take one backup end to end: decide, stream, then register the manifest last."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from . import engine
+from .catalog import BACKUP_OBJECT_NAME, Catalog, CatalogError, GateResult, Manifest, StoredObject, new_backup_id
+from .crypto import GpgHome
+from .decision import ChainPolicy, Decision, decide
+from .mysql import MySQLTarget, ServerFacts, defaults_file, directory_size, server_facts
+from .pipeline import stream_to_store
+from .storage import PutOptions
+
+log = logging.getLogger(__name__)
+
+
+class BackupError(RuntimeError):
+    """The backup could not be taken; nothing was registered."""
+
+
+@dataclass
+class BackupRequest:
+    catalog: Catalog
+    target: MySQLTarget
+    flavour: engine.Flavour = "mariabackup"
+    binary: str | None = None
+    datadir: str | None = None  # default: the server's @@datadir
+    kind: str = "auto"  # "auto" | "full" | "incremental"
+    public_keys: list[str] = field(default_factory=list)  # armored; none = unencrypted (refused unless allowed)
+    allow_unencrypted: bool = False
+    compression_level: int = 3
+    zstd_threads: int = 0  # 0 = one per core
+    parallel: int = 2
+    storage_classes: dict[str, str] = field(default_factory=lambda: {"full": "STANDARD", "incremental": "STANDARD"})
+    sse: str | None = None
+    kms_key_id: str | None = None
+    policy: ChainPolicy = field(default_factory=ChainPolicy)
+    gates: list[GateResult] = field(default_factory=list)
+    host_defaults_file: str | None = None
+    progress: Callable[[int], None] | None = None
+
+
+def plan(req: BackupRequest, facts: ServerFacts, tool: engine.ToolVersion, now: datetime) -> Decision:
+    """The decision for this run, honouring a forced kind."""
+    problems: list[str] = []
+    manifests = req.catalog.manifests(problems)
+    for problem in problems:
+        log.warning("ignoring unreadable manifest: %s", problem)
+    auto = decide(manifests, req.policy, now, facts.server_uuid, (tool.flavour, tool.major))
+    if req.kind == "full":
+        return Decision("full", "a full backup was requested")
+    if req.kind == "incremental" and auto.kind != "incremental":
+        if auto.parent is None and manifests:
+            newest = max(manifests, key=lambda m: m.backup_id)
+            return Decision("incremental", "an incremental was requested", parent=newest)
+        raise BackupError(f"an incremental was requested but {auto.reason}; take a full backup first")
+    return auto
+
+
+def run_backup(req: BackupRequest, now: datetime | None = None) -> Manifest:
+    started = datetime.now(UTC)
+    tool = engine.detect_tool(req.flavour, req.binary)
+    facts = server_facts(req.target)
+    decision = plan(req, facts, tool, now or started)
+    log.info("backup kind %s: %s", decision.kind, decision.reason)
+    if decision.parent is not None:
+        _check_parent(decision.parent, facts, tool)
+    backup_id = new_backup_id(decision.kind, started)
+    if req.catalog.store.head(req.catalog.manifest_key(backup_id)) is not None:
+        raise BackupError(f"backup {backup_id} already exists in {req.catalog.describe()}; another run is active")
+    datadir = req.datadir or facts.datadir
+    with GpgHome() as gpg, tempfile.TemporaryDirectory(prefix="xbp-backup-") as work:
+        recipients = _recipients(gpg, req)
+        stored = _stream(req, tool, decision, Path(work), datadir, backup_id, gpg, recipients)
+        lsn_dir = Path(work) / "lsn"
+        checkpoints = engine.read_checkpoints(lsn_dir)
+        info = engine.read_info(lsn_dir)
+        binlog = engine.read_binlog_position(lsn_dir)
+    if decision.parent and checkpoints.from_lsn != decision.parent.to_lsn:
+        raise BackupError(
+            f"{backup_id}: the tool started at LSN {checkpoints.from_lsn}, not at parent "
+            f"{decision.parent.backup_id}'s to_lsn {decision.parent.to_lsn}; not registering it"
+        )
+    manifest = Manifest(
+        backup_id=backup_id,
+        cluster=req.catalog.cluster,
+        host=req.catalog.host,
+        kind="full" if decision.kind == "full" else "incremental",
+        parent_id=decision.parent_id,
+        chain_root=decision.parent.chain_root if decision.parent else backup_id,
+        decision_reason=decision.reason,
+        engine_flavour=tool.flavour,
+        engine_version=tool.text,
+        engine_major=tool.major,
+        server_version=info.server_version or facts.version,
+        server_uuid=facts.server_uuid,
+        server_id=facts.server_id,
+        from_lsn=checkpoints.from_lsn,
+        to_lsn=checkpoints.to_lsn,
+        last_lsn=checkpoints.last_lsn,
+        binlog_file=binlog.file,
+        binlog_position=binlog.position,
+        gtid=binlog.gtid,
+        started_at=started,
+        finished_at=datetime.now(UTC),
+        objects=[stored],
+        raw_bytes=stored.raw_size,
+        stored_bytes=stored.size,
+        gates=req.gates,
+        estimate_memory=tool.capabilities.estimate_memory,
+    )
+    req.catalog.write(manifest)
+    log.info(
+        "registered %s (%s, %d raw bytes -> %d stored) at %s",
+        backup_id, manifest.kind, manifest.raw_bytes, manifest.stored_bytes, req.catalog.describe(backup_id),
+    )
+    return manifest
+
+
+def _recipients(gpg: GpgHome, req: BackupRequest) -> list[str]:
+    if not req.public_keys:
+        if not req.allow_unencrypted:
+            raise BackupError("no GPG public key configured; backups are encrypted unless allow_unencrypted is set")
+        return []
+    fprs: list[str] = []
+    for n, key in enumerate(req.public_keys):
+        fprs += gpg.import_keys(key, f"public key #{n + 1}")
+    gpg.check_recipients_usable(fprs)
+    return fprs
+
+
+def _stream(req: BackupRequest, tool: engine.ToolVersion, decision: Decision, work: Path, datadir: str,
+            backup_id: str, gpg: GpgHome, recipients: list[str]) -> StoredObject:
+    lsn_dir, scratch = work / "lsn", work / "scratch"
+    lsn_dir.mkdir()
+    scratch.mkdir()
+    name = BACKUP_OBJECT_NAME + ".zst" + (".gpg" if recipients else "")
+    key = req.catalog.object_key(backup_id, name)
+    storage_class = req.storage_classes.get(decision.kind, "STANDARD")
+    options = PutOptions(storage_class, req.sse, req.kms_key_id, directory_size(datadir))
+    opts = engine.BackupOptions(
+        datadir=datadir,
+        lsn_dir=str(lsn_dir),
+        scratch_dir=str(scratch),
+        incremental_lsn=decision.parent.to_lsn if decision.parent else None,
+        parallel=req.parallel,
+        host_defaults_file=req.host_defaults_file,
+    )
+    t0 = time.monotonic()
+    with defaults_file(req.target) as creds:
+        argv = engine.backup_argv(tool, creds, opts)
+        log.info("streaming %s -> zstd(level %d) -> %s -> %s/%s", tool.flavour, req.compression_level,
+                 "gpg" if recipients else "no encryption", req.catalog.store.location, key)
+        writer = req.catalog.store.open_writer(key, options)
+        result = stream_to_store(
+            argv, writer,
+            encrypt_argv=gpg.encrypt_argv(recipients) if recipients else None,
+            level=req.compression_level, threads=req.zstd_threads,
+            producer_name=f"{tool.flavour} --backup", progress=req.progress,
+        )
+    shutil.rmtree(scratch, ignore_errors=True)
+    log.info("streamed %d bytes in %.1fs", result.raw_bytes, time.monotonic() - t0)
+    return StoredObject(
+        key=key, size=result.stored_bytes, sha256=result.sha256, raw_size=result.raw_bytes,
+        compression="zstd", encryption="gpg" if recipients else "none", recipients=recipients,
+        storage_class=storage_class, sse=req.sse,
+    )
+
+
+def _check_parent(parent: Manifest, facts: ServerFacts, tool: engine.ToolVersion) -> None:
+    if parent.server_uuid != facts.server_uuid:
+        raise CatalogError(
+            f"parent {parent.backup_id} is from server {parent.server_uuid}, this server is {facts.server_uuid}; "
+            "an incremental needs a parent from the same server"
+        )
+    if (parent.engine_flavour, parent.engine_major) != (tool.flavour, tool.major):
+        raise CatalogError(
+            f"parent {parent.backup_id} was taken with {parent.engine_flavour} {parent.engine_major}, "
+            f"this worker has {tool.flavour} {tool.major}; take a full backup"
+        )

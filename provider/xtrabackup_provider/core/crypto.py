@@ -1,0 +1,120 @@
+"""GPG stages: a private, temporary GNUPGHOME per run; keys imported there and wiped afterwards.
+
+Backup hosts only ever import public keys. A restore imports the private key, and its
+passphrase reaches gpg through an inherited pipe (--passphrase-fd), never argv or env.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from types import TracebackType
+
+GPG = "gpg"
+
+
+class GpgError(RuntimeError):
+    """A key could not be imported or used; the message says which and what to do."""
+
+
+def _run_gpg(home: Path, args: list[str], stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    argv = [GPG, "--homedir", str(home), "--batch", "--no-tty", *args]
+    return subprocess.run(argv, input=stdin, capture_output=True, timeout=120)
+
+
+class GpgHome:
+    """A throwaway GNUPGHOME. Use as a context manager; `close()` kills its agent and wipes it."""
+
+    def __init__(self) -> None:
+        # /tmp keeps the agent's socket path short (gpg refuses sockets past ~100 bytes).
+        self.path = Path(tempfile.mkdtemp(prefix="xbp-gpg-", dir="/tmp"))
+        os.chmod(self.path, 0o700)
+        self.passphrase: str | None = None
+
+    def __enter__(self) -> GpgHome:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        subprocess.run(
+            ["gpgconf", "--homedir", str(self.path), "--kill", "gpg-agent"], capture_output=True, check=False
+        )
+        shutil.rmtree(self.path, ignore_errors=True)
+
+    def import_keys(self, armored: str, what: str = "key") -> list[str]:
+        """Import armored key material; return the fingerprints of the primary keys it holds."""
+        if "-----BEGIN PGP" not in armored:
+            raise GpgError(f"{what}: not an ASCII-armored OpenPGP key (expected '-----BEGIN PGP ... KEY BLOCK-----')")
+        before = set(self.fingerprints())
+        proc = _run_gpg(self.path, ["--import"], armored.encode())
+        if proc.returncode != 0:
+            raise GpgError(f"{what}: gpg could not import it: {_tail(proc.stderr)}")
+        imported = [f for f in self.fingerprints() if f not in before]
+        return imported or list(before & set(self.fingerprints()))
+
+    def fingerprints(self, secret: bool = False) -> list[str]:
+        listing = "--list-secret-keys" if secret else "--list-keys"
+        proc = _run_gpg(self.path, ["--with-colons", "--fixed-list-mode", listing])
+        fprs: list[str] = []
+        expect_fpr = False
+        for line in proc.stdout.decode(errors="replace").splitlines():
+            fields = line.split(":")
+            if fields[0] in ("pub", "sec"):
+                expect_fpr = True
+            elif fields[0] == "fpr" and expect_fpr:
+                fprs.append(fields[9])
+                expect_fpr = False
+        return fprs
+
+    def import_private_key(self, armored: str, passphrase: str | None) -> list[str]:
+        if "PRIVATE KEY BLOCK" not in armored:
+            raise GpgError("private key: expected an armored '-----BEGIN PGP PRIVATE KEY BLOCK-----'")
+        fprs = self.import_keys(armored, "private key")
+        self.passphrase = passphrase
+        return fprs
+
+    def encrypt_argv(self, recipients: list[str]) -> list[str]:
+        if not recipients:
+            raise GpgError("encryption needs at least one recipient fingerprint")
+        argv = [GPG, "--homedir", str(self.path), "--batch", "--no-tty", "--quiet", "--trust-model", "always"]
+        # The stream is already zstd-compressed; gpg's own compression would only burn CPU.
+        argv += ["--compress-algo", "none", "--encrypt"]
+        for fpr in recipients:
+            argv += ["--recipient", fpr]
+        return argv + ["--output", "-"]
+
+    def decrypt_argv(self, passphrase_fd: int | None) -> list[str]:
+        argv = [GPG, "--homedir", str(self.path), "--batch", "--no-tty", "--quiet"]
+        if passphrase_fd is not None:
+            argv += ["--pinentry-mode", "loopback", "--passphrase-fd", str(passphrase_fd)]
+        return argv + ["--decrypt"]
+
+    def check_recipients_usable(self, recipients: list[str]) -> None:
+        """Fail before any backup starts if a recipient key is expired, revoked or unknown."""
+        proc = _run_gpg(
+            self.path,
+            ["--trust-model", "always", "--encrypt", *[a for f in recipients for a in ("-r", f)], "--output", "-"],
+            b"probe",
+        )
+        if proc.returncode != 0:
+            raise GpgError(f"recipient key unusable ({', '.join(recipients)}): {_tail(proc.stderr)}")
+
+
+def passphrase_pipe(passphrase: str) -> int:
+    """A pipe read-end holding the passphrase, to hand to gpg as --passphrase-fd."""
+    read_fd, write_fd = os.pipe()
+    os.write(write_fd, passphrase.encode() + b"\n")
+    os.close(write_fd)
+    return read_fd
+
+
+def _tail(stderr: bytes, limit: int = 600) -> str:
+    text = stderr.decode(errors="replace").strip()
+    return text[-limit:] if text else "(no output)"

@@ -1,0 +1,283 @@
+"""One-pass streaming: producer -> zstd -> gpg -> object writer, and the reverse for restores.
+
+Nothing is staged on disk. Chunks are bounded (1 MiB) and so are the queues between threads,
+so memory stays flat whatever the database size. Every process's exit status is checked; a
+failure carries the tail of that process's stderr and the sink is aborted, never committed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import queue
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import IO, Any
+
+from .storage import ObjectWriter
+
+CHUNK = 1024 * 1024
+_EOF = object()
+
+ProgressFn = Callable[[int], None]
+
+
+class PipelineError(RuntimeError):
+    """A stage of the stream failed; the message names the stage, its exit status and stderr."""
+
+
+@dataclass(frozen=True)
+class StreamResult:
+    raw_bytes: int  # what the producer emitted
+    stored_bytes: int  # what reached the sink
+    sha256: str  # of the stored bytes
+    seconds: float
+
+
+class _Proc:
+    """A pipeline process whose stderr goes to a temp file, so a full pipe never blocks it."""
+
+    def __init__(self, name: str, argv: list[str], *, stdin: Any = None, stdout: Any = subprocess.PIPE,
+                 pass_fds: tuple[int, ...] = (), env: dict[str, str] | None = None, cwd: str | None = None) -> None:
+        self.name = name
+        self.stderr = tempfile.TemporaryFile()
+        try:
+            self.popen = subprocess.Popen(
+                argv, stdin=stdin, stdout=stdout, stderr=self.stderr, pass_fds=pass_fds, env=env, cwd=cwd
+            )
+        except FileNotFoundError as exc:
+            self.stderr.close()
+            raise PipelineError(f"{name}: executable {argv[0]!r} not found; install it on this worker") from exc
+
+    def stderr_tail(self, limit: int = 1500) -> str:
+        self.stderr.seek(0, os.SEEK_END)
+        size = self.stderr.tell()
+        self.stderr.seek(max(0, size - limit))
+        return self.stderr.read().decode(errors="replace").strip()
+
+    def kill(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+
+    def wait(self) -> int:
+        return self.popen.wait()
+
+    def check(self) -> None:
+        rc = self.wait()
+        if rc != 0:
+            how = f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}"
+            raise PipelineError(f"{self.name} failed ({how}): {self.stderr_tail() or '(no stderr)'}")
+
+    def close(self) -> None:
+        self.kill()
+        self.wait()
+        self.stderr.close()
+
+
+class _Worker(threading.Thread):
+    """A thread that records its exception instead of losing it."""
+
+    def __init__(self, name: str, target: Callable[[], None]) -> None:
+        super().__init__(name=name, daemon=True)
+        self._fn = target
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._fn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the caller
+            self.error = exc
+
+
+def _read_chunks(fh: IO[bytes]) -> Iterable[bytes]:
+    fd = fh.fileno()
+    while chunk := os.read(fd, CHUNK):
+        yield chunk
+
+
+def stream_to_store(
+    producer_argv: list[str],
+    sink: ObjectWriter,
+    *,
+    encrypt_argv: list[str] | None,
+    level: int = 3,
+    threads: int = 0,
+    producer_env: dict[str, str] | None = None,
+    producer_name: str = "backup tool",
+    progress: ProgressFn | None = None,
+) -> StreamResult:
+    """Run producer | zstd | gpg and write the result to `sink`; commit only if every stage succeeded."""
+    import zstandard
+
+    started = time.monotonic()
+    procs: list[_Proc] = []
+    raw = {"bytes": 0}
+    digest = hashlib.sha256()
+    stored = 0
+    try:
+        producer = _Proc(producer_name, producer_argv, stdin=subprocess.DEVNULL, env=producer_env)
+        procs.append(producer)
+        gpg = _Proc("gpg --encrypt", encrypt_argv, stdin=subprocess.PIPE) if encrypt_argv else None
+        if gpg:
+            procs.append(gpg)
+        handoff: queue.Queue[Any] = queue.Queue(maxsize=8)
+        compressor = zstandard.ZstdCompressor(level=level, threads=threads if threads else -1)
+
+        def compress() -> None:
+            cobj = compressor.compressobj(size=-1)
+            emit: Callable[[bytes], Any] = gpg.popen.stdin.write if gpg and gpg.popen.stdin else handoff.put
+            try:
+                assert producer.popen.stdout is not None
+                for chunk in _read_chunks(producer.popen.stdout):
+                    raw["bytes"] += len(chunk)
+                    if out := cobj.compress(chunk):
+                        emit(out)
+                emit(cobj.flush())
+            finally:
+                if gpg and gpg.popen.stdin:
+                    _close_quietly(gpg.popen.stdin)
+                else:
+                    handoff.put(_EOF)
+
+        worker = _Worker("zstd", compress)
+        worker.start()
+        source = _read_chunks(gpg.popen.stdout) if gpg and gpg.popen.stdout else iter(handoff.get, _EOF)
+        for chunk in source:
+            digest.update(chunk)
+            sink.write(chunk)
+            stored += len(chunk)
+            if progress:
+                progress(raw["bytes"])
+        worker.join()
+        if worker.error:
+            # The compressor stopped reading: a dead gpg is the usual cause and the real story.
+            producer.kill()
+            if gpg:
+                gpg.check()
+            raise PipelineError(f"zstd stage failed: {worker.error!r}") from worker.error
+        for proc in procs:
+            proc.check()
+        sink.commit()
+    except BaseException:
+        for proc in procs:
+            proc.kill()
+        sink.abort()
+        raise
+    finally:
+        for proc in procs:
+            proc.close()
+    return StreamResult(raw["bytes"], stored, digest.hexdigest(), time.monotonic() - started)
+
+
+@dataclass(frozen=True)
+class RestoreStreamResult:
+    stored_bytes: int
+    sha256: str
+    raw_bytes: int
+    seconds: float
+
+
+def stream_from_store(
+    chunks: Iterable[bytes],
+    consumer_argv: list[str],
+    *,
+    decrypt_argv: list[str] | None,
+    pass_fds: tuple[int, ...] = (),
+    expected_sha256: str | None = None,
+    object_name: str = "object",
+    consumer_name: str = "extractor",
+) -> RestoreStreamResult:
+    """Feed stored bytes through gpg -d | zstd -d | consumer; check sha256 and every exit status."""
+    import zstandard
+
+    started = time.monotonic()
+    procs: list[_Proc] = []
+    digest = hashlib.sha256()
+    counts = {"stored": 0, "raw": 0}
+    try:
+        gpg = _Proc("gpg --decrypt", decrypt_argv, stdin=subprocess.PIPE, pass_fds=pass_fds) if decrypt_argv else None
+        consumer = _Proc(consumer_name, consumer_argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+        procs = [p for p in (gpg, consumer) if p]
+        handoff: queue.Queue[Any] = queue.Queue(maxsize=8)
+
+        def feed() -> None:
+            emit: Callable[[bytes], Any] = gpg.popen.stdin.write if gpg and gpg.popen.stdin else handoff.put
+            try:
+                for chunk in chunks:
+                    digest.update(chunk)
+                    counts["stored"] += len(chunk)
+                    emit(chunk)
+            finally:
+                if gpg and gpg.popen.stdin:
+                    _close_quietly(gpg.popen.stdin)
+                else:
+                    handoff.put(_EOF)
+
+        feeder = _Worker("feed", feed)
+        feeder.start()
+        plain: Any = gpg.popen.stdout if gpg else _QueueReader(handoff)
+        assert consumer.popen.stdin is not None
+        dctx = zstandard.ZstdDecompressor()
+        try:
+            with dctx.stream_reader(plain, read_size=CHUNK, read_across_frames=True, closefd=False) as reader:
+                while block := reader.read(CHUNK):
+                    counts["raw"] += len(block)
+                    consumer.popen.stdin.write(block)
+        except zstandard.ZstdError as exc:
+            raise PipelineError(f"{object_name}: zstd could not decompress it ({exc}); the object is damaged") from exc
+        except BrokenPipeError:
+            consumer.check()  # the extractor died: its own error says why (disk full, bad stream)
+            raise
+        finally:
+            _close_quietly(consumer.popen.stdin)
+        feeder.join()
+        if feeder.error and not isinstance(feeder.error, BrokenPipeError):
+            raise feeder.error  # a download failed: that is the cause, not gpg's truncated input
+        for proc in procs:
+            proc.check()
+        if expected_sha256 and digest.hexdigest() != expected_sha256:
+            raise PipelineError(
+                f"{object_name}: sha256 {digest.hexdigest()} does not match the manifest's {expected_sha256}; "
+                "the stored object was altered or truncated"
+            )
+    except BaseException:
+        for proc in procs:
+            proc.kill()
+        raise
+    finally:
+        for proc in procs:
+            proc.close()
+    return RestoreStreamResult(counts["stored"], digest.hexdigest(), counts["raw"], time.monotonic() - started)
+
+
+def _close_quietly(fh: IO[bytes]) -> None:
+    try:
+        fh.close()
+    except BrokenPipeError:
+        pass
+
+
+class _QueueReader:
+    """File-like read() over a queue of chunks (used when there is no gpg stage)."""
+
+    def __init__(self, q: queue.Queue[Any]) -> None:
+        self.q = q
+        self.buf = b""
+        self.done = False
+
+    def read(self, size: int = -1) -> bytes:
+        while not self.done and (size < 0 or len(self.buf) < size):
+            item = self.q.get()
+            if item is _EOF:
+                self.done = True
+            else:
+                self.buf += item
+        if size < 0:
+            out, self.buf = self.buf, b""
+        else:
+            out, self.buf = self.buf[:size], self.buf[size:]
+        return out

@@ -1,0 +1,213 @@
+"""Restore a backup chain: validate from manifests, fetch + verify + extract in parallel,
+prepare on scratch copies, then copy-back/move-back into an empty datadir.
+
+The target datadir is touched only after every object passed its sha256 and every prepare
+step succeeded; if copy-back fails, what it wrote is removed again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import engine, prepare
+from .catalog import Catalog, Manifest
+from .crypto import GpgError, GpgHome, passphrase_pipe
+from .pipeline import stream_from_store
+from .storage import ARCHIVE_CLASSES
+
+log = logging.getLogger(__name__)
+
+
+class RestoreError(RuntimeError):
+    """The restore cannot go on; the message names the backup, object or directory."""
+
+
+@dataclass
+class RestoreRequest:
+    catalog: Catalog
+    target_datadir: Path
+    backup_id: str | None = None  # None: the newest backup
+    private_key: str | None = None
+    passphrase: str | None = None
+    binary: str | None = None
+    scratch_dir: Path | None = None  # default: next to the target, so move-back is a rename
+    move_back: bool = True
+    parallel_downloads: int = 4
+    use_memory: int | None = None
+    max_free_memory_pct: int = 50
+    keep_scratch: bool = False
+
+
+@dataclass
+class RestoreReport:
+    backup_id: str
+    chain: list[str]
+    target_datadir: str
+    stored_bytes: int = 0
+    raw_bytes: int = 0
+    timings: dict[str, float] = field(default_factory=dict)
+    prepare_argv: list[list[str]] = field(default_factory=list)
+    binlog_file: str | None = None
+    binlog_position: int | None = None
+    gtid: str | None = None
+
+
+def plan_chain(catalog: Catalog, backup_id: str | None) -> list[Manifest]:
+    """The validated chain to restore; raises before anything is downloaded."""
+    return catalog.chain(backup_id) if backup_id else catalog.latest_chain()
+
+
+def check_target(target: Path) -> None:
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise RestoreError(f"target datadir {target} is not an empty directory; restore never overwrites data")
+
+
+def restore(req: RestoreRequest) -> RestoreReport:
+    chain = plan_chain(req.catalog, req.backup_id)
+    check_target(req.target_datadir)
+    _check_not_archived(req.catalog, chain)
+    tool = _prepare_tool(chain, req.binary)
+    last = chain[-1]
+    report = RestoreReport(last.backup_id, [m.backup_id for m in chain], str(req.target_datadir),
+                           binlog_file=last.binlog_file, binlog_position=last.binlog_position, gtid=last.gtid)
+    scratch = req.scratch_dir or req.target_datadir.parent / f".xbp-restore-{last.backup_id}"
+    if scratch.exists() and any(scratch.iterdir()):
+        raise RestoreError(f"scratch directory {scratch} is not empty (an earlier restore?); remove it first")
+    scratch.mkdir(parents=True, exist_ok=True)
+    try:
+        t0 = time.monotonic()
+        dirs = fetch_chain(req, chain, tool, scratch, report)
+        report.timings["fetch_extract"] = time.monotonic() - t0
+        t0 = time.monotonic()
+        tuning = prepare.tuning_for(tool, dirs, max_free_pct=req.max_free_memory_pct, use_memory=req.use_memory,
+                                    estimated=chain[0].estimate_memory)
+        steps = prepare.run_chain(tool, dirs[0], dirs[1:], tuning)
+        report.prepare_argv = [s.argv for s in steps]
+        report.timings["prepare"] = time.monotonic() - t0
+        t0 = time.monotonic()
+        copy_back(tool, dirs[0], req.target_datadir, move=req.move_back)
+        report.timings["copy_back"] = time.monotonic() - t0
+    finally:
+        if not req.keep_scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+    log.info("restored %s (chain %s) into %s", last.backup_id, " -> ".join(report.chain), req.target_datadir)
+    return report
+
+
+def _prepare_tool(chain: list[Manifest], binary: str | None) -> engine.ToolVersion:
+    root = chain[0]
+    tool = engine.detect_tool(root.engine_flavour, binary)
+    if tool.major != root.engine_major:
+        raise RestoreError(
+            f"chain {root.backup_id} was taken with {root.engine_flavour} {root.engine_version}; this worker has "
+            f"{tool.text}. Prepare with the same {root.engine_major} series"
+        )
+    return tool
+
+
+def _check_not_archived(catalog: Catalog, chain: list[Manifest]) -> None:
+    for m in chain:
+        for obj in m.objects:
+            info = catalog.store.head(obj.key)
+            if info is None:
+                raise RestoreError(f"backup {m.backup_id}: object {obj.key} is missing from {catalog.store.location}")
+            if info.size != obj.size:
+                raise RestoreError(
+                    f"backup {m.backup_id}: object {obj.key} is {info.size} bytes, the manifest says {obj.size}"
+                )
+            restored = info.restore is not None and 'ongoing-request="false"' in info.restore
+            if info.storage_class in ARCHIVE_CLASSES and not restored:
+                raise RestoreError(
+                    f"backup {m.backup_id}: {obj.key} is in {info.storage_class}; request its restore "
+                    "(GlacierRestoreSensor or `xtrabackup-provider glacier-restore`) and retry when it is readable"
+                )
+
+
+def fetch_chain(req: RestoreRequest, chain: list[Manifest], tool: engine.ToolVersion, scratch: Path,
+                report: RestoreReport) -> list[Path]:
+    """Download, verify, decrypt, decompress and extract every backup of the chain, in parallel."""
+    dirs = [scratch / m.backup_id for m in chain]
+    for d in dirs:
+        d.mkdir()
+    with GpgHome() as gpg:
+        if any(m.backup_object.encryption == "gpg" for m in chain):
+            if not req.private_key:
+                raise RestoreError(
+                    f"backup {chain[-1].backup_id} is GPG-encrypted for {', '.join(chain[-1].backup_object.recipients)}; "
+                    "supply the private key (gpg connection or --private-key-file)"
+                )
+            _import_private(gpg, req, chain)
+        workers = max(1, min(req.parallel_downloads, len(chain)))
+        with ThreadPoolExecutor(workers, thread_name_prefix="fetch") as pool:
+            futures = [pool.submit(_fetch_one, req, m, tool, d, gpg) for m, d in zip(chain, dirs, strict=True)]
+            for m, fut in zip(chain, futures, strict=True):
+                stored, raw = fut.result()
+                report.stored_bytes += stored
+                report.raw_bytes += raw
+                log.info("fetched %s: %d stored bytes, %d extracted", m.backup_id, stored, raw)
+    return dirs
+
+
+def _import_private(gpg: GpgHome, req: RestoreRequest, chain: list[Manifest]) -> None:
+    assert req.private_key is not None
+    gpg.import_private_key(req.private_key, req.passphrase)
+    have = set(gpg.fingerprints(secret=True))
+    for m in chain:
+        obj = m.backup_object
+        # Recipients are primary-key fingerprints; a match on any of them can decrypt.
+        if obj.encryption == "gpg" and obj.recipients and not have & set(obj.recipients):
+            raise GpgError(
+                f"backup {m.backup_id} is encrypted for {', '.join(obj.recipients)}, but the private key given "
+                f"is {', '.join(sorted(have)) or 'none'}; supply the matching private key"
+            )
+
+
+def _fetch_one(req: RestoreRequest, m: Manifest, tool: engine.ToolVersion, dest: Path,
+               gpg: GpgHome) -> tuple[int, int]:
+    obj = m.backup_object
+    fd = passphrase_pipe(gpg.passphrase) if obj.encryption == "gpg" and gpg.passphrase is not None else None
+    try:
+        result = stream_from_store(
+            req.catalog.store.read_chunks(obj.key),
+            engine.extract_argv(tool, str(dest)),
+            decrypt_argv=gpg.decrypt_argv(fd) if obj.encryption == "gpg" else None,
+            pass_fds=(fd,) if fd is not None else (),
+            expected_sha256=obj.sha256,
+            object_name=f"{req.catalog.store.location}/{obj.key}",
+            consumer_name=f"{tool.stream_tool()} -x into {dest}",
+        )
+    finally:
+        if fd is not None:
+            os.close(fd)
+    return result.stored_bytes, result.raw_bytes
+
+
+def copy_back(tool: engine.ToolVersion, prepared: Path, target: Path, *, move: bool) -> None:
+    created = not target.exists()
+    target.mkdir(parents=True, exist_ok=True)
+    argv = engine.copy_back_argv(tool, str(prepared), str(target), move=move)
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0:
+        _empty_dir(target, remove=created)
+        raise RestoreError(
+            f"{'move' if move else 'copy'}-back into {target} failed (exit {proc.returncode}); the target was "
+            f"emptied again: {proc.stderr.strip()[-1500:]}"
+        )
+
+
+def _empty_dir(path: Path, *, remove: bool) -> None:
+    if remove:
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    for child in path.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)

@@ -1,0 +1,387 @@
+"""Object stores: S3Store (multipart, storage class, SSE, ranged parallel GET) and LocalStore.
+
+Both implement the same small protocol so the pipeline, catalog and restore never care which
+one they talk to. Writers stage data invisibly (an open multipart upload, or a `.partial`
+file) until `commit()`; `abort()` leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import posixpath
+import threading
+import uuid
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+MiB = 1024 * 1024
+GiB = 1024 * MiB
+MAX_PARTS = 10_000
+MIN_PART_SIZE = 8 * MiB
+MAX_PART_SIZE = 5 * GiB
+ARCHIVE_CLASSES = frozenset({"GLACIER", "DEEP_ARCHIVE"})
+STORAGE_CLASSES = frozenset(
+    {"STANDARD", "STANDARD_IA", "ONEZONE_IA", "INTELLIGENT_TIERING", "GLACIER_IR", "GLACIER", "DEEP_ARCHIVE",
+     "REDUCED_REDUNDANCY"}
+)
+
+
+class StorageError(RuntimeError):
+    """An object store operation failed; the message names the bucket/directory and key."""
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    key: str
+    size: int
+    storage_class: str = "STANDARD"
+    last_modified: datetime | None = None
+    restore: str | None = None  # S3 x-amz-restore header of an archived object
+
+
+@dataclass(frozen=True)
+class PutOptions:
+    storage_class: str = "STANDARD"
+    sse: str | None = None  # "AES256" or "aws:kms"
+    kms_key_id: str | None = None
+    expected_size: int | None = None  # sizes the multipart parts
+
+    def s3_args(self) -> dict[str, Any]:
+        args: dict[str, Any] = {"StorageClass": self.storage_class}
+        if self.sse:
+            args["ServerSideEncryption"] = self.sse
+            if self.kms_key_id:
+                args["SSEKMSKeyId"] = self.kms_key_id
+        return args
+
+
+class ObjectWriter(Protocol):
+    def write(self, data: bytes) -> None: ...
+    def commit(self) -> int: ...
+    def abort(self) -> None: ...
+
+
+class ObjectStore(Protocol):
+    location: str
+
+    def open_writer(self, key: str, options: PutOptions | None = None) -> ObjectWriter: ...
+    def put_bytes(self, key: str, data: bytes, options: PutOptions | None = None) -> None: ...
+    def get_bytes(self, key: str) -> bytes: ...
+    def read_chunks(self, key: str) -> Iterator[bytes]: ...
+    def head(self, key: str) -> ObjectInfo | None: ...
+    def list(self, prefix: str) -> Iterator[ObjectInfo]: ...
+    def delete(self, keys: Iterable[str]) -> None: ...
+
+
+def check_key(key: str) -> str:
+    """Refuse keys that could escape a prefix or a LocalStore root."""
+    parts = key.split("/")
+    if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\x00" in key:
+        raise StorageError(f"unsafe object key {key!r}: keys are relative paths without '.', '..' or '//'")
+    return key
+
+
+def choose_part_size(expected_size: int | None) -> int:
+    """Smallest part size (whole MiB, >= 8 MiB) for which 10,000 parts hold the object with 25% slack."""
+    if not expected_size:
+        return 64 * MiB
+    needed = math.ceil(expected_size * 1.25 / MAX_PARTS)
+    size = max(MIN_PART_SIZE, math.ceil(needed / MiB) * MiB)
+    if size > MAX_PART_SIZE:
+        raise StorageError(f"an object of {expected_size} bytes cannot fit in 10,000 parts of at most 5 GiB")
+    return size
+
+
+# ---------------------------------------------------------------------------------------------
+# Local directory
+
+
+class LocalStore:
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.location = f"file://{self.root}"
+
+    def _path(self, key: str) -> Path:
+        return self.root / check_key(key)
+
+    def open_writer(self, key: str, options: PutOptions | None = None) -> _LocalWriter:
+        return _LocalWriter(self._path(key))
+
+    def put_bytes(self, key: str, data: bytes, options: PutOptions | None = None) -> None:
+        writer = self.open_writer(key, options)
+        writer.write(data)
+        writer.commit()
+
+    def get_bytes(self, key: str) -> bytes:
+        try:
+            return self._path(key).read_bytes()
+        except FileNotFoundError as exc:
+            raise StorageError(f"{self.location}: no object {key!r}") from exc
+
+    def read_chunks(self, key: str, chunk_size: int = 4 * MiB) -> Iterator[bytes]:
+        try:
+            fh = self._path(key).open("rb")
+        except FileNotFoundError as exc:
+            raise StorageError(f"{self.location}: no object {key!r}") from exc
+        with fh:
+            while chunk := fh.read(chunk_size):
+                yield chunk
+
+    def head(self, key: str) -> ObjectInfo | None:
+        path = self._path(key)
+        if not path.is_file():
+            return None
+        st = path.stat()
+        return ObjectInfo(key, st.st_size, "STANDARD", datetime.fromtimestamp(st.st_mtime, UTC))
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        base = self.root / prefix.rstrip("/") if prefix else self.root
+        search = base if base.is_dir() else base.parent
+        if not search.is_dir():
+            return
+        for dirpath, _dirs, files in os.walk(search):
+            for name in sorted(files):
+                if ".partial-" in name:
+                    continue
+                key = posixpath.relpath(os.path.join(dirpath, name), self.root)
+                if key.startswith(prefix):
+                    info = self.head(key)
+                    if info:
+                        yield info
+
+    def delete(self, keys: Iterable[str]) -> None:
+        for key in keys:
+            self._path(key).unlink(missing_ok=True)
+
+
+class _LocalWriter:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.tmp = path.with_name(f"{path.name}.partial-{uuid.uuid4().hex[:8]}")
+        self.fh = self.tmp.open("wb")
+        self.size = 0
+
+    def write(self, data: bytes) -> None:
+        self.fh.write(data)
+        self.size += len(data)
+
+    def commit(self) -> int:
+        self.fh.flush()
+        os.fsync(self.fh.fileno())
+        self.fh.close()
+        os.replace(self.tmp, self.path)
+        return self.size
+
+    def abort(self) -> None:
+        self.fh.close()
+        self.tmp.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# S3
+
+
+def make_s3_client(endpoint_url: str | None = None, region: str | None = None, **kwargs: Any) -> S3Client:
+    """A boto3 S3 client that retries 5xx, throttling and connection resets with backoff."""
+    import boto3
+    from botocore.config import Config
+
+    config = Config(retries={"max_attempts": 8, "mode": "standard"}, max_pool_connections=16)
+    return boto3.client("s3", endpoint_url=endpoint_url, region_name=region, config=config, **kwargs)
+
+
+@dataclass
+class S3Store:
+    client: Any
+    bucket: str
+    max_inflight_parts: int = 4
+    read_chunk: int = 8 * MiB
+    read_parallel: int = 4
+    location: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.location = f"s3://{self.bucket}"
+
+    def open_writer(self, key: str, options: PutOptions | None = None) -> _S3MultipartWriter:
+        return _S3MultipartWriter(self, check_key(key), options or PutOptions())
+
+    def put_bytes(self, key: str, data: bytes, options: PutOptions | None = None) -> None:
+        args = (options or PutOptions()).s3_args()
+        self._call("put", key, self.client.put_object, Bucket=self.bucket, Key=check_key(key), Body=data, **args)
+
+    def get_bytes(self, key: str) -> bytes:
+        resp = self._call("get", key, self.client.get_object, Bucket=self.bucket, Key=check_key(key))
+        return bytes(resp["Body"].read())
+
+    def read_chunks(self, key: str) -> Iterator[bytes]:
+        """Ordered chunks from parallel ranged GETs; at most `read_parallel` chunks in memory."""
+        info = self.head(key)
+        if info is None:
+            raise StorageError(f"{self.location}: no object {key!r}")
+        ranges = [(start, min(start + self.read_chunk, info.size) - 1) for start in range(0, info.size, self.read_chunk)]
+        with ThreadPoolExecutor(self.read_parallel, thread_name_prefix="s3get") as pool:
+            pending: deque[Future[bytes]] = deque()
+            for start, end in ranges:
+                pending.append(pool.submit(self._get_range, key, start, end))
+                if len(pending) >= self.read_parallel:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+
+    def _get_range(self, key: str, start: int, end: int) -> bytes:
+        resp = self._call(
+            "get", key, self.client.get_object, Bucket=self.bucket, Key=key, Range=f"bytes={start}-{end}"
+        )
+        return bytes(resp["Body"].read())
+
+    def head(self, key: str) -> ObjectInfo | None:
+        from botocore.exceptions import ClientError
+
+        try:
+            resp = self.client.head_object(Bucket=self.bucket, Key=check_key(key))
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return None
+            raise StorageError(f"{self.location}/{key}: head failed: {exc}") from exc
+        return ObjectInfo(
+            key, resp["ContentLength"], resp.get("StorageClass", "STANDARD"), resp.get("LastModified"),
+            resp.get("Restore"),
+        )
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        paginator = self.client.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
+            for obj in page.get("Contents", []):
+                yield ObjectInfo(obj["Key"], obj["Size"], obj.get("StorageClass", "STANDARD"), obj.get("LastModified"))
+
+    def delete(self, keys: Iterable[str]) -> None:
+        batch: list[str] = []
+        for key in keys:
+            batch.append(check_key(key))
+            if len(batch) == 1000:
+                self._delete_batch(batch)
+                batch = []
+        if batch:
+            self._delete_batch(batch)
+
+    def _delete_batch(self, keys: list[str]) -> None:
+        resp = self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in keys]})
+        if errors := resp.get("Errors"):
+            first = errors[0]
+            raise StorageError(f"{self.location}: could not delete {first.get('Key')}: {first.get('Message')}")
+
+    def open_multipart_uploads(self, prefix: str = "") -> list[str]:
+        resp = self.client.list_multipart_uploads(Bucket=self.bucket, Prefix=prefix)
+        return [u["Key"] for u in resp.get("Uploads", [])]
+
+    def _call(self, what: str, key: str, fn: Any, **kwargs: Any) -> Any:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return fn(**kwargs)
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            if code in ("NoSuchKey", "404"):
+                raise StorageError(f"{self.location}: no object {key!r}") from exc
+            if code == "InvalidObjectState":
+                raise StorageError(
+                    f"{self.location}/{key} is archived (GLACIER/DEEP_ARCHIVE); request its restore first"
+                ) from exc
+            raise StorageError(f"{self.location}/{key}: {what} failed: {exc}") from exc
+        except BotoCoreError as exc:
+            raise StorageError(f"{self.location}/{key}: {what} failed: {exc}") from exc
+
+
+class _S3MultipartWriter:
+    """Buffers one part, uploads up to `max_inflight_parts` concurrently: memory is bounded."""
+
+    def __init__(self, store: S3Store, key: str, options: PutOptions) -> None:
+        self.store, self.key, self.options = store, key, options
+        self.part_size = choose_part_size(options.expected_size)
+        self.upload_id: str | None = None
+        self.buffer = bytearray()
+        self.parts: dict[int, str] = {}
+        self.futures: list[Future[None]] = []
+        self.slots = threading.Semaphore(store.max_inflight_parts)
+        self.pool = ThreadPoolExecutor(store.max_inflight_parts, thread_name_prefix="s3put")
+        self.size = 0
+
+    def _start(self) -> None:
+        resp = self.store._call(
+            "create multipart upload", self.key, self.store.client.create_multipart_upload,
+            Bucket=self.store.bucket, Key=self.key, **self.options.s3_args(),
+        )
+        self.upload_id = resp["UploadId"]
+
+    def write(self, data: bytes) -> None:
+        self.buffer += data
+        self.size += len(data)
+        while len(self.buffer) >= self.part_size:
+            part = bytes(self.buffer[: self.part_size])
+            del self.buffer[: self.part_size]
+            self._submit(part)
+
+    def _submit(self, part: bytes) -> None:
+        if self.upload_id is None:
+            self._start()
+        self._raise_failed()
+        self.slots.acquire()
+        number = len(self.futures) + 1
+        self.futures.append(self.pool.submit(self._upload, number, part))
+
+    def _upload(self, number: int, body: bytes) -> None:
+        try:
+            resp = self.store._call(
+                f"upload part {number}", self.key, self.store.client.upload_part,
+                Bucket=self.store.bucket, Key=self.key, UploadId=self.upload_id, PartNumber=number, Body=body,
+            )
+            self.parts[number] = resp["ETag"]
+        finally:
+            self.slots.release()
+
+    def _raise_failed(self) -> None:
+        for fut in self.futures:
+            if fut.done() and fut.exception():
+                raise fut.exception()  # type: ignore[misc]
+
+    def commit(self) -> int:
+        if self.buffer or not self.futures:
+            self._submit(bytes(self.buffer))
+            self.buffer.clear()
+        try:
+            for fut in self.futures:
+                fut.result()
+            parts = [{"PartNumber": n, "ETag": self.parts[n]} for n in sorted(self.parts)]
+            self.store._call(
+                "complete multipart upload", self.key, self.store.client.complete_multipart_upload,
+                Bucket=self.store.bucket, Key=self.key, UploadId=self.upload_id, MultipartUpload={"Parts": parts},
+            )
+        except BaseException:
+            self.abort()
+            raise
+        finally:
+            self.pool.shutdown(wait=True)
+        return self.size
+
+    def abort(self) -> None:
+        for fut in self.futures:
+            fut.cancel()
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        if self.upload_id is not None:
+            upload_id, self.upload_id = self.upload_id, None
+            # Best effort with its own retries: an abort that fails leaves an upload that the
+            # bucket lifecycle rule (AbortIncompleteMultipartUpload) removes later.
+            try:
+                self.store.client.abort_multipart_upload(Bucket=self.store.bucket, Key=self.key, UploadId=upload_id)
+            except Exception:  # noqa: BLE001 - never mask the original failure
+                pass
