@@ -28,7 +28,9 @@ class MySQLTarget:
 
     @property
     def address(self) -> str:
-        return self.socket or f"{self.host}:{self.port}"
+        if self.socket or self.host:
+            return self.socket or f"{self.host}:{self.port}"
+        return f"the server named in {self.defaults_file}"
 
     def connect_kwargs(self) -> dict[str, Any]:
         kw: dict[str, Any] = {"user": self.user, "connect_timeout": 10, "autocommit": True}
@@ -39,7 +41,7 @@ class MySQLTarget:
             kw["passwd"] = self.password
         if self.socket:
             kw["unix_socket"] = self.socket
-        else:
+        elif self.host or not self.defaults_file:
             kw.update(host=self.host or "127.0.0.1", port=self.port)
         return kw
 

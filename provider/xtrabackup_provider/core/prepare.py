@@ -68,9 +68,27 @@ def tuning_for(tool: engine.ToolVersion, dirs: list[Path], *, max_free_pct: int 
     return tuning
 
 
+def check_step_safe(tool: engine.ToolVersion, step: engine.PrepareStep) -> None:
+    """Refuse a lone plain --prepare on a base already prepared with --apply-log-only (8.0.30+):
+    XtraBackup accepts it and silently corrupts the data."""
+    if tool.flavour != "xtrabackup" or step.incremental_dir or step.apply_log_only:
+        return
+    if tool.capabilities.plain_prepare_after_apply_log_only:
+        return
+    target = Path(step.target_dir)
+    if engine.find_metadata(target, engine.CHECKPOINT_FILES) is None:
+        return
+    if engine.read_checkpoints(target).backup_type == "log-applied":
+        raise PrepareError(
+            f"{target} was prepared with --apply-log-only; on XtraBackup {tool.text} a separate plain --prepare "
+            "after that corrupts data. Apply the last incremental without --apply-log-only instead"
+        )
+
+
 def run_step(tool: engine.ToolVersion, step: engine.PrepareStep, tuning: engine.PrepareTuning) -> PrepareReport:
     import time
 
+    check_step_safe(tool, step)
     argv = engine.prepare_argv(tool, step, tuning)
     what = f"prepare of {step.target_dir}" + (f" with {step.incremental_dir}" if step.incremental_dir else "")
     log.info("running %s", " ".join(argv))

@@ -1,0 +1,178 @@
+"""`xtrabackup-provider`: back up, list and restore with the same core, without Airflow.
+
+Settings come from the fleet config the DAGs use (--config or $XTRABACKUP_FLEET_CONFIG), or
+from flags alone; flags override the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from .core import config as cfg
+from .core.catalog import CatalogError, manifest_summary
+from .core.config import ConfigError, FleetConfig
+from .core.crypto import GpgError
+from .core.engine import EngineError
+from .core.factory import SetupError, chain_policy, cli_target, make_catalog, read_private_key, read_public_keys
+from .core.mysql import ServerError
+from .core.pipeline import PipelineError
+from .core.prepare import PrepareError
+from .core.storage import StorageError
+
+USER_ERRORS = (
+    ConfigError, SetupError, CatalogError, GpgError, EngineError, ServerError, PipelineError, PrepareError,
+    StorageError, RuntimeError,
+)
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="fleet config YAML (default: $XTRABACKUP_FLEET_CONFIG)")
+    p.add_argument("--cluster", required=True)
+    p.add_argument("--host", required=True, help="host name as in the fleet config")
+    p.add_argument("--bucket", help="S3 bucket (overrides the config)")
+    p.add_argument("--local-path", help="a directory used as the object store instead of S3")
+    p.add_argument("--prefix", help="key prefix (default from config, else 'backups')")
+    p.add_argument("--endpoint-url", help="S3 endpoint (MinIO, a test server)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="xtrabackup-provider", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("backup", help="take a backup (full, incremental, or as the chain policy decides)")
+    _add_common(p)
+    p.add_argument("--kind", choices=["auto", "full", "incremental"], default="auto")
+    p.add_argument("--flavour", choices=["mariabackup", "xtrabackup"])
+    p.add_argument("--socket", help="server unix socket (without a config)")
+    p.add_argument("--defaults-file", help="client option file with the credentials (without a config)")
+    p.add_argument("--public-key-file", action="append", help="recipient public key (repeatable)")
+    p.add_argument("--no-encrypt", action="store_true", help="store unencrypted (not recommended)")
+
+    p = sub.add_parser("list", help="list a host's backups from the catalog")
+    _add_common(p)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = sub.add_parser("restore", help="restore a backup chain into an empty datadir")
+    _add_common(p)
+    p.add_argument("--backup-id", default="latest", help="backup id, or 'latest' (default)")
+    p.add_argument("--target-datadir", required=True, type=Path)
+    p.add_argument("--private-key-file", help="armored private key; passphrase from $XTRABACKUP_GPG_PASSPHRASE")
+    p.add_argument("--scratch-dir", type=Path, help="where to extract and prepare (default: beside the target)")
+    p.add_argument("--copy-back", action="store_true", help="copy instead of move (keeps nothing extra)")
+    p.add_argument("--json", action="store_true")
+    return parser
+
+
+def load(args: argparse.Namespace) -> FleetConfig:
+    """The fleet config from the file, or one built from flags; flags override the file."""
+    import os
+
+    if args.config or os.environ.get(cfg.CONFIG_ENV):
+        raw: dict[str, Any] = cfg.load_config(args.config).model_dump(exclude_none=True)
+        source = args.config or os.environ[cfg.CONFIG_ENV]
+    else:
+        raw = {"clusters": [{"name": args.cluster, "hosts": [{"name": args.host}]}], "storage": {}}
+        source = "command-line flags"
+    storage = raw.setdefault("storage", {})
+    if args.bucket or args.local_path:
+        storage.pop("bucket", None)
+        storage.pop("local_path", None)
+    for flag, key in (("bucket", "bucket"), ("local_path", "local_path"), ("prefix", "prefix"),
+                      ("endpoint_url", "endpoint_url")):
+        if getattr(args, flag, None):
+            storage[key] = getattr(args, flag)
+    if source == "command-line flags":
+        host = raw["clusters"][0]["hosts"][0]
+        for flag in ("flavour", "socket", "defaults_file"):
+            if getattr(args, flag, None):
+                host[flag] = getattr(args, flag)
+        if getattr(args, "no_encrypt", False):
+            raw["encryption"] = {"enabled": False}
+    if getattr(args, "public_key_file", None):
+        raw.setdefault("encryption", {})["public_key_files"] = args.public_key_file
+    config = cfg.parse_config(raw, source)
+    config.find_host(args.cluster, args.host)
+    return config
+
+
+def cmd_backup(args: argparse.Namespace, config: FleetConfig) -> int:
+    from .core.backup import BackupRequest, run_backup
+    from .core.progress import ProgressLogger
+
+    host = config.find_host(args.cluster, args.host)
+    policy = config.policy
+    manifest = run_backup(BackupRequest(
+        catalog=make_catalog(config, args.cluster, args.host),
+        target=cli_target(host, config.source),
+        flavour=host.flavour, binary=host.binary, datadir=host.datadir, kind=args.kind,
+        public_keys=read_public_keys(config), allow_unencrypted=not config.encryption.enabled,
+        compression_level=policy.compression_level, zstd_threads=policy.zstd_threads, parallel=policy.parallel,
+        storage_classes=dict(config.storage.storage_class), sse=config.storage.sse,
+        kms_key_id=config.storage.kms_key_id, policy=chain_policy(policy),
+        progress=ProgressLogger(logging.getLogger("xtrabackup_provider"), f"backup of {args.host}"),
+    ))
+    print(f"{manifest.backup_id}\t{manifest.kind}\t{manifest.stored_bytes} bytes stored\t{manifest.decision_reason}")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace, config: FleetConfig) -> int:
+    catalog = make_catalog(config, args.cluster, args.host)
+    problems: list[str] = []
+    rows = manifest_summary(catalog.manifests(problems))
+    if args.json:
+        print(json.dumps({"backups": rows, "problems": problems}, indent=2))
+    else:
+        print(f"{'BACKUP ID':24} {'KIND':11} {'PARENT':24} {'STORED':>12} {'RAW':>14}  GTID")
+        for r in rows:
+            print(f"{r['backup_id']:24} {r['kind']:11} {r['parent_id'] or '-':24} {r['stored_bytes']:>12} "
+                  f"{r['raw_bytes']:>14}  {r['gtid'] or '-'}")
+        for problem in problems:
+            print(f"WARNING: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def cmd_restore(args: argparse.Namespace, config: FleetConfig) -> int:
+    from dataclasses import asdict
+
+    from .core.restore import RestoreRequest, restore
+
+    key, passphrase = read_private_key(config, args.private_key_file)
+    report = restore(RestoreRequest(
+        catalog=make_catalog(config, args.cluster, args.host),
+        target_datadir=args.target_datadir,
+        backup_id=None if args.backup_id == "latest" else args.backup_id,
+        private_key=key, passphrase=passphrase,
+        binary=config.find_host(args.cluster, args.host).binary,
+        scratch_dir=args.scratch_dir, move_back=not args.copy_back,
+        max_free_memory_pct=config.policy.prepare_max_free_memory_pct,
+    ))
+    if args.json:
+        print(json.dumps(asdict(report), indent=2))
+    else:
+        print(f"restored {report.backup_id} (chain {' -> '.join(report.chain)}) into {report.target_datadir}")
+        print(f"binlog position: {report.binlog_file}:{report.binlog_position} gtid {report.gtid}")
+    return 0
+
+
+COMMANDS = {"backup": cmd_backup, "list": cmd_list, "restore": cmd_restore}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    try:
+        return COMMANDS[args.command](args, load(args))
+    except USER_ERRORS as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

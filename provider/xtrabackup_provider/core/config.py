@@ -1,0 +1,175 @@
+"""Fleet and policy configuration (YAML), validated with errors that name the file and field.
+
+The same file drives the shipped DAGs (Airflow connection ids) and the CLI (file paths and
+environment, for when Airflow is down).
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+
+from .storage import STORAGE_CLASSES
+
+NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+CONFIG_ENV = "XTRABACKUP_FLEET_CONFIG"
+
+
+class ConfigError(ValueError):
+    """The fleet config is invalid; the message names the file and the field path."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StorageConfig(_Model):
+    bucket: str | None = None
+    local_path: str | None = None  # a directory instead of S3 (tests, air-gapped hosts)
+    prefix: str = "backups"
+    aws_conn_id: str = "aws_default"
+    endpoint_url: str | None = None  # CLI only; the DAGs take it from the aws connection
+    region: str | None = None
+    storage_class: dict[Literal["full", "incremental"], str] = Field(
+        default_factory=lambda: {"full": "STANDARD", "incremental": "STANDARD"}
+    )
+    sse: Literal["AES256", "aws:kms"] | None = None
+    kms_key_id: str | None = None
+
+    @field_validator("storage_class")
+    @classmethod
+    def _known_classes(cls, value: dict[str, str]) -> dict[str, str]:
+        for kind, klass in value.items():
+            if klass not in STORAGE_CLASSES:
+                raise ValueError(f"{kind}: unknown S3 storage class {klass!r}; use one of {sorted(STORAGE_CLASSES)}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_target(self) -> StorageConfig:
+        if bool(self.bucket) == bool(self.local_path):
+            raise ValueError("set exactly one of `bucket` (S3) or `local_path` (a directory)")
+        return self
+
+
+class EncryptionConfig(_Model):
+    enabled: bool = True
+    gpg_conn_id: str = "backup_gpg"  # Airflow connection of type gpg_keys
+    public_key_files: list[str] = Field(default_factory=list)  # CLI
+    private_key_file: str | None = None  # CLI restores
+    passphrase_env: str = "XTRABACKUP_GPG_PASSPHRASE"  # CLI restores read the passphrase from here
+
+
+class PolicyConfig(_Model):
+    compression_level: int = Field(3, ge=1, le=19)
+    zstd_threads: int = Field(0, ge=0, le=256)
+    parallel: int = Field(2, ge=1, le=64)
+    full_every_days: float = Field(7, gt=0)
+    max_chain_length: int = Field(6, ge=0, le=1000)
+    max_incremental_ratio: float = Field(0.5, gt=0)
+    prepare_max_free_memory_pct: int = Field(50, ge=1, le=90)
+
+    @property
+    def full_every(self) -> timedelta:
+        return timedelta(days=self.full_every_days)
+
+
+class HostConfig(_Model):
+    name: str = Field(pattern=NAME)
+    flavour: Literal["mariabackup", "xtrabackup"] = "mariabackup"
+    binary: str | None = None
+    mysql_conn_id: str | None = None  # Airflow
+    datadir: str | None = None
+    queue: str = "default"
+    # CLI connection when Airflow is down: a client option file holding the credentials,
+    # or host/port/socket/user with the password in an environment variable.
+    defaults_file: str | None = None
+    host: str | None = None
+    port: int = Field(3306, ge=1, le=65535)
+    socket: str | None = None
+    user: str = "root"
+    password_env: str | None = None
+
+
+class ClusterConfig(_Model):
+    name: str = Field(pattern=NAME)
+    schedule: str | None = "@daily"
+    max_parallel_backups: int = Field(2, ge=1)
+    hosts: list[HostConfig] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_hosts(self) -> ClusterConfig:
+        seen: set[str] = set()
+        for host in self.hosts:
+            if host.name in seen:
+                raise ValueError(f"host {host.name!r} appears twice in cluster {self.name!r}")
+            seen.add(host.name)
+        return self
+
+
+class FleetConfig(_Model):
+    storage: StorageConfig
+    encryption: EncryptionConfig = Field(default_factory=EncryptionConfig)
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    clusters: list[ClusterConfig] = Field(min_length=1)
+    _source: str = PrivateAttr("")
+
+    @property
+    def source(self) -> str:
+        return self._source
+
+    @model_validator(mode="after")
+    def _unique_clusters(self) -> FleetConfig:
+        names = [c.name for c in self.clusters]
+        if dup := {n for n in names if names.count(n) > 1}:
+            raise ValueError(f"cluster names must be unique; repeated: {sorted(dup)}")
+        return self
+
+    def cluster(self, name: str) -> ClusterConfig:
+        for cluster in self.clusters:
+            if cluster.name == name:
+                return cluster
+        raise ConfigError(f"{self.source}: no cluster {name!r}; clusters are {[c.name for c in self.clusters]}")
+
+    def find_host(self, cluster: str, host: str) -> HostConfig:
+        for h in self.cluster(cluster).hosts:
+            if h.name == host:
+                return h
+        raise ConfigError(f"{self.source}: cluster {cluster!r} has no host {host!r}")
+
+
+def _format_errors(exc: ValidationError, source: str) -> str:
+    lines = []
+    for err in exc.errors()[:10]:
+        path = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        lines.append(f"  {path}: {err['msg']}")
+    return f"{source}: invalid fleet config:\n" + "\n".join(lines)
+
+
+def parse_config(data: Any, source: str = "<config>") -> FleetConfig:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the fleet config must be a YAML mapping with storage/clusters keys")
+    try:
+        config = FleetConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(exc, source)) from None
+    config._source = source
+    return config
+
+
+def load_config(path: str | Path | None = None) -> FleetConfig:
+    """Load the fleet config from `path`, $XTRABACKUP_FLEET_CONFIG, or dags/config/fleet.yaml."""
+    resolved = Path(path or os.environ.get(CONFIG_ENV) or Path(__file__).parents[3] / "dags/config/fleet.yaml")
+    try:
+        text = resolved.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read fleet config {resolved}: {exc.strerror}; set {CONFIG_ENV} or --config") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{resolved}: not valid YAML: {exc}") from exc
+    return parse_config(data, str(resolved))

@@ -1,0 +1,41 @@
+"""Provider metadata for Airflow's providers manager (the `apache_airflow_provider` entry point).
+
+Kept import-light: Airflow calls it at start-up in every process.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import __version__
+
+P = "xtrabackup_provider"
+
+
+def get_provider_info() -> dict[str, Any]:
+    return {
+        "package-name": "airflow-provider-xtrabackup",
+        "name": "XtraBackup / MariaBackup",
+        "description": "Physical MySQL/MariaDB backups: incremental chains, zstd+GPG streaming to S3, "
+        "binlog shipping, checksum gates, retention and restore tests.",
+        "versions": [__version__],
+        "integrations": [
+            {
+                "integration-name": "XtraBackup",
+                "external-doc-url": "https://docs.percona.com/percona-xtrabackup/8.0/",
+                "tags": ["software"],
+            }
+        ],
+        "operators": [
+            {"integration-name": "XtraBackup", "python-modules": [f"{P}.operators.backup", f"{P}.operators.restore"]}
+        ],
+        "hooks": [
+            {
+                "integration-name": "XtraBackup",
+                "python-modules": [f"{P}.hooks.xtrabackup", f"{P}.hooks.storage", f"{P}.hooks.gpg"],
+            }
+        ],
+        "connection-types": [
+            {"connection-type": "gpg_keys", "hook-class-name": f"{P}.hooks.gpg.GpgKeysHook", "hook-name": "GPG keys"},
+        ],
+    }

@@ -1,0 +1,39 @@
+"""BackupStorageHook: the amazon provider's S3Hook (an `aws` connection) -> the core's S3Store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import BaseHook
+
+from ..core.catalog import Catalog
+from ..core.storage import LocalStore, ObjectStore, S3Store
+
+
+class BackupStorageHook(BaseHook):
+    """Object storage for backups. `endpoint_url` (MinIO, moto) goes in the aws connection's extra."""
+
+    def __init__(self, aws_conn_id: str = "aws_default", bucket: str | None = None,
+                 local_path: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if bool(bucket) == bool(local_path):
+            raise ValueError("BackupStorageHook needs exactly one of bucket or local_path")
+        self.aws_conn_id = aws_conn_id
+        self.bucket = bucket
+        self.local_path = local_path
+
+    def get_store(self) -> ObjectStore:
+        if self.local_path:
+            return LocalStore(self.local_path)
+        from botocore.config import Config
+
+        from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+
+        # Standard retry mode backs off on 5xx, throttling and connection resets.
+        config = Config(retries={"max_attempts": 8, "mode": "standard"}, max_pool_connections=16)
+        client = S3Hook(aws_conn_id=self.aws_conn_id, config=config).get_conn()
+        assert self.bucket is not None
+        return S3Store(client, self.bucket)
+
+    def get_catalog(self, prefix: str, cluster: str, host: str) -> Catalog:
+        return Catalog(self.get_store(), prefix, cluster, host)

@@ -1,0 +1,44 @@
+"""XtraBackupHook: a `mysql` connection -> the core's MySQLTarget, plus the tool flavour/binary."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import BaseHook
+
+from ..core.engine import Flavour, ToolVersion, detect_tool
+from ..core.mysql import MySQLTarget
+
+
+class XtraBackupHook(BaseHook):
+    """Credentials for the backup tools come from a `mysql` connection.
+
+    Connection fields: host/port (or extra `unix_socket`), login, password. The password only
+    ever reaches the tools through a 0600 defaults file written by the core.
+    """
+
+    conn_name_attr = "mysql_conn_id"
+    default_conn_name = "mysql_default"
+    conn_type = "mysql"
+    hook_name = "XtraBackup (MySQL connection)"
+
+    def __init__(self, mysql_conn_id: str = default_conn_name, flavour: Flavour = "mariabackup",
+                 binary: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.mysql_conn_id = mysql_conn_id
+        self.flavour = flavour
+        self.binary = binary
+
+    def get_target(self) -> MySQLTarget:
+        conn = self.get_connection(self.mysql_conn_id)
+        extra = conn.extra_dejson
+        return MySQLTarget(
+            host=conn.host or "127.0.0.1",
+            port=int(conn.port or 3306),
+            socket=extra.get("unix_socket") or extra.get("socket"),
+            user=conn.login or "root",
+            password=conn.password,
+        )
+
+    def get_tool(self) -> ToolVersion:
+        return detect_tool(self.flavour, self.binary)
