@@ -18,15 +18,30 @@ from .core.catalog import CatalogError, manifest_summary
 from .core.config import ConfigError, FleetConfig
 from .core.crypto import GpgError
 from .core.engine import EngineError
-from .core.factory import SetupError, chain_policy, cli_target, make_catalog, read_private_key, read_public_keys
+from .core.factory import (
+    SetupError,
+    chain_policy,
+    cli_target,
+    make_catalog,
+    read_private_key,
+    read_public_keys,
+)
 from .core.mysql import ServerError
 from .core.pipeline import PipelineError
 from .core.prepare import PrepareError
 from .core.storage import StorageError
 
 USER_ERRORS = (
-    ConfigError, SetupError, CatalogError, GpgError, EngineError, ServerError, PipelineError, PrepareError,
-    StorageError, RuntimeError,
+    ConfigError,
+    SetupError,
+    CatalogError,
+    GpgError,
+    EngineError,
+    ServerError,
+    PipelineError,
+    PrepareError,
+    StorageError,
+    RuntimeError,
 )
 
 
@@ -62,8 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p)
     p.add_argument("--backup-id", default="latest", help="backup id, or 'latest' (default)")
     p.add_argument("--target-datadir", required=True, type=Path)
-    p.add_argument("--private-key-file", help="armored private key; passphrase from $XTRABACKUP_GPG_PASSPHRASE")
-    p.add_argument("--scratch-dir", type=Path, help="where to extract and prepare (default: beside the target)")
+    p.add_argument(
+        "--private-key-file", help="armored private key; passphrase from $XTRABACKUP_GPG_PASSPHRASE"
+    )
+    p.add_argument(
+        "--scratch-dir", type=Path, help="where to extract and prepare (default: beside the target)"
+    )
     p.add_argument("--copy-back", action="store_true", help="copy instead of move (keeps nothing extra)")
     p.add_argument("--json", action="store_true")
     return parser
@@ -83,8 +102,12 @@ def load(args: argparse.Namespace) -> FleetConfig:
     if args.bucket or args.local_path:
         storage.pop("bucket", None)
         storage.pop("local_path", None)
-    for flag, key in (("bucket", "bucket"), ("local_path", "local_path"), ("prefix", "prefix"),
-                      ("endpoint_url", "endpoint_url")):
+    for flag, key in (
+        ("bucket", "bucket"),
+        ("local_path", "local_path"),
+        ("prefix", "prefix"),
+        ("endpoint_url", "endpoint_url"),
+    ):
         if getattr(args, flag, None):
             storage[key] = getattr(args, flag)
     if source == "command-line flags":
@@ -107,17 +130,29 @@ def cmd_backup(args: argparse.Namespace, config: FleetConfig) -> int:
 
     host = config.find_host(args.cluster, args.host)
     policy = config.policy
-    manifest = run_backup(BackupRequest(
-        catalog=make_catalog(config, args.cluster, args.host),
-        target=cli_target(host, config.source),
-        flavour=host.flavour, binary=host.binary, datadir=host.datadir, kind=args.kind,
-        public_keys=read_public_keys(config), allow_unencrypted=not config.encryption.enabled,
-        compression_level=policy.compression_level, zstd_threads=policy.zstd_threads, parallel=policy.parallel,
-        storage_classes=dict(config.storage.storage_class), sse=config.storage.sse,
-        kms_key_id=config.storage.kms_key_id, policy=chain_policy(policy),
-        progress=ProgressLogger(logging.getLogger("xtrabackup_provider"), f"backup of {args.host}"),
-    ))
-    print(f"{manifest.backup_id}\t{manifest.kind}\t{manifest.stored_bytes} bytes stored\t{manifest.decision_reason}")
+    manifest = run_backup(
+        BackupRequest(
+            catalog=make_catalog(config, args.cluster, args.host),
+            target=cli_target(host, config.source),
+            flavour=host.flavour,
+            binary=host.binary,
+            datadir=host.datadir,
+            kind=args.kind,
+            public_keys=read_public_keys(config),
+            allow_unencrypted=not config.encryption.enabled,
+            compression_level=policy.compression_level,
+            zstd_threads=policy.zstd_threads,
+            parallel=policy.parallel,
+            storage_classes=dict(config.storage.storage_class),
+            sse=config.storage.sse,
+            kms_key_id=config.storage.kms_key_id,
+            policy=chain_policy(policy),
+            progress=ProgressLogger(logging.getLogger("xtrabackup_provider"), f"backup of {args.host}"),
+        )
+    )
+    print(
+        f"{manifest.backup_id}\t{manifest.kind}\t{manifest.stored_bytes} bytes stored\t{manifest.decision_reason}"
+    )
     return 0
 
 
@@ -130,8 +165,10 @@ def cmd_list(args: argparse.Namespace, config: FleetConfig) -> int:
     else:
         print(f"{'BACKUP ID':24} {'KIND':11} {'PARENT':24} {'STORED':>12} {'RAW':>14}  GTID")
         for r in rows:
-            print(f"{r['backup_id']:24} {r['kind']:11} {r['parent_id'] or '-':24} {r['stored_bytes']:>12} "
-                  f"{r['raw_bytes']:>14}  {r['gtid'] or '-'}")
+            print(
+                f"{r['backup_id']:24} {r['kind']:11} {r['parent_id'] or '-':24} {r['stored_bytes']:>12} "
+                f"{r['raw_bytes']:>14}  {r['gtid'] or '-'}"
+            )
         for problem in problems:
             print(f"WARNING: {problem}", file=sys.stderr)
     return 1 if problems else 0
@@ -143,15 +180,19 @@ def cmd_restore(args: argparse.Namespace, config: FleetConfig) -> int:
     from .core.restore import RestoreRequest, restore
 
     key, passphrase = read_private_key(config, args.private_key_file)
-    report = restore(RestoreRequest(
-        catalog=make_catalog(config, args.cluster, args.host),
-        target_datadir=args.target_datadir,
-        backup_id=None if args.backup_id == "latest" else args.backup_id,
-        private_key=key, passphrase=passphrase,
-        binary=config.find_host(args.cluster, args.host).binary,
-        scratch_dir=args.scratch_dir, move_back=not args.copy_back,
-        max_free_memory_pct=config.policy.prepare_max_free_memory_pct,
-    ))
+    report = restore(
+        RestoreRequest(
+            catalog=make_catalog(config, args.cluster, args.host),
+            target_datadir=args.target_datadir,
+            backup_id=None if args.backup_id == "latest" else args.backup_id,
+            private_key=key,
+            passphrase=passphrase,
+            binary=config.find_host(args.cluster, args.host).binary,
+            scratch_dir=args.scratch_dir,
+            move_back=not args.copy_back,
+            max_free_memory_pct=config.policy.prepare_max_free_memory_pct,
+        )
+    )
     if args.json:
         print(json.dumps(asdict(report), indent=2))
     else:
@@ -165,8 +206,11 @@ COMMANDS = {"backup": cmd_backup, "list": cmd_list, "restore": cmd_restore}
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
     try:
         return COMMANDS[args.command](args, load(args))
     except USER_ERRORS as exc:

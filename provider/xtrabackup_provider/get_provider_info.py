@@ -27,7 +27,10 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "operators": [
-            {"integration-name": "XtraBackup", "python-modules": [f"{P}.operators.backup", f"{P}.operators.restore"]}
+            {
+                "integration-name": "XtraBackup",
+                "python-modules": [f"{P}.operators.backup", f"{P}.operators.restore"],
+            }
         ],
         "hooks": [
             {
@@ -36,6 +39,10 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "connection-types": [
-            {"connection-type": "gpg_keys", "hook-class-name": f"{P}.hooks.gpg.GpgKeysHook", "hook-name": "GPG keys"},
+            {
+                "connection-type": "gpg_keys",
+                "hook-class-name": f"{P}.hooks.gpg.GpgKeysHook",
+                "hook-name": "GPG keys",
+            },
         ],
     }

@@ -12,7 +12,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from . import engine
-from .catalog import BACKUP_OBJECT_NAME, Catalog, CatalogError, GateResult, Manifest, StoredObject, new_backup_id
+from .catalog import (
+    BACKUP_OBJECT_NAME,
+    Catalog,
+    CatalogError,
+    GateResult,
+    Manifest,
+    StoredObject,
+    new_backup_id,
+)
 from .crypto import GpgHome
 from .decision import ChainPolicy, Decision, decide
 from .mysql import MySQLTarget, ServerFacts, defaults_file, directory_size, server_facts
@@ -34,12 +42,16 @@ class BackupRequest:
     binary: str | None = None
     datadir: str | None = None  # default: the server's @@datadir
     kind: str = "auto"  # "auto" | "full" | "incremental"
-    public_keys: list[str] = field(default_factory=list)  # armored; none = unencrypted (refused unless allowed)
+    public_keys: list[str] = field(
+        default_factory=list
+    )  # armored; none = unencrypted (refused unless allowed)
     allow_unencrypted: bool = False
     compression_level: int = 3
     zstd_threads: int = 0  # 0 = one per core
     parallel: int = 2
-    storage_classes: dict[str, str] = field(default_factory=lambda: {"full": "STANDARD", "incremental": "STANDARD"})
+    storage_classes: dict[str, str] = field(
+        default_factory=lambda: {"full": "STANDARD", "incremental": "STANDARD"}
+    )
     sse: str | None = None
     kms_key_id: str | None = None
     policy: ChainPolicy = field(default_factory=ChainPolicy)
@@ -56,7 +68,8 @@ def plan(req: BackupRequest, facts: ServerFacts, tool: engine.ToolVersion, now: 
         log.warning("ignoring unreadable manifest: %s", problem)
     auto = decide(manifests, req.policy, now, facts.server_uuid, (tool.flavour, tool.major))
     if req.kind == "full":
-        return Decision("full", "a full backup was requested")
+        # A branch that already chose "full" by policy runs this: keep the policy's reason.
+        return auto if auto.kind == "full" else Decision("full", "a full backup was requested")
     if req.kind == "incremental" and auto.kind != "incremental":
         if auto.parent is None and manifests:
             newest = max(manifests, key=lambda m: m.backup_id)
@@ -75,7 +88,9 @@ def run_backup(req: BackupRequest, now: datetime | None = None) -> Manifest:
         _check_parent(decision.parent, facts, tool)
     backup_id = new_backup_id(decision.kind, started)
     if req.catalog.store.head(req.catalog.manifest_key(backup_id)) is not None:
-        raise BackupError(f"backup {backup_id} already exists in {req.catalog.describe()}; another run is active")
+        raise BackupError(
+            f"backup {backup_id} already exists in {req.catalog.describe()}; another run is active"
+        )
     datadir = req.datadir or facts.datadir
     with GpgHome() as gpg, tempfile.TemporaryDirectory(prefix="xbp-backup-") as work:
         recipients = _recipients(gpg, req)
@@ -120,7 +135,11 @@ def run_backup(req: BackupRequest, now: datetime | None = None) -> Manifest:
     req.catalog.write(manifest)
     log.info(
         "registered %s (%s, %d raw bytes -> %d stored) at %s",
-        backup_id, manifest.kind, manifest.raw_bytes, manifest.stored_bytes, req.catalog.describe(backup_id),
+        backup_id,
+        manifest.kind,
+        manifest.raw_bytes,
+        manifest.stored_bytes,
+        req.catalog.describe(backup_id),
     )
     return manifest
 
@@ -128,7 +147,9 @@ def run_backup(req: BackupRequest, now: datetime | None = None) -> Manifest:
 def _recipients(gpg: GpgHome, req: BackupRequest) -> list[str]:
     if not req.public_keys:
         if not req.allow_unencrypted:
-            raise BackupError("no GPG public key configured; backups are encrypted unless allow_unencrypted is set")
+            raise BackupError(
+                "no GPG public key configured; backups are encrypted unless allow_unencrypted is set"
+            )
         return []
     fprs: list[str] = []
     for n, key in enumerate(req.public_keys):
@@ -137,8 +158,16 @@ def _recipients(gpg: GpgHome, req: BackupRequest) -> list[str]:
     return fprs
 
 
-def _stream(req: BackupRequest, tool: engine.ToolVersion, decision: Decision, work: Path, datadir: str,
-            backup_id: str, gpg: GpgHome, recipients: list[str]) -> StoredObject:
+def _stream(
+    req: BackupRequest,
+    tool: engine.ToolVersion,
+    decision: Decision,
+    work: Path,
+    datadir: str,
+    backup_id: str,
+    gpg: GpgHome,
+    recipients: list[str],
+) -> StoredObject:
     lsn_dir, scratch = work / "lsn", work / "scratch"
     lsn_dir.mkdir()
     scratch.mkdir()
@@ -157,21 +186,36 @@ def _stream(req: BackupRequest, tool: engine.ToolVersion, decision: Decision, wo
     t0 = time.monotonic()
     with defaults_file(req.target) as creds:
         argv = engine.backup_argv(tool, creds, opts)
-        log.info("streaming %s -> zstd(level %d) -> %s -> %s/%s", tool.flavour, req.compression_level,
-                 "gpg" if recipients else "no encryption", req.catalog.store.location, key)
+        log.info(
+            "streaming %s -> zstd(level %d) -> %s -> %s/%s",
+            tool.flavour,
+            req.compression_level,
+            "gpg" if recipients else "no encryption",
+            req.catalog.store.location,
+            key,
+        )
         writer = req.catalog.store.open_writer(key, options)
         result = stream_to_store(
-            argv, writer,
+            argv,
+            writer,
             encrypt_argv=gpg.encrypt_argv(recipients) if recipients else None,
-            level=req.compression_level, threads=req.zstd_threads,
-            producer_name=f"{tool.flavour} --backup", progress=req.progress,
+            level=req.compression_level,
+            threads=req.zstd_threads,
+            producer_name=f"{tool.flavour} --backup",
+            progress=req.progress,
         )
     shutil.rmtree(scratch, ignore_errors=True)
     log.info("streamed %d bytes in %.1fs", result.raw_bytes, time.monotonic() - t0)
     return StoredObject(
-        key=key, size=result.stored_bytes, sha256=result.sha256, raw_size=result.raw_bytes,
-        compression="zstd", encryption="gpg" if recipients else "none", recipients=recipients,
-        storage_class=storage_class, sse=req.sse,
+        key=key,
+        size=result.stored_bytes,
+        sha256=result.sha256,
+        raw_size=result.raw_bytes,
+        compression="zstd",
+        encryption="gpg" if recipients else "none",
+        recipients=recipients,
+        storage_class=storage_class,
+        sse=req.sse,
     )
 
 

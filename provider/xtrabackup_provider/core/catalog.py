@@ -62,7 +62,7 @@ class GateResult(BaseModel):
 class Manifest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    format_version: Literal[1] = FORMAT_VERSION
+    format_version: Literal[1] = 1
     backup_id: str = Field(pattern=BACKUP_ID_RE.pattern)
     cluster: str = Field(pattern=NAME_RE)
     host: str = Field(pattern=NAME_RE)
@@ -95,13 +95,17 @@ class Manifest(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Manifest:
-        if self.kind == "full" and (self.parent_id or self.from_lsn != 0 or self.chain_root != self.backup_id):
+        if self.kind == "full" and (
+            self.parent_id or self.from_lsn != 0 or self.chain_root != self.backup_id
+        ):
             raise ValueError("a full backup has no parent, from_lsn 0, and is its own chain root")
         if self.kind == "incremental" and not self.parent_id:
             raise ValueError("an incremental backup needs parent_id")
         for obj in self.objects:
             if not obj.key.split("/")[-2:-1] == [self.backup_id]:
-                raise ValueError(f"object key {obj.key!r} is outside this backup's directory {self.backup_id}/")
+                raise ValueError(
+                    f"object key {obj.key!r} is outside this backup's directory {self.backup_id}/"
+                )
         return self
 
     @property
@@ -119,7 +123,9 @@ def new_backup_id(kind: str, now: datetime | None = None) -> str:
 
 def parse_manifest(data: bytes, source: str) -> Manifest:
     if len(data) > MAX_MANIFEST_BYTES:
-        raise CatalogError(f"{source}: manifest is {len(data)} bytes, over the {MAX_MANIFEST_BYTES} limit; refusing it")
+        raise CatalogError(
+            f"{source}: manifest is {len(data)} bytes, over the {MAX_MANIFEST_BYTES} limit; refusing it"
+        )
     try:
         return Manifest.model_validate_json(data)
     except ValidationError as exc:
@@ -164,7 +170,7 @@ class Catalog:
         base = f"{self.host_prefix}/backups/"
         ids = []
         for info in self.store.list(base):
-            rest = info.key[len(base):]
+            rest = info.key[len(base) :]
             if rest.count("/") == 1 and rest.endswith("/" + MANIFEST_NAME):
                 ids.append(rest.split("/")[0])
         return sorted(ids)
@@ -181,7 +187,17 @@ class Catalog:
                 f"{self.store.location}/{key}: manifest says {manifest.cluster}/{manifest.host}/{manifest.backup_id}; "
                 "it was copied or tampered with"
             )
+        self._check_object_keys(manifest)
         return manifest
+
+    def _check_object_keys(self, manifest: Manifest) -> None:
+        """Every object must live in this backup's own directory, never another host's."""
+        own = self.backup_dir(manifest.backup_id) + "/"
+        for obj in manifest.objects:
+            if not obj.key.startswith(own):
+                raise CatalogError(
+                    f"manifest of {manifest.backup_id} names object {obj.key!r} outside {own}; refusing it"
+                )
 
     def manifests(self, problems: list[str] | None = None) -> list[Manifest]:
         """Every readable manifest, oldest first. Unreadable ones go to `problems` (or raise)."""
@@ -206,11 +222,14 @@ class Catalog:
 
     def write(self, manifest: Manifest) -> None:
         """Write the manifest last, after checking every object it names is stored at its size."""
+        self._check_object_keys(manifest)
         for obj in manifest.objects:
             info = self.store.head(obj.key)
             if info is None or info.size != obj.size:
                 found = "missing" if info is None else f"{info.size} bytes"
-                raise CatalogError(f"refusing to register {manifest.backup_id}: {obj.key} is {found}, expected {obj.size}")
+                raise CatalogError(
+                    f"refusing to register {manifest.backup_id}: {obj.key} is {found}, expected {obj.size}"
+                )
         self.store.put_bytes(self.manifest_key(manifest.backup_id), manifest.to_json())
 
     def latest(self) -> Manifest | None:
@@ -266,14 +285,18 @@ def validate_chain(chain: list[Manifest]) -> None:
                 f"LSN gap in link {link}: child starts at from_lsn {child.from_lsn}, parent ends at to_lsn {parent.to_lsn}"
             )
         if child.server_uuid != parent.server_uuid:
-            raise CatalogError(f"link {link}: backups of different servers ({parent.server_uuid} vs {child.server_uuid})")
+            raise CatalogError(
+                f"link {link}: backups of different servers ({parent.server_uuid} vs {child.server_uuid})"
+            )
         if (child.engine_flavour, child.engine_major) != (parent.engine_flavour, parent.engine_major):
             raise CatalogError(
                 f"link {link}: engine changed from {parent.engine_flavour} {parent.engine_major} "
                 f"to {child.engine_flavour} {child.engine_major}; take a new full"
             )
         if child.chain_root != root.backup_id:
-            raise CatalogError(f"link {link}: child records chain root {child.chain_root}, expected {root.backup_id}")
+            raise CatalogError(
+                f"link {link}: child records chain root {child.chain_root}, expected {root.backup_id}"
+            )
 
 
 def manifest_summary(manifests: Iterable[Manifest]) -> list[dict[str, Any]]:

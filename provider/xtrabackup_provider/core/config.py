@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from .storage import STORAGE_CLASSES
 
@@ -35,9 +43,7 @@ class StorageConfig(_Model):
     aws_conn_id: str = "aws_default"
     endpoint_url: str | None = None  # CLI only; the DAGs take it from the aws connection
     region: str | None = None
-    storage_class: dict[Literal["full", "incremental"], str] = Field(
-        default_factory=lambda: {"full": "STANDARD", "incremental": "STANDARD"}
-    )
+    storage_class: dict[str, str] = Field(default_factory=lambda: {"full": "STANDARD", "incremental": "STANDARD"})
     sse: Literal["AES256", "aws:kms"] | None = None
     kms_key_id: str | None = None
 
@@ -45,8 +51,12 @@ class StorageConfig(_Model):
     @classmethod
     def _known_classes(cls, value: dict[str, str]) -> dict[str, str]:
         for kind, klass in value.items():
+            if kind not in ("full", "incremental"):
+                raise ValueError(f"storage classes are set per backup kind (full, incremental), not {kind!r}")
             if klass not in STORAGE_CLASSES:
-                raise ValueError(f"{kind}: unknown S3 storage class {klass!r}; use one of {sorted(STORAGE_CLASSES)}")
+                raise ValueError(
+                    f"{kind}: unknown S3 storage class {klass!r}; use one of {sorted(STORAGE_CLASSES)}"
+                )
         return value
 
     @model_validator(mode="after")
@@ -133,7 +143,9 @@ class FleetConfig(_Model):
         for cluster in self.clusters:
             if cluster.name == name:
                 return cluster
-        raise ConfigError(f"{self.source}: no cluster {name!r}; clusters are {[c.name for c in self.clusters]}")
+        raise ConfigError(
+            f"{self.source}: no cluster {name!r}; clusters are {[c.name for c in self.clusters]}"
+        )
 
     def find_host(self, cluster: str, host: str) -> HostConfig:
         for h in self.cluster(cluster).hosts:
@@ -163,11 +175,15 @@ def parse_config(data: Any, source: str = "<config>") -> FleetConfig:
 
 def load_config(path: str | Path | None = None) -> FleetConfig:
     """Load the fleet config from `path`, $XTRABACKUP_FLEET_CONFIG, or dags/config/fleet.yaml."""
-    resolved = Path(path or os.environ.get(CONFIG_ENV) or Path(__file__).parents[3] / "dags/config/fleet.yaml")
+    resolved = Path(
+        path or os.environ.get(CONFIG_ENV) or Path(__file__).parents[3] / "dags/config/fleet.yaml"
+    )
     try:
         text = resolved.read_text()
     except OSError as exc:
-        raise ConfigError(f"cannot read fleet config {resolved}: {exc.strerror}; set {CONFIG_ENV} or --config") from exc
+        raise ConfigError(
+            f"cannot read fleet config {resolved}: {exc.strerror}; set {CONFIG_ENV} or --config"
+        ) from exc
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -51,7 +51,9 @@ class GpgHome:
     def import_keys(self, armored: str, what: str = "key") -> list[str]:
         """Import armored key material; return the fingerprints of the primary keys it holds."""
         if "-----BEGIN PGP" not in armored:
-            raise GpgError(f"{what}: not an ASCII-armored OpenPGP key (expected '-----BEGIN PGP ... KEY BLOCK-----')")
+            raise GpgError(
+                f"{what}: not an ASCII-armored OpenPGP key (expected '-----BEGIN PGP ... KEY BLOCK-----')"
+            )
         before = set(self.fingerprints())
         proc = _run_gpg(self.path, ["--import"], armored.encode())
         if proc.returncode != 0:
@@ -100,7 +102,14 @@ class GpgHome:
         """Fail before any backup starts if a recipient key is expired, revoked or unknown."""
         proc = _run_gpg(
             self.path,
-            ["--trust-model", "always", "--encrypt", *[a for f in recipients for a in ("-r", f)], "--output", "-"],
+            [
+                "--trust-model",
+                "always",
+                "--encrypt",
+                *[a for f in recipients for a in ("-r", f)],
+                "--output",
+                "-",
+            ],
             b"probe",
         )
         if proc.returncode != 0:

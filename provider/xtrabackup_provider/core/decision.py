@@ -26,8 +26,13 @@ class Decision:
         return self.parent.backup_id if self.parent else None
 
 
-def decide(manifests: list[Manifest], policy: ChainPolicy, now: datetime,
-           server_uuid: str | None = None, engine: tuple[str, str] | None = None) -> Decision:
+def decide(
+    manifests: list[Manifest],
+    policy: ChainPolicy,
+    now: datetime,
+    server_uuid: str | None = None,
+    engine: tuple[str, str] | None = None,
+) -> Decision:
     """Pick the next backup's kind. `manifests` are the host's readable manifests, any order."""
     if not manifests:
         return Decision("full", "no backup of this host yet")
@@ -43,10 +48,15 @@ def decide(manifests: list[Manifest], policy: ChainPolicy, now: datetime,
         return Decision("full", f"the backup tool changed to {engine[0]} {engine[1]}")
     age = now - full.started_at
     if age >= policy.full_every:
-        return Decision("full", f"the chain's full {full.backup_id} is {_days(age)} old (full_every {_days(policy.full_every)})")
+        return Decision(
+            "full",
+            f"the chain's full {full.backup_id} is {_days(age)} old (full_every {_days(policy.full_every)})",
+        )
     incrementals = len(chain) - 1
     if incrementals >= policy.max_chain_length:
-        return Decision("full", f"the chain has {incrementals} incrementals (max_chain_length {policy.max_chain_length})")
+        return Decision(
+            "full", f"the chain has {incrementals} incrementals (max_chain_length {policy.max_chain_length})"
+        )
     if incrementals and full.stored_bytes:
         ratio = last.stored_bytes / full.stored_bytes
         if ratio > policy.max_incremental_ratio:

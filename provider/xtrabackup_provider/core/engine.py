@@ -17,6 +17,7 @@ FLAVOURS: tuple[Flavour, ...] = ("mariabackup", "xtrabackup")
 
 # Percona versions read "8.0.35-33": the part after the dash is the Percona build.
 _XB_VERSION = re.compile(r"xtrabackup version (\d+)\.(\d+)\.(\d+)(?:-(\d+))?")
+_SECRET_OPTION = re.compile(r"^--(loose-|maximum-)?pass")
 _MB_VERSION = re.compile(r"(?:based on MariaDB server|mariabackup.*?Ver) (\d+)\.(\d+)\.(\d+)")
 
 
@@ -102,7 +103,9 @@ def detect_tool(flavour: Flavour, binary: str | None = None) -> ToolVersion:
         ) from exc
     tool = parse_tool_version(proc.stdout + proc.stderr)
     if tool.flavour != flavour:
-        raise EngineError(f"{binary!r} is {tool.flavour} {tool.text}, but the host is configured as {flavour}")
+        raise EngineError(
+            f"{binary!r} is {tool.flavour} {tool.text}, but the host is configured as {flavour}"
+        )
     return ToolVersion(tool.flavour, tool.version, binary)
 
 
@@ -178,7 +181,9 @@ def prepare_steps(tool: ToolVersion, base_dir: str, incremental_dirs: list[str])
     if not incremental_dirs:
         return [PrepareStep(base_dir, None, apply_log_only=False)]
     if tool.flavour == "mariabackup" and not caps.apply_log_only:
-        return [PrepareStep(base_dir, None, False)] + [PrepareStep(base_dir, d, False) for d in incremental_dirs]
+        return [PrepareStep(base_dir, None, False)] + [
+            PrepareStep(base_dir, d, False) for d in incremental_dirs
+        ]
     steps = [PrepareStep(base_dir, None, apply_log_only=True)]
     steps += [PrepareStep(base_dir, d, apply_log_only=True) for d in incremental_dirs[:-1]]
     steps.append(PrepareStep(base_dir, incremental_dirs[-1], apply_log_only=False))
@@ -207,7 +212,13 @@ def prepare_argv(tool: ToolVersion, step: PrepareStep, tuning: PrepareTuning | N
 
 def copy_back_argv(tool: ToolVersion, prepared_dir: str, datadir: str, *, move: bool = False) -> list[str]:
     action = "--move-back" if move else "--copy-back"
-    return [tool.binary or tool.flavour, "--no-defaults", action, f"--target-dir={prepared_dir}", f"--datadir={datadir}"]
+    return [
+        tool.binary or tool.flavour,
+        "--no-defaults",
+        action,
+        f"--target-dir={prepared_dir}",
+        f"--datadir={datadir}",
+    ]
 
 
 def extract_argv(tool: ToolVersion, dest_dir: str) -> list[str]:
@@ -217,7 +228,8 @@ def extract_argv(tool: ToolVersion, dest_dir: str) -> list[str]:
 
 def _refuse_secrets(argv: list[str]) -> None:
     for arg in argv:
-        if arg.startswith("--password") or (arg.startswith("-p") and len(arg) > 2):
+        # The tools accept --loose- prefixes and unambiguous abbreviations (--pass=...).
+        if _SECRET_OPTION.match(arg) or (arg.startswith("-p") and len(arg) > 2):
             raise EngineError("refusing to put a password on a command line; use the defaults file")
 
 
@@ -260,7 +272,9 @@ def parse_checkpoints(text: str, source: str = "xtrabackup_checkpoints") -> Chec
             extra={k: v for k, v in kv.items() if k not in {"backup_type", "from_lsn", "to_lsn", "last_lsn"}},
         )
     except (KeyError, ValueError) as exc:
-        raise EngineError(f"{source}: missing or non-numeric LSN field ({exc}); content: {text[:200]!r}") from exc
+        raise EngineError(
+            f"{source}: missing or non-numeric LSN field ({exc}); content: {text[:200]!r}"
+        ) from exc
 
 
 @dataclass(frozen=True)
@@ -337,7 +351,9 @@ def find_metadata(directory: Path, names: tuple[str, ...]) -> Path | None:
 def read_checkpoints(directory: Path) -> Checkpoints:
     path = find_metadata(directory, CHECKPOINT_FILES)
     if path is None:
-        raise EngineError(f"no {' or '.join(CHECKPOINT_FILES)} in {directory}: the backup tool did not finish")
+        raise EngineError(
+            f"no {' or '.join(CHECKPOINT_FILES)} in {directory}: the backup tool did not finish"
+        )
     return parse_checkpoints(path.read_text(), str(path))
 
 

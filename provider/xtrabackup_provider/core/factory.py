@@ -38,20 +38,30 @@ def cli_target(host: HostConfig, source: str) -> MySQLTarget:
     if host.password_env:
         password = os.environ.get(host.password_env)
         if password is None:
-            raise SetupError(f"{source}: host {host.name!r}: environment variable {host.password_env} is not set")
+            raise SetupError(
+                f"{source}: host {host.name!r}: environment variable {host.password_env} is not set"
+            )
     if not (host.defaults_file or host.socket or host.host):
         raise SetupError(
             f"{source}: host {host.name!r} needs `defaults_file`, `socket` or `host` for the CLI to reach it"
         )
-    return MySQLTarget(host=host.host, port=host.port, socket=host.socket, user=host.user, password=password,
-                       defaults_file=host.defaults_file)
+    return MySQLTarget(
+        host=host.host,
+        port=host.port,
+        socket=host.socket,
+        user=host.user,
+        password=password,
+        defaults_file=host.defaults_file,
+    )
 
 
 def read_public_keys(config: FleetConfig) -> list[str]:
     if not config.encryption.enabled:
         return []
     if not config.encryption.public_key_files:
-        raise SetupError(f"{config.source}: encryption.public_key_files is empty; list the recipients' public keys")
+        raise SetupError(
+            f"{config.source}: encryption.public_key_files is empty; list the recipients' public keys"
+        )
     return [_read(path, "encryption.public_key_files") for path in config.encryption.public_key_files]
 
 

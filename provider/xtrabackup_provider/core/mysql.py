@@ -85,7 +85,9 @@ def connect(target: MySQLTarget) -> Any:
     try:
         return MySQLdb.connect(**target.connect_kwargs())
     except MySQLdb.Error as exc:
-        raise ServerError(f"cannot connect to MySQL/MariaDB at {target.address} as {target.user}: {exc}") from exc
+        raise ServerError(
+            f"cannot connect to MySQL/MariaDB at {target.address} as {target.user}: {exc}"
+        ) from exc
 
 
 def query(target: MySQLTarget, sql: str, args: tuple[Any, ...] | None = None) -> list[tuple[Any, ...]]:

@@ -41,8 +41,17 @@ class StreamResult:
 class _Proc:
     """A pipeline process whose stderr goes to a temp file, so a full pipe never blocks it."""
 
-    def __init__(self, name: str, argv: list[str], *, stdin: Any = None, stdout: Any = subprocess.PIPE,
-                 pass_fds: tuple[int, ...] = (), env: dict[str, str] | None = None, cwd: str | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        *,
+        stdin: Any = None,
+        stdout: Any = subprocess.PIPE,
+        pass_fds: tuple[int, ...] = (),
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> None:
         self.name = name
         self.stderr = tempfile.TemporaryFile()
         try:
@@ -51,7 +60,9 @@ class _Proc:
             )
         except FileNotFoundError as exc:
             self.stderr.close()
-            raise PipelineError(f"{name}: executable {argv[0]!r} not found; install it on this worker") from exc
+            raise PipelineError(
+                f"{name}: executable {argv[0]!r} not found; install it on this worker"
+            ) from exc
 
     def stderr_tail(self, limit: int = 1500) -> str:
         self.stderr.seek(0, os.SEEK_END)
@@ -118,13 +129,14 @@ def stream_to_store(
     raw = {"bytes": 0}
     digest = hashlib.sha256()
     stored = 0
+    worker: _Worker | None = None
+    handoff: queue.Queue[Any] = queue.Queue(maxsize=8)
     try:
         producer = _Proc(producer_name, producer_argv, stdin=subprocess.DEVNULL, env=producer_env)
         procs.append(producer)
         gpg = _Proc("gpg --encrypt", encrypt_argv, stdin=subprocess.PIPE) if encrypt_argv else None
         if gpg:
             procs.append(gpg)
-        handoff: queue.Queue[Any] = queue.Queue(maxsize=8)
         compressor = zstandard.ZstdCompressor(level=level, threads=threads if threads else -1)
 
         def compress() -> None:
@@ -165,6 +177,7 @@ def stream_to_store(
     except BaseException:
         for proc in procs:
             proc.kill()
+        _release(worker, handoff)
         sink.abort()
         raise
     finally:
@@ -198,11 +211,16 @@ def stream_from_store(
     procs: list[_Proc] = []
     digest = hashlib.sha256()
     counts = {"stored": 0, "raw": 0}
+    feeder: _Worker | None = None
+    handoff: queue.Queue[Any] = queue.Queue(maxsize=8)
     try:
-        gpg = _Proc("gpg --decrypt", decrypt_argv, stdin=subprocess.PIPE, pass_fds=pass_fds) if decrypt_argv else None
+        gpg = (
+            _Proc("gpg --decrypt", decrypt_argv, stdin=subprocess.PIPE, pass_fds=pass_fds)
+            if decrypt_argv
+            else None
+        )
         consumer = _Proc(consumer_name, consumer_argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
         procs = [p for p in (gpg, consumer) if p]
-        handoff: queue.Queue[Any] = queue.Queue(maxsize=8)
 
         def feed() -> None:
             emit: Callable[[bytes], Any] = gpg.popen.stdin.write if gpg and gpg.popen.stdin else handoff.put
@@ -228,10 +246,12 @@ def stream_from_store(
                     counts["raw"] += len(block)
                     consumer.popen.stdin.write(block)
         except zstandard.ZstdError as exc:
-            raise PipelineError(f"{object_name}: zstd could not decompress it ({exc}); the object is damaged") from exc
+            raise PipelineError(
+                f"{object_name}: zstd could not decompress it ({exc}); the object is damaged"
+            ) from exc
         except BrokenPipeError:
             consumer.check()  # the extractor died: its own error says why (disk full, bad stream)
-            raise
+            raise PipelineError(f"{consumer_name} exited before reading the whole of {object_name}") from None
         finally:
             _close_quietly(consumer.popen.stdin)
         feeder.join()
@@ -247,11 +267,27 @@ def stream_from_store(
     except BaseException:
         for proc in procs:
             proc.kill()
+        _release(feeder, handoff)
         raise
     finally:
         for proc in procs:
             proc.close()
-    return RestoreStreamResult(counts["stored"], digest.hexdigest(), counts["raw"], time.monotonic() - started)
+    return RestoreStreamResult(
+        counts["stored"], digest.hexdigest(), counts["raw"], time.monotonic() - started
+    )
+
+
+def _release(worker: _Worker | None, handoff: queue.Queue[Any], timeout: float = 30) -> None:
+    """After a failure, drain the hand-off queue so a worker blocked on it can finish and exit."""
+    if worker is None:
+        return
+    deadline = time.monotonic() + timeout
+    while worker.is_alive() and time.monotonic() < deadline:
+        try:
+            handoff.get(timeout=0.05)
+        except queue.Empty:
+            pass
+    worker.join(timeout=1)
 
 
 def _close_quietly(fh: IO[bytes]) -> None:

@@ -55,8 +55,15 @@ class PrepareReport:
     seconds: float
 
 
-def tuning_for(tool: engine.ToolVersion, dirs: list[Path], *, max_free_pct: int = 50, parallel: int = 4,
-               estimated: bool = False, use_memory: int | None = None) -> engine.PrepareTuning:
+def tuning_for(
+    tool: engine.ToolVersion,
+    dirs: list[Path],
+    *,
+    max_free_pct: int = 50,
+    parallel: int = 4,
+    estimated: bool = False,
+    use_memory: int | None = None,
+) -> engine.PrepareTuning:
     """Memory and parallelism for a chain's prepare; the choice is logged so it can be recorded."""
     if estimated and tool.capabilities.estimate_memory:
         tuning = engine.PrepareTuning(use_free_memory_pct=max_free_pct, parallel=parallel)
@@ -85,7 +92,9 @@ def check_step_safe(tool: engine.ToolVersion, step: engine.PrepareStep) -> None:
         )
 
 
-def run_step(tool: engine.ToolVersion, step: engine.PrepareStep, tuning: engine.PrepareTuning) -> PrepareReport:
+def run_step(
+    tool: engine.ToolVersion, step: engine.PrepareStep, tuning: engine.PrepareTuning
+) -> PrepareReport:
     import time
 
     check_step_safe(tool, step)
@@ -99,7 +108,8 @@ def run_step(tool: engine.ToolVersion, step: engine.PrepareStep, tuning: engine.
     return PrepareReport(argv, time.monotonic() - t0)
 
 
-def run_chain(tool: engine.ToolVersion, base: Path, incrementals: list[Path],
-              tuning: engine.PrepareTuning) -> list[PrepareReport]:
+def run_chain(
+    tool: engine.ToolVersion, base: Path, incrementals: list[Path], tuning: engine.PrepareTuning
+) -> list[PrepareReport]:
     steps = engine.prepare_steps(tool, str(base), [str(d) for d in incrementals])
     return [run_step(tool, step, tuning) for step in steps]

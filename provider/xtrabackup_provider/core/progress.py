@@ -7,8 +7,9 @@ import time
 
 
 class ProgressLogger:
-    def __init__(self, log: logging.Logger, what: str, expected_bytes: int | None = None,
-                 interval: float = 10.0) -> None:
+    def __init__(
+        self, log: logging.Logger, what: str, expected_bytes: int | None = None, interval: float = 10.0
+    ) -> None:
         self.log, self.what, self.expected, self.interval = log, what, expected_bytes, interval
         self.started = self.last = time.monotonic()
 

@@ -66,7 +66,9 @@ def plan_chain(catalog: Catalog, backup_id: str | None) -> list[Manifest]:
 
 def check_target(target: Path) -> None:
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise RestoreError(f"target datadir {target} is not an empty directory; restore never overwrites data")
+        raise RestoreError(
+            f"target datadir {target} is not an empty directory; restore never overwrites data"
+        )
 
 
 def restore(req: RestoreRequest) -> RestoreReport:
@@ -75,8 +77,14 @@ def restore(req: RestoreRequest) -> RestoreReport:
     _check_not_archived(req.catalog, chain)
     tool = _prepare_tool(chain, req.binary)
     last = chain[-1]
-    report = RestoreReport(last.backup_id, [m.backup_id for m in chain], str(req.target_datadir),
-                           binlog_file=last.binlog_file, binlog_position=last.binlog_position, gtid=last.gtid)
+    report = RestoreReport(
+        last.backup_id,
+        [m.backup_id for m in chain],
+        str(req.target_datadir),
+        binlog_file=last.binlog_file,
+        binlog_position=last.binlog_position,
+        gtid=last.gtid,
+    )
     scratch = req.scratch_dir or req.target_datadir.parent / f".xbp-restore-{last.backup_id}"
     if scratch.exists() and any(scratch.iterdir()):
         raise RestoreError(f"scratch directory {scratch} is not empty (an earlier restore?); remove it first")
@@ -86,8 +94,13 @@ def restore(req: RestoreRequest) -> RestoreReport:
         dirs = fetch_chain(req, chain, tool, scratch, report)
         report.timings["fetch_extract"] = time.monotonic() - t0
         t0 = time.monotonic()
-        tuning = prepare.tuning_for(tool, dirs, max_free_pct=req.max_free_memory_pct, use_memory=req.use_memory,
-                                    estimated=chain[0].estimate_memory)
+        tuning = prepare.tuning_for(
+            tool,
+            dirs,
+            max_free_pct=req.max_free_memory_pct,
+            use_memory=req.use_memory,
+            estimated=chain[0].estimate_memory,
+        )
         steps = prepare.run_chain(tool, dirs[0], dirs[1:], tuning)
         report.prepare_argv = [s.argv for s in steps]
         report.timings["prepare"] = time.monotonic() - t0
@@ -117,7 +130,9 @@ def _check_not_archived(catalog: Catalog, chain: list[Manifest]) -> None:
         for obj in m.objects:
             info = catalog.store.head(obj.key)
             if info is None:
-                raise RestoreError(f"backup {m.backup_id}: object {obj.key} is missing from {catalog.store.location}")
+                raise RestoreError(
+                    f"backup {m.backup_id}: object {obj.key} is missing from {catalog.store.location}"
+                )
             if info.size != obj.size:
                 raise RestoreError(
                     f"backup {m.backup_id}: object {obj.key} is {info.size} bytes, the manifest says {obj.size}"
@@ -130,8 +145,9 @@ def _check_not_archived(catalog: Catalog, chain: list[Manifest]) -> None:
                 )
 
 
-def fetch_chain(req: RestoreRequest, chain: list[Manifest], tool: engine.ToolVersion, scratch: Path,
-                report: RestoreReport) -> list[Path]:
+def fetch_chain(
+    req: RestoreRequest, chain: list[Manifest], tool: engine.ToolVersion, scratch: Path, report: RestoreReport
+) -> list[Path]:
     """Download, verify, decrypt, decompress and extract every backup of the chain, in parallel."""
     dirs = [scratch / m.backup_id for m in chain]
     for d in dirs:
@@ -146,7 +162,9 @@ def fetch_chain(req: RestoreRequest, chain: list[Manifest], tool: engine.ToolVer
             _import_private(gpg, req, chain)
         workers = max(1, min(req.parallel_downloads, len(chain)))
         with ThreadPoolExecutor(workers, thread_name_prefix="fetch") as pool:
-            futures = [pool.submit(_fetch_one, req, m, tool, d, gpg) for m, d in zip(chain, dirs, strict=True)]
+            futures = [
+                pool.submit(_fetch_one, req, m, tool, d, gpg) for m, d in zip(chain, dirs, strict=True)
+            ]
             for m, fut in zip(chain, futures, strict=True):
                 stored, raw = fut.result()
                 report.stored_bytes += stored
@@ -169,8 +187,9 @@ def _import_private(gpg: GpgHome, req: RestoreRequest, chain: list[Manifest]) ->
             )
 
 
-def _fetch_one(req: RestoreRequest, m: Manifest, tool: engine.ToolVersion, dest: Path,
-               gpg: GpgHome) -> tuple[int, int]:
+def _fetch_one(
+    req: RestoreRequest, m: Manifest, tool: engine.ToolVersion, dest: Path, gpg: GpgHome
+) -> tuple[int, int]:
     obj = m.backup_object
     fd = passphrase_pipe(gpg.passphrase) if obj.encryption == "gpg" and gpg.passphrase is not None else None
     try:

@@ -7,6 +7,7 @@ file) until `commit()`; `abort()` leaves nothing behind.
 
 from __future__ import annotations
 
+import builtins
 import math
 import os
 import posixpath
@@ -30,8 +31,16 @@ MIN_PART_SIZE = 8 * MiB
 MAX_PART_SIZE = 5 * GiB
 ARCHIVE_CLASSES = frozenset({"GLACIER", "DEEP_ARCHIVE"})
 STORAGE_CLASSES = frozenset(
-    {"STANDARD", "STANDARD_IA", "ONEZONE_IA", "INTELLIGENT_TIERING", "GLACIER_IR", "GLACIER", "DEEP_ARCHIVE",
-     "REDUCED_REDUNDANCY"}
+    {
+        "STANDARD",
+        "STANDARD_IA",
+        "ONEZONE_IA",
+        "INTELLIGENT_TIERING",
+        "GLACIER_IR",
+        "GLACIER",
+        "DEEP_ARCHIVE",
+        "REDUCED_REDUNDANCY",
+    }
 )
 
 
@@ -144,19 +153,20 @@ class LocalStore:
         return ObjectInfo(key, st.st_size, "STANDARD", datetime.fromtimestamp(st.st_mtime, UTC))
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
-        base = self.root / prefix.rstrip("/") if prefix else self.root
-        search = base if base.is_dir() else base.parent
+        # S3 semantics: a prefix is a plain string prefix, so search from its last complete directory.
+        search = self.root / prefix.rsplit("/", 1)[0] if "/" in prefix else self.root
         if not search.is_dir():
             return
+        keys = []
         for dirpath, _dirs, files in os.walk(search):
-            for name in sorted(files):
-                if ".partial-" in name:
-                    continue
+            for name in files:
                 key = posixpath.relpath(os.path.join(dirpath, name), self.root)
-                if key.startswith(prefix):
-                    info = self.head(key)
-                    if info:
-                        yield info
+                if ".partial-" not in name and key.startswith(prefix):
+                    keys.append(key)
+        for key in sorted(keys):  # lexicographic, like S3's listing
+            info = self.head(key)
+            if info:
+                yield info
 
     def delete(self, keys: Iterable[str]) -> None:
         for key in keys:
@@ -217,7 +227,9 @@ class S3Store:
 
     def put_bytes(self, key: str, data: bytes, options: PutOptions | None = None) -> None:
         args = (options or PutOptions()).s3_args()
-        self._call("put", key, self.client.put_object, Bucket=self.bucket, Key=check_key(key), Body=data, **args)
+        self._call(
+            "put", key, self.client.put_object, Bucket=self.bucket, Key=check_key(key), Body=data, **args
+        )
 
     def get_bytes(self, key: str) -> bytes:
         resp = self._call("get", key, self.client.get_object, Bucket=self.bucket, Key=check_key(key))
@@ -228,7 +240,10 @@ class S3Store:
         info = self.head(key)
         if info is None:
             raise StorageError(f"{self.location}: no object {key!r}")
-        ranges = [(start, min(start + self.read_chunk, info.size) - 1) for start in range(0, info.size, self.read_chunk)]
+        ranges = [
+            (start, min(start + self.read_chunk, info.size) - 1)
+            for start in range(0, info.size, self.read_chunk)
+        ]
         with ThreadPoolExecutor(self.read_parallel, thread_name_prefix="s3get") as pool:
             pending: deque[Future[bytes]] = deque()
             for start, end in ranges:
@@ -254,7 +269,10 @@ class S3Store:
                 return None
             raise StorageError(f"{self.location}/{key}: head failed: {exc}") from exc
         return ObjectInfo(
-            key, resp["ContentLength"], resp.get("StorageClass", "STANDARD"), resp.get("LastModified"),
+            key,
+            resp["ContentLength"],
+            resp.get("StorageClass", "STANDARD"),
+            resp.get("LastModified"),
             resp.get("Restore"),
         )
 
@@ -262,10 +280,12 @@ class S3Store:
         paginator = self.client.get_paginator("list_objects_v2")
         for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
             for obj in page.get("Contents", []):
-                yield ObjectInfo(obj["Key"], obj["Size"], obj.get("StorageClass", "STANDARD"), obj.get("LastModified"))
+                yield ObjectInfo(
+                    obj["Key"], obj["Size"], obj.get("StorageClass", "STANDARD"), obj.get("LastModified")
+                )
 
     def delete(self, keys: Iterable[str]) -> None:
-        batch: list[str] = []
+        batch: builtins.list[str] = []
         for key in keys:
             batch.append(check_key(key))
             if len(batch) == 1000:
@@ -274,13 +294,15 @@ class S3Store:
         if batch:
             self._delete_batch(batch)
 
-    def _delete_batch(self, keys: list[str]) -> None:
+    def _delete_batch(self, keys: builtins.list[str]) -> None:
         resp = self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in keys]})
         if errors := resp.get("Errors"):
             first = errors[0]
-            raise StorageError(f"{self.location}: could not delete {first.get('Key')}: {first.get('Message')}")
+            raise StorageError(
+                f"{self.location}: could not delete {first.get('Key')}: {first.get('Message')}"
+            )
 
-    def open_multipart_uploads(self, prefix: str = "") -> list[str]:
+    def open_multipart_uploads(self, prefix: str = "") -> builtins.list[str]:
         resp = self.client.list_multipart_uploads(Bucket=self.bucket, Prefix=prefix)
         return [u["Key"] for u in resp.get("Uploads", [])]
 
@@ -318,8 +340,12 @@ class _S3MultipartWriter:
 
     def _start(self) -> None:
         resp = self.store._call(
-            "create multipart upload", self.key, self.store.client.create_multipart_upload,
-            Bucket=self.store.bucket, Key=self.key, **self.options.s3_args(),
+            "create multipart upload",
+            self.key,
+            self.store.client.create_multipart_upload,
+            Bucket=self.store.bucket,
+            Key=self.key,
+            **self.options.s3_args(),
         )
         self.upload_id = resp["UploadId"]
 
@@ -342,8 +368,14 @@ class _S3MultipartWriter:
     def _upload(self, number: int, body: bytes) -> None:
         try:
             resp = self.store._call(
-                f"upload part {number}", self.key, self.store.client.upload_part,
-                Bucket=self.store.bucket, Key=self.key, UploadId=self.upload_id, PartNumber=number, Body=body,
+                f"upload part {number}",
+                self.key,
+                self.store.client.upload_part,
+                Bucket=self.store.bucket,
+                Key=self.key,
+                UploadId=self.upload_id,
+                PartNumber=number,
+                Body=body,
             )
             self.parts[number] = resp["ETag"]
         finally:
@@ -363,8 +395,13 @@ class _S3MultipartWriter:
                 fut.result()
             parts = [{"PartNumber": n, "ETag": self.parts[n]} for n in sorted(self.parts)]
             self.store._call(
-                "complete multipart upload", self.key, self.store.client.complete_multipart_upload,
-                Bucket=self.store.bucket, Key=self.key, UploadId=self.upload_id, MultipartUpload={"Parts": parts},
+                "complete multipart upload",
+                self.key,
+                self.store.client.complete_multipart_upload,
+                Bucket=self.store.bucket,
+                Key=self.key,
+                UploadId=self.upload_id,
+                MultipartUpload={"Parts": parts},
             )
         except BaseException:
             self.abort()
@@ -382,6 +419,8 @@ class _S3MultipartWriter:
             # Best effort with its own retries: an abort that fails leaves an upload that the
             # bucket lifecycle rule (AbortIncompleteMultipartUpload) removes later.
             try:
-                self.store.client.abort_multipart_upload(Bucket=self.store.bucket, Key=self.key, UploadId=upload_id)
+                self.store.client.abort_multipart_upload(
+                    Bucket=self.store.bucket, Key=self.key, UploadId=upload_id
+                )
             except Exception:  # noqa: BLE001 - never mask the original failure
                 pass

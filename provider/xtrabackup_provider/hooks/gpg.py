@@ -38,7 +38,9 @@ class GpgKeysHook(BaseHook):
         conn = self.get_connection(self.gpg_conn_id)
         key = conn.extra_dejson.get("private_key")
         if not key:
-            raise ValueError(f"connection {self.gpg_conn_id!r} has no private_key in its extra; restores need it")
+            raise ValueError(
+                f"connection {self.gpg_conn_id!r} has no private_key in its extra; restores need it"
+            )
         return key, conn.password
 
     @classmethod

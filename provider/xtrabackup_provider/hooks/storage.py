@@ -13,8 +13,13 @@ from ..core.storage import LocalStore, ObjectStore, S3Store
 class BackupStorageHook(BaseHook):
     """Object storage for backups. `endpoint_url` (MinIO, moto) goes in the aws connection's extra."""
 
-    def __init__(self, aws_conn_id: str = "aws_default", bucket: str | None = None,
-                 local_path: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        aws_conn_id: str = "aws_default",
+        bucket: str | None = None,
+        local_path: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         if bool(bucket) == bool(local_path):
             raise ValueError("BackupStorageHook needs exactly one of bucket or local_path")
@@ -25,9 +30,8 @@ class BackupStorageHook(BaseHook):
     def get_store(self) -> ObjectStore:
         if self.local_path:
             return LocalStore(self.local_path)
-        from botocore.config import Config
-
         from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+        from botocore.config import Config
 
         # Standard retry mode backs off on 5xx, throttling and connection resets.
         config = Config(retries={"max_attempts": 8, "mode": "standard"}, max_pool_connections=16)

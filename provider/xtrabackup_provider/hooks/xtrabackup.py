@@ -22,8 +22,13 @@ class XtraBackupHook(BaseHook):
     conn_type = "mysql"
     hook_name = "XtraBackup (MySQL connection)"
 
-    def __init__(self, mysql_conn_id: str = default_conn_name, flavour: Flavour = "mariabackup",
-                 binary: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        mysql_conn_id: str = default_conn_name,
+        flavour: Flavour = "mariabackup",
+        binary: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.mysql_conn_id = mysql_conn_id
         self.flavour = flavour

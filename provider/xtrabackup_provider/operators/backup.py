@@ -100,8 +100,9 @@ class XtraBackupOperator(BaseOperator):
             storage_classes=self.storage_classes,
             sse=self.sse,
             kms_key_id=self.kms_key_id,
-            policy=ChainPolicy(timedelta(days=self.full_every_days), self.max_chain_length,
-                               self.max_incremental_ratio),
+            policy=ChainPolicy(
+                timedelta(days=self.full_every_days), self.max_chain_length, self.max_incremental_ratio
+            ),
             progress=ProgressLogger(log, f"backup of {self.cluster}/{self.host}"),
         )
         manifest = run_backup(request)

@@ -19,9 +19,19 @@ class XtraBackupPrepareOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("target_dir", "incremental_dir")
 
-    def __init__(self, *, target_dir: str, incremental_dir: str | None = None, apply_log_only: bool = True,
-                 flavour: str = "xtrabackup", binary: str | None = None, use_memory: int | None = None,
-                 parallel: int = 4, max_free_memory_pct: int = 50, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        target_dir: str,
+        incremental_dir: str | None = None,
+        apply_log_only: bool = True,
+        flavour: str = "xtrabackup",
+        binary: str | None = None,
+        use_memory: int | None = None,
+        parallel: int = 4,
+        max_free_memory_pct: int = 50,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.target_dir = target_dir
         self.incremental_dir = incremental_dir
@@ -35,15 +45,26 @@ class XtraBackupPrepareOperator(BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         from ..core import engine, prepare
 
-        tool = engine.detect_tool("xtrabackup" if self.flavour == "xtrabackup" else "mariabackup", self.binary)
+        tool = engine.detect_tool(
+            "xtrabackup" if self.flavour == "xtrabackup" else "mariabackup", self.binary
+        )
         apply_log_only = self.apply_log_only and tool.capabilities.apply_log_only
         step = engine.PrepareStep(self.target_dir, self.incremental_dir, apply_log_only)
         dirs = [Path(d) for d in (self.target_dir, self.incremental_dir) if d]
-        tuning = prepare.tuning_for(tool, dirs, max_free_pct=self.max_free_memory_pct, parallel=self.parallel,
-                                    use_memory=self.use_memory)
+        tuning = prepare.tuning_for(
+            tool,
+            dirs,
+            max_free_pct=self.max_free_memory_pct,
+            parallel=self.parallel,
+            use_memory=self.use_memory,
+        )
         report = prepare.run_step(tool, step, tuning)
-        return {"target_dir": self.target_dir, "final": step.is_final, "seconds": report.seconds,
-                "use_memory": tuning.use_memory_bytes}
+        return {
+            "target_dir": self.target_dir,
+            "final": step.is_final,
+            "seconds": report.seconds,
+            "use_memory": tuning.use_memory_bytes,
+        }
 
 
 class XtraBackupFinalPrepareOperator(XtraBackupPrepareOperator):

@@ -18,10 +18,22 @@ class XtraBackupRestoreOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("cluster", "host", "backup_id", "target_datadir", "prefix", "bucket")
 
-    def __init__(self, *, cluster: str, host: str, target_datadir: str, backup_id: str | None = None,
-                 bucket: str | None = None, local_path: str | None = None, prefix: str = "backups",
-                 aws_conn_id: str = "aws_default", gpg_conn_id: str | None = "backup_gpg_private",
-                 binary: str | None = None, use_memory: int | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        cluster: str,
+        host: str,
+        target_datadir: str,
+        backup_id: str | None = None,
+        bucket: str | None = None,
+        local_path: str | None = None,
+        prefix: str = "backups",
+        aws_conn_id: str = "aws_default",
+        gpg_conn_id: str | None = "backup_gpg_private",
+        binary: str | None = None,
+        use_memory: int | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.cluster = cluster
         self.host = host

@@ -1,0 +1,95 @@
+"""Backups of every configured MySQL/MariaDB host: one DAG per cluster, a branch per host.
+
+The fleet config (dags/config/fleet.yaml or $XTRABACKUP_FLEET_CONFIG) is validated at parse
+time, so a bad file shows as an import error naming the field and the file. Parsing imports
+no boto3, zstandard or gnupg: the operators import them when they run.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from airflow.sdk import DAG, Param, TaskGroup, task
+
+from xtrabackup_provider.core.config import ClusterConfig, FleetConfig, HostConfig, load_config
+from xtrabackup_provider.operators.backup import XtraBackupOperator
+from xtrabackup_provider.operators.decide import choose_backup_kind
+
+
+def _storage_args(config: FleetConfig) -> dict[str, Any]:
+    s = config.storage
+    return {"bucket": s.bucket, "local_path": s.local_path, "prefix": s.prefix, "aws_conn_id": s.aws_conn_id}
+
+
+def _policy_args(config: FleetConfig) -> dict[str, Any]:
+    p = config.policy
+    return {
+        "full_every_days": p.full_every_days,
+        "max_chain_length": p.max_chain_length,
+        "max_incremental_ratio": p.max_incremental_ratio,
+    }
+
+
+def _host_group(config: FleetConfig, cluster: ClusterConfig, host: HostConfig) -> None:
+    group_id = host.name.replace(".", "_")
+    conn_id = host.mysql_conn_id or f"mysql_{group_id}"
+    with TaskGroup(group_id=group_id, tooltip=f"backup of {cluster.name}/{host.name}"):
+
+        @task.branch(task_id="choose_kind")
+        def choose_kind(**context: Any) -> str:
+            decision = choose_backup_kind(
+                cluster=cluster.name,
+                host=host.name,
+                mysql_conn_id=conn_id,
+                requested=context["params"].get("kind", "auto"),
+                **_storage_args(config),
+                **_policy_args(config),
+            )
+            return f"{group_id}.{'full' if decision['kind'] == 'full' else 'incremental'}_backup"
+
+        common = dict(
+            cluster=cluster.name,
+            host=host.name,
+            mysql_conn_id=conn_id,
+            flavour=host.flavour,
+            binary=host.binary,
+            datadir=host.datadir,
+            queue=host.queue,
+            gpg_conn_id=config.encryption.gpg_conn_id if config.encryption.enabled else None,
+            compression_level=config.policy.compression_level,
+            zstd_threads=config.policy.zstd_threads,
+            parallel=config.policy.parallel,
+            storage_classes=dict(config.storage.storage_class),
+            sse=config.storage.sse,
+            kms_key_id=config.storage.kms_key_id,
+            **_storage_args(config),
+            **_policy_args(config),
+        )
+        full = XtraBackupOperator(task_id="full_backup", kind="full", **common)
+        incremental = XtraBackupOperator(task_id="incremental_backup", kind="incremental", **common)
+        choose_kind() >> [full, incremental]
+
+
+def build_dag(config: FleetConfig, cluster: ClusterConfig) -> DAG:
+    with DAG(
+        dag_id=f"mysql_backup_{cluster.name}",
+        description=f"Physical backups of cluster {cluster.name} ({len(cluster.hosts)} hosts)",
+        schedule=cluster.schedule,
+        start_date=datetime(2026, 1, 1),
+        catchup=False,
+        max_active_runs=1,  # two runs must never back up one host at once
+        tags=["mysql", "backup", cluster.name],
+        params={
+            "kind": Param("auto", enum=["auto", "full", "incremental"], description="override the policy")
+        },
+        doc_md=__doc__,
+    ) as dag:
+        for host in cluster.hosts:
+            _host_group(config, cluster, host)
+    return dag
+
+
+FLEET = load_config()
+for _cluster in FLEET.clusters:
+    globals()[f"mysql_backup_{_cluster.name}"] = build_dag(FLEET, _cluster)

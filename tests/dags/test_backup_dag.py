@@ -1,0 +1,168 @@
+"""The shipped backup DAG under dag.test(): real MariaDB, mariabackup, gpg and the moto endpoint."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from helpers import add_orders, seed_database, unique_name
+from xtrabackup_provider.core.catalog import Catalog
+from xtrabackup_provider.core.restore import RestoreRequest, restore
+from xtrabackup_provider.core.sandbox import SandboxServer, table_checksums
+from xtrabackup_provider.core.storage import S3Store, make_s3_client
+
+DAGS = Path(__file__).resolve().parents[2] / "dags"
+
+
+def load_dag_module(name: str):
+    """Import a DAG file afresh (it reads the fleet config at import, like the dag processor)."""
+    spec = importlib.util.spec_from_file_location(f"dagfile_{name}", DAGS / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def fleet(mariadb, s3_server, bucket, gpg_keys, tmp_path, monkeypatch, airflow_home):
+    """A one-host fleet config and the Airflow connections it names, all pointing at real components."""
+    config = {
+        "storage": {
+            "bucket": bucket,
+            "prefix": "backups",
+            "aws_conn_id": "aws_test",
+            "storage_class": {"full": "STANDARD_IA", "incremental": "STANDARD"},
+        },
+        "encryption": {"gpg_conn_id": "backup_gpg_test"},
+        # The sandbox is tiny, so an incremental is a large share of the full: keep the ratio out of the way.
+        "policy": {"max_chain_length": 2, "max_incremental_ratio": 5.0},
+        "clusters": [
+            {
+                "name": "dagtest",
+                "schedule": None,
+                "hosts": [{"name": "db1", "mysql_conn_id": "mysql_dagtest"}],
+            }
+        ],
+    }
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(config))
+    monkeypatch.setenv("XTRABACKUP_FLEET_CONFIG", str(path))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_MYSQL_DAGTEST",
+        json.dumps(
+            {
+                "conn_type": "mysql",
+                "host": "127.0.0.1",
+                "port": mariadb.port,
+                "login": "root",
+                "password": mariadb.root_password,
+                "extra": {"unix_socket": str(mariadb.socket)},
+            }
+        ),
+    )
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_BACKUP_GPG_TEST",
+        json.dumps(
+            {
+                "conn_type": "gpg_keys",
+                "extra": {"public_keys": [gpg_keys.public_key]},
+            }
+        ),
+    )
+    catalog = Catalog(
+        S3Store(make_s3_client(s3_server.endpoint_url, "us-east-1"), bucket), "backups", "dagtest", "db1"
+    )
+    return mariadb, catalog
+
+
+def _run(dag, kind: str = "auto"):
+    dagrun = dag.test(run_conf={"kind": kind})
+    states = {ti.task_id: ti.state for ti in dagrun.get_task_instances()}
+    return dagrun, states
+
+
+def test_backup_dag_takes_full_then_incrementals_and_the_backup_restores(fleet, gpg_keys, tmp_path):
+    server, catalog = fleet
+    db = unique_name("dag")
+    seed_database(server, db, rows=2000)
+    dag = load_dag_module("mysql_backup").mysql_backup_dagtest
+
+    kinds = []
+    for _ in range(4):
+        add_orders(server, db, 500)
+        dagrun, states = _run(dag)
+        assert dagrun.state == "success", states
+        kinds.append("full" if states["db1.full_backup"] == "success" else "incremental")
+        skipped = "db1.incremental_backup" if kinds[-1] == "full" else "db1.full_backup"
+        assert states[skipped] == "skipped", f"the branch not taken must show as skipped: {states}"
+    # max_chain_length 2: full, inc, inc, then a new full.
+    assert kinds == ["full", "incremental", "incremental", "full"]
+    manifests = catalog.manifests()
+    assert [m.kind for m in manifests] == kinds
+    assert manifests[0].backup_object.storage_class == "STANDARD_IA"
+    assert manifests[1].backup_object.storage_class == "STANDARD"
+    assert "max_chain_length" in manifests[3].decision_reason
+
+    expected = table_checksums(server, [db])
+    target = tmp_path / "restore" / "data"
+    restore(
+        RestoreRequest(
+            catalog=catalog,
+            target_datadir=target,
+            backup_id=manifests[2].backup_id,
+            private_key=gpg_keys.private_key,
+            passphrase=gpg_keys.passphrase,
+        )
+    )
+    with SandboxServer.on_datadir(target, tmp_path / "sb", server_id=901) as restored:
+        restored.start()
+        # The third backup (an incremental) was taken before the last 500 orders.
+        rows = restored.query(f"SELECT COUNT(*) FROM `{db}`.orders")[0][0]
+        assert rows == 2000 + 3 * 500
+    target2 = tmp_path / "restore2" / "data"
+    restore(
+        RestoreRequest(
+            catalog=catalog,
+            target_datadir=target2,
+            private_key=gpg_keys.private_key,
+            passphrase=gpg_keys.passphrase,
+        )
+    )
+    with SandboxServer.on_datadir(target2, tmp_path / "sb2", server_id=902) as restored:
+        restored.start()
+        assert table_checksums(restored, [db]) == expected
+
+
+def test_forced_full_via_params(fleet):
+    server, catalog = fleet
+    seed_database(server, unique_name("dag"), rows=100)
+    dag = load_dag_module("mysql_backup").mysql_backup_dagtest
+    for _ in range(2):
+        dagrun, states = _run(dag, kind="full")
+        assert dagrun.state == "success", states
+        assert states["db1.full_backup"] == "success"
+    assert [m.kind for m in catalog.manifests()] == ["full", "full"]
+
+
+def test_bad_fleet_config_is_an_import_error_naming_field_and_file(tmp_path, monkeypatch):
+    path = tmp_path / "fleet.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "storage": {"bucket": "b"},
+                "clusters": [{"name": "c", "hosts": [{"name": "h", "flavour": "percona"}]}],
+            }
+        )
+    )
+    monkeypatch.setenv("XTRABACKUP_FLEET_CONFIG", str(path))
+    with pytest.raises(ValueError) as info:
+        load_dag_module("mysql_backup")
+    message = str(info.value)
+    assert str(path) in message
+    assert "clusters.0.hosts.0.flavour" in message

@@ -1,0 +1,434 @@
+"""catalog.py: manifests, chain resolution/validation, and the per-host Catalog on a LocalStore."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from xtrabackup_provider.core.catalog import (
+    MAX_MANIFEST_BYTES,
+    Catalog,
+    CatalogError,
+    Manifest,
+    parse_manifest,
+    resolve_chain,
+    validate_chain,
+)
+from xtrabackup_provider.core.storage import LocalStore
+
+PREFIX = "backups-prod"
+CLUSTER = "c1"
+HOST = "db1"
+UUID = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+T0 = datetime(2026, 11, 1, 10, 30, tzinfo=UTC)
+SHA = "ab" * 32
+
+
+def backup_id(day: int, kind: str) -> str:
+    return f"202611{day:02d}T103000Z-{'full' if kind == 'full' else 'inc'}"
+
+
+def make_manifest(bid: str, *, parent: Manifest | None = None, size: int = 1000, **over) -> Manifest:
+    """A valid manifest; an incremental continues `parent` (LSNs, chain root) unless overridden."""
+    kind = "incremental" if parent else "full"
+    from_lsn = parent.to_lsn if parent else 0
+    started = datetime.strptime(bid[:16], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+    fields = {
+        "backup_id": bid,
+        "cluster": CLUSTER,
+        "host": HOST,
+        "kind": kind,
+        "parent_id": parent.backup_id if parent else None,
+        "chain_root": parent.chain_root if parent else bid,
+        "engine_flavour": "xtrabackup",
+        "engine_version": "8.0.35-33",
+        "engine_major": "8.0",
+        "server_uuid": UUID,
+        "server_id": 7,
+        "from_lsn": from_lsn,
+        "to_lsn": from_lsn + 5000,
+        "last_lsn": from_lsn + 5009,
+        "started_at": started,
+        "finished_at": started + timedelta(minutes=5),
+        "objects": [
+            {
+                "key": f"{PREFIX}/{CLUSTER}/{HOST}/backups/{bid}/backup.xbstream.zst",
+                "size": size,
+                "sha256": SHA,
+                "raw_size": size * 3,
+                "compression": "zstd",
+                "encryption": "none",
+            }
+        ],
+        "raw_bytes": size * 3,
+        "stored_bytes": size,
+    }
+    fields.update(over)
+    return Manifest.model_validate(fields)
+
+
+def make_chain(incrementals: int, **inc_over) -> list[Manifest]:
+    chain = [make_manifest(backup_id(1, "full"))]
+    for day in range(2, 2 + incrementals):
+        chain.append(make_manifest(backup_id(day, "inc"), parent=chain[-1], **inc_over))
+    return chain
+
+
+def by_id(manifests: list[Manifest]) -> dict[str, Manifest]:
+    return {m.backup_id: m for m in manifests}
+
+
+# ---------------------------------------------------------------------------------------------
+# chains
+
+
+def test_resolve_valid_full_plus_five_incrementals():
+    chain = make_chain(5)
+    resolved = resolve_chain(by_id(chain), chain[-1].backup_id)
+    assert [m.backup_id for m in resolved] == [m.backup_id for m in chain]
+    assert resolved[0].kind == "full"
+    assert all(m.kind == "incremental" for m in resolved[1:])
+
+
+def test_resolve_a_middle_backup_gives_its_prefix_of_the_chain():
+    chain = make_chain(5)
+    resolved = resolve_chain(by_id(chain), chain[2].backup_id)
+    assert [m.backup_id for m in resolved] == [m.backup_id for m in chain[:3]]
+
+
+def test_resolve_unknown_backup_names_it():
+    with pytest.raises(CatalogError, match="20261231T000000Z-inc has no manifest in s3://b/c1/db1"):
+        resolve_chain(by_id(make_chain(1)), "20261231T000000Z-inc", "s3://b/c1/db1")
+
+
+def test_missing_middle_manifest_names_both_sides_of_the_link():
+    chain = make_chain(5)
+    missing, orphan = chain[3], chain[4]
+    del_map = by_id(chain)
+    del del_map[missing.backup_id]
+    with pytest.raises(CatalogError) as exc:
+        resolve_chain(del_map, chain[-1].backup_id, "file:///b/c1/db1")
+    msg = str(exc.value)
+    assert f"missing link {missing.backup_id} -> {orphan.backup_id}" in msg
+    assert "file:///b/c1/db1" in msg
+
+
+def test_lsn_gap_names_the_link_and_both_lsns():
+    chain = make_chain(2)
+    bad = make_manifest(backup_id(4, "inc"), parent=chain[-1], from_lsn=chain[-1].to_lsn + 1)
+    with pytest.raises(CatalogError) as exc:
+        resolve_chain(by_id([*chain, bad]), bad.backup_id)
+    msg = str(exc.value)
+    assert f"LSN gap in link {chain[-1].backup_id} -> {bad.backup_id}" in msg
+    assert str(chain[-1].to_lsn) in msg and str(chain[-1].to_lsn + 1) in msg
+
+
+def test_different_server_uuid_is_refused():
+    chain = make_chain(1)
+    other = "8c1c2f3e-2d1a-11ef-a3b1-0242ac120002"
+    bad = make_manifest(backup_id(3, "inc"), parent=chain[-1], server_uuid=other)
+    with pytest.raises(CatalogError) as exc:
+        validate_chain([*chain, bad])
+    assert f"link {chain[-1].backup_id} -> {bad.backup_id}" in str(exc.value)
+    assert "different servers" in str(exc.value) and other in str(exc.value)
+
+
+def test_engine_major_change_is_refused():
+    chain = make_chain(1)
+    bad = make_manifest(backup_id(3, "inc"), parent=chain[-1], engine_version="8.4.0-1", engine_major="8.4")
+    with pytest.raises(
+        CatalogError, match=r"engine changed from xtrabackup 8\.0 to xtrabackup 8\.4; take a new full"
+    ):
+        validate_chain([*chain, bad])
+
+
+def test_engine_minor_upgrade_within_a_major_is_accepted():
+    chain = make_chain(1)
+    ok = make_manifest(backup_id(3, "inc"), parent=chain[-1], engine_version="8.0.36-28")
+    validate_chain([*chain, ok])
+
+
+def test_engine_flavour_change_is_refused():
+    chain = make_chain(1)
+    bad = make_manifest(backup_id(3, "inc"), parent=chain[-1], engine_flavour="mariabackup")
+    with pytest.raises(CatalogError, match="engine changed from xtrabackup 8.0 to mariabackup 8.0"):
+        validate_chain([*chain, bad])
+
+
+def test_root_not_full_is_refused():
+    chain = make_chain(3)
+    with pytest.raises(CatalogError, match=f"chain root {chain[1].backup_id} is not a full backup"):
+        validate_chain(chain[1:])
+
+
+def test_child_naming_another_parent_is_refused():
+    chain = make_chain(2)
+    with pytest.raises(CatalogError, match=f"child names parent {chain[1].backup_id}"):
+        validate_chain([chain[0], chain[2]])
+
+
+def test_wrong_chain_root_is_refused():
+    chain = make_chain(1)
+    bad = make_manifest(backup_id(3, "inc"), parent=chain[-1], chain_root="20261001T000000Z-full")
+    with pytest.raises(CatalogError, match="records chain root 20261001T000000Z-full"):
+        validate_chain([*chain, bad])
+
+
+def test_parent_loop_is_detected():
+    full = make_manifest(backup_id(1, "full"))
+    a = make_manifest(backup_id(2, "inc"), parent=full, parent_id=backup_id(3, "inc"))
+    b = make_manifest(backup_id(3, "inc"), parent=full, parent_id=backup_id(2, "inc"))
+    with pytest.raises(CatalogError, match="loops"):
+        resolve_chain(by_id([full, a, b]), b.backup_id)
+
+
+# ---------------------------------------------------------------------------------------------
+# parse_manifest
+
+
+def manifest_dict(**over) -> dict:
+    data = json.loads(make_manifest(backup_id(1, "full")).to_json())
+    data.update(over)
+    return data
+
+
+def parse(data: dict) -> Manifest:
+    return parse_manifest(json.dumps(data).encode(), "s3://b/c1/db1/backups/x/manifest.json")
+
+
+def test_parse_manifest_round_trips():
+    m = make_chain(1)[-1]
+    assert parse_manifest(m.to_json(), "here") == m
+
+
+@pytest.mark.parametrize(
+    ("over", "field"),
+    [
+        ({"to_lsn": "lots"}, "to_lsn"),
+        ({"server_id": -1}, "server_id"),
+        ({"objects": "x"}, "objects"),
+        ({"kind": "differential"}, "kind"),
+        ({"started_at": "yesterday"}, "started_at"),
+        ({"objects": []}, "objects"),
+    ],
+)
+def test_parse_manifest_wrong_types_name_the_field_and_source(over, field):
+    with pytest.raises(CatalogError) as exc:
+        parse(manifest_dict(**over))
+    msg = str(exc.value)
+    assert msg.startswith("s3://b/c1/db1/backups/x/manifest.json: invalid manifest")
+    assert field in msg
+
+
+def test_parse_manifest_refuses_non_json():
+    with pytest.raises(CatalogError, match="here: invalid manifest"):
+        parse_manifest(b"{not json", "here")
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "../x",
+        "a//b",
+        "/backups-prod/c1/db1/backups/20261101T103000Z-full/backup",
+        "c1/db1/backups/20261101T103000Z-full/../../../etc/passwd",
+        "c1/./20261101T103000Z-full/x",
+    ],
+)
+def test_parse_manifest_refuses_unsafe_object_keys(key):
+    data = manifest_dict()
+    data["objects"][0]["key"] = key
+    with pytest.raises(CatalogError) as exc:
+        parse(data)
+    assert "objects.0.key" in str(exc.value)
+    assert "unsafe object key" in str(exc.value)
+
+
+def test_parse_manifest_refuses_object_outside_its_backup_directory():
+    data = manifest_dict()
+    data["objects"][0]["key"] = f"{PREFIX}/{CLUSTER}/{HOST}/backups/20261001T103000Z-full/backup.xbstream.zst"
+    with pytest.raises(CatalogError, match="outside this backup's directory 20261101T103000Z-full/"):
+        parse(data)
+
+
+def test_parse_manifest_refuses_oversized_input_before_parsing():
+    data = b" " * (MAX_MANIFEST_BYTES + 1)
+    with pytest.raises(CatalogError, match=f"over the {MAX_MANIFEST_BYTES} limit"):
+        parse_manifest(data, "big.json")
+
+
+def test_parse_manifest_refuses_unknown_fields():
+    with pytest.raises(CatalogError, match="password: Extra inputs are not permitted"):
+        parse(manifest_dict(password="hunter2"))
+    data = manifest_dict()
+    data["objects"][0]["url"] = "http://elsewhere"
+    with pytest.raises(CatalogError, match="objects.0.url"):
+        parse(data)
+
+
+def test_parse_manifest_refuses_full_with_parent():
+    with pytest.raises(CatalogError, match="a full backup has no parent"):
+        parse(manifest_dict(parent_id="20261001T103000Z-full"))
+
+
+def test_parse_manifest_refuses_incremental_without_parent():
+    data = json.loads(make_chain(1)[-1].to_json())
+    data["parent_id"] = None
+    with pytest.raises(CatalogError, match="an incremental backup needs parent_id"):
+        parse(data)
+
+
+def test_parse_manifest_refuses_bad_backup_id_and_names():
+    with pytest.raises(CatalogError, match="backup_id"):
+        parse(manifest_dict(backup_id="../../etc"))
+    with pytest.raises(CatalogError, match="host"):
+        parse(manifest_dict(host="db1/../db2"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Catalog on a LocalStore
+
+
+@pytest.fixture
+def store(tmp_path) -> LocalStore:
+    return LocalStore(tmp_path / "bucket")
+
+
+@pytest.fixture
+def catalog(store) -> Catalog:
+    return Catalog(store, PREFIX, CLUSTER, HOST)
+
+
+def store_objects(store: LocalStore, m: Manifest) -> None:
+    for obj in m.objects:
+        store.put_bytes(obj.key, b"x" * obj.size)
+
+
+def register(store: LocalStore, catalog: Catalog, manifests: list[Manifest]) -> None:
+    for m in manifests:
+        store_objects(store, m)
+        catalog.write(m)
+
+
+def test_catalog_write_then_read_chain(store, catalog):
+    chain = make_chain(5)
+    register(store, catalog, chain)
+    assert catalog.backup_ids() == [m.backup_id for m in chain]
+    assert catalog.get(chain[2].backup_id) == chain[2]
+    assert catalog.latest() == chain[-1]
+    assert [m.backup_id for m in catalog.latest_chain()] == [m.backup_id for m in chain]
+    assert catalog.exists(chain[0].backup_id)
+
+
+def test_catalog_write_refuses_missing_object(store, catalog):
+    m = make_manifest(backup_id(1, "full"))
+    with pytest.raises(
+        CatalogError, match=f"refusing to register {m.backup_id}: .*backup.xbstream.zst is missing"
+    ):
+        catalog.write(m)
+    assert catalog.backup_ids() == []
+    assert not catalog.exists(m.backup_id)
+
+
+def test_catalog_write_refuses_object_of_wrong_size(store, catalog):
+    m = make_manifest(backup_id(1, "full"), size=1000)
+    store.put_bytes(m.objects[0].key, b"x" * 999)
+    with pytest.raises(CatalogError, match="is 999 bytes, expected 1000"):
+        catalog.write(m)
+    assert catalog.backup_ids() == []
+
+
+def test_backup_ids_ignore_debris_without_manifest(store, catalog):
+    chain = make_chain(1)
+    register(store, catalog, chain)
+    debris = make_manifest(backup_id(5, "inc"), parent=chain[-1])
+    store_objects(store, debris)  # a failed run: object uploaded, manifest never written
+    store.put_bytes(f"{catalog.backup_dir('20261106T103000Z-full')}/nested/manifest.json", b"{}")
+    (store.root / catalog.backup_dir("20261107T103000Z-full")).mkdir(parents=True)
+    (store.root / catalog.backup_dir("20261107T103000Z-full") / "manifest.json.partial-1234abcd").write_text(
+        "{"
+    )
+    assert catalog.backup_ids() == [m.backup_id for m in chain]
+    assert catalog.latest() == chain[-1]
+
+
+def test_catalog_of_another_host_is_not_mixed_in(store, catalog):
+    register(store, catalog, make_chain(1))
+    other = Catalog(store, PREFIX, CLUSTER, "db10")
+    assert other.backup_ids() == []
+    with pytest.raises(CatalogError, match="no backups at"):
+        other.latest_chain()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("cluster", "c2"), ("host", "db2"), ("backup_id", "20261101T103001Z-full")]
+)
+def test_get_refuses_manifest_that_does_not_match_its_location(store, catalog, field, value):
+    bid = backup_id(1, "full")
+    over = {field: value}
+    if field == "backup_id":
+        over["chain_root"] = value
+        over["objects"] = [
+            {
+                "key": f"{PREFIX}/{CLUSTER}/{HOST}/backups/{value}/backup.xbstream.zst",
+                "size": 1,
+                "sha256": SHA,
+                "raw_size": 1,
+                "compression": "zstd",
+                "encryption": "none",
+            }
+        ]
+    forged = make_manifest(bid, **over)
+    store.put_bytes(catalog.manifest_key(bid), forged.to_json())
+    with pytest.raises(CatalogError) as exc:
+        catalog.get(bid)
+    assert "copied or tampered with" in str(exc.value)
+    assert catalog.manifest_key(bid) in str(exc.value)
+
+
+def test_get_missing_manifest_names_the_key(catalog):
+    with pytest.raises(CatalogError, match="backup 20261101T103000Z-full has no manifest at file://"):
+        catalog.get(backup_id(1, "full"))
+
+
+def test_manifests_collects_unreadable_ones_as_problems(store, catalog):
+    chain = make_chain(1)
+    register(store, catalog, chain)
+    store.put_bytes(catalog.manifest_key(backup_id(9, "inc")), b"{broken")
+    problems: list[str] = []
+    assert catalog.manifests(problems) == chain
+    assert len(problems) == 1 and backup_id(9, "inc") in problems[0]
+    with pytest.raises(CatalogError, match="invalid manifest"):
+        catalog.manifests()
+
+
+def test_catalog_chain_with_missing_manifest_names_the_link(store, catalog):
+    chain = make_chain(3)
+    register(store, catalog, chain)
+    store.delete([catalog.manifest_key(chain[1].backup_id)])
+    with pytest.raises(CatalogError, match=f"missing link {chain[1].backup_id} -> {chain[2].backup_id}"):
+        catalog.chain(chain[-1].backup_id)
+
+
+def test_get_refuses_manifest_naming_another_hosts_object(store, catalog):
+    bid = backup_id(1, "full")
+    foreign = f"{PREFIX}/{CLUSTER}/db2/backups/{bid}/backup.xbstream.zst"
+    m = make_manifest(
+        bid,
+        objects=[
+            {
+                "key": foreign,
+                "size": 1,
+                "sha256": SHA,
+                "raw_size": 1,
+                "compression": "zstd",
+                "encryption": "none",
+            }
+        ],
+    )
+    store.put_bytes(foreign, b"x")
+    store.put_bytes(catalog.manifest_key(bid), m.to_json())
+    with pytest.raises(CatalogError):
+        catalog.get(bid)
