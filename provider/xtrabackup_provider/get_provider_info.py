@@ -29,7 +29,12 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {
                 "integration-name": "XtraBackup",
-                "python-modules": [f"{P}.operators.backup", f"{P}.operators.restore"],
+                "python-modules": [
+                    f"{P}.operators.backup",
+                    f"{P}.operators.restore",
+                    f"{P}.operators.prepare",
+                    f"{P}.operators.standby",
+                ],
             }
         ],
         "hooks": [

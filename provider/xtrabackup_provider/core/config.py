@@ -43,7 +43,9 @@ class StorageConfig(_Model):
     aws_conn_id: str = "aws_default"
     endpoint_url: str | None = None  # CLI only; the DAGs take it from the aws connection
     region: str | None = None
-    storage_class: dict[str, str] = Field(default_factory=lambda: {"full": "STANDARD", "incremental": "STANDARD"})
+    storage_class: dict[str, str] = Field(
+        default_factory=lambda: {"full": "STANDARD", "incremental": "STANDARD"}
+    )
     sse: Literal["AES256", "aws:kms"] | None = None
     kms_key_id: str | None = None
 

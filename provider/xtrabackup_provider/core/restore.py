@@ -163,7 +163,7 @@ def fetch_chain(
         workers = max(1, min(req.parallel_downloads, len(chain)))
         with ThreadPoolExecutor(workers, thread_name_prefix="fetch") as pool:
             futures = [
-                pool.submit(_fetch_one, req, m, tool, d, gpg) for m, d in zip(chain, dirs, strict=True)
+                pool.submit(fetch_one, req.catalog, m, tool, d, gpg) for m, d in zip(chain, dirs, strict=True)
             ]
             for m, fut in zip(chain, futures, strict=True):
                 stored, raw = fut.result()
@@ -175,7 +175,12 @@ def fetch_chain(
 
 def _import_private(gpg: GpgHome, req: RestoreRequest, chain: list[Manifest]) -> None:
     assert req.private_key is not None
-    gpg.import_private_key(req.private_key, req.passphrase)
+    import_private_for(gpg, req.private_key, req.passphrase, chain)
+
+
+def import_private_for(gpg: GpgHome, private_key: str, passphrase: str | None, chain: list[Manifest]) -> None:
+    """Import the private key and check it can decrypt every encrypted backup of the chain."""
+    gpg.import_private_key(private_key, passphrase)
     have = set(gpg.fingerprints(secret=True))
     for m in chain:
         obj = m.backup_object
@@ -187,19 +192,20 @@ def _import_private(gpg: GpgHome, req: RestoreRequest, chain: list[Manifest]) ->
             )
 
 
-def _fetch_one(
-    req: RestoreRequest, m: Manifest, tool: engine.ToolVersion, dest: Path, gpg: GpgHome
+def fetch_one(
+    catalog: Catalog, m: Manifest, tool: engine.ToolVersion, dest: Path, gpg: GpgHome
 ) -> tuple[int, int]:
+    """Stream one backup object through sha256 check, gpg, zstd and the extractor into `dest`."""
     obj = m.backup_object
     fd = passphrase_pipe(gpg.passphrase) if obj.encryption == "gpg" and gpg.passphrase is not None else None
     try:
         result = stream_from_store(
-            req.catalog.store.read_chunks(obj.key),
+            catalog.store.read_chunks(obj.key),
             engine.extract_argv(tool, str(dest)),
             decrypt_argv=gpg.decrypt_argv(fd) if obj.encryption == "gpg" else None,
             pass_fds=(fd,) if fd is not None else (),
             expected_sha256=obj.sha256,
-            object_name=f"{req.catalog.store.location}/{obj.key}",
+            object_name=f"{catalog.store.location}/{obj.key}",
             consumer_name=f"{tool.stream_tool()} -x into {dest}",
         )
     finally:
