@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from helpers import add_orders, seed_database, unique_name
-
 from xtrabackup_provider.core.backup import BackupRequest, run_backup
 from xtrabackup_provider.core.catalog import Catalog
 from xtrabackup_provider.core.mysql import MySQLTarget
