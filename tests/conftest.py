@@ -1,0 +1,186 @@
+"""Shared test harness: real MariaDB servers, a real S3 HTTP endpoint (moto), real GPG keys, real Airflow db.
+
+Helpers that are not fixtures live in ``tests/helpers.py`` (``from helpers import ...``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+# -- Airflow environment: must be set before anything imports airflow -------------------------------
+REPO_ROOT = Path(__file__).resolve().parents[1]
+_REUSED_AIRFLOW_HOME = os.environ.get("XBP_TEST_AIRFLOW_HOME")
+AIRFLOW_HOME = Path(_REUSED_AIRFLOW_HOME or tempfile.mkdtemp(prefix="xbp-airflow-"))
+AIRFLOW_HOME.mkdir(parents=True, exist_ok=True)
+os.environ["AIRFLOW_HOME"] = str(AIRFLOW_HOME)
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO_ROOT / "dags")
+os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{AIRFLOW_HOME}/airflow.db"
+
+import itertools  # noqa: E402
+import re  # noqa: E402
+import secrets  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import uuid  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+from typing import Any  # noqa: E402
+
+import pytest  # noqa: E402
+
+from helpers import GpgKeys, S3Server, generate_gpg_keys, start_replication, wait_caught_up  # noqa: E402
+from xtrabackup_provider.core.sandbox import SandboxServer  # noqa: E402
+
+# sun_path limit is 107 bytes; leave room for "<name>-<id>/mysqld.sock".
+_MAX_SANDBOX_ROOT = 70
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if not _REUSED_AIRFLOW_HOME:
+        shutil.rmtree(AIRFLOW_HOME, ignore_errors=True)
+
+
+# -- MariaDB ---------------------------------------------------------------------------------------
+
+
+class MariaDBFactory:
+    """``make(name, **kw)`` -> a started :class:`SandboxServer` with a unique server_id and port.
+
+    ``kw`` goes to :meth:`SandboxServer.create` (``root_password``, ``log_bin``, ``extra_args``...).
+    """
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.servers: list[SandboxServer] = []
+        self._ids = itertools.count(101)
+
+    def __call__(self, name: str, **kw: Any) -> SandboxServer:
+        server_id = next(self._ids)
+        safe = re.sub(r"[^A-Za-z0-9_-]", "_", name)[:24]
+        server = SandboxServer.create(self.root / f"{safe}-{server_id}", server_id=server_id, **kw)
+        self.servers.append(server)
+        return server
+
+    def discard(self, server: SandboxServer) -> None:
+        server.destroy()
+        if server in self.servers:
+            self.servers.remove(server)
+
+    def close(self) -> None:
+        for server in reversed(self.servers):
+            server.destroy()
+        self.servers.clear()
+
+
+@pytest.fixture(scope="session")
+def sandbox_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Directory for server basedirs, short enough for unix socket paths."""
+    root = tmp_path_factory.mktemp("mdb")
+    if len(str(root)) <= _MAX_SANDBOX_ROOT:
+        yield root
+        return
+    short = Path(tempfile.mkdtemp(prefix="xbp"))
+    try:
+        yield short
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def mariadb_factory(sandbox_root: Path) -> Iterator[MariaDBFactory]:
+    factory = MariaDBFactory(sandbox_root)
+    try:
+        yield factory
+    finally:
+        factory.close()
+
+
+@pytest.fixture(scope="session")
+def mariadb_source(mariadb_factory: MariaDBFactory) -> SandboxServer:
+    """Session-wide source: root password (``.root_password``), binlog + GTID strict mode.
+
+    Shared by many tests: use your own schema (``helpers.unique_name``), never PURGE/RESET its binlogs.
+    """
+    return mariadb_factory("source", root_password=secrets.token_urlsafe(16))
+
+
+@pytest.fixture(scope="session")
+def mariadb_replica(mariadb_factory: MariaDBFactory, mariadb_source: SandboxServer) -> SandboxServer:
+    """A GTID replica (``master_use_gtid=slave_pos``) of ``mariadb_source``, caught up when returned."""
+    replica = mariadb_factory("replica", root_password=secrets.token_urlsafe(16))
+    start_replication(mariadb_source, replica)
+    wait_caught_up(mariadb_source, replica)
+    return replica
+
+
+@pytest.fixture
+def mariadb(mariadb_factory: MariaDBFactory) -> Iterator[SandboxServer]:
+    """A fresh server for this test only (root password, binlog + GTID); removed afterwards."""
+    server = mariadb_factory("fn", root_password=secrets.token_urlsafe(16))
+    try:
+        yield server
+    finally:
+        mariadb_factory.discard(server)
+
+
+# -- S3 --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """moto S3 over HTTP on 127.0.0.1; sets AWS_* env and ``AIRFLOW_CONN_AWS_TEST`` (conn id ``aws_test``)."""
+    server = S3Server()
+    server.start()
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in server.env().items():
+            mp.setenv(key, value)
+        try:
+            yield server
+        finally:
+            server.stop()
+
+
+@pytest.fixture
+def bucket(s3_server: S3Server) -> str:
+    """A fresh, uniquely named bucket (no versioning, no Object Lock)."""
+    return s3_server.make_bucket(f"xbp-test-{uuid.uuid4().hex[:16]}")
+
+
+# -- GPG -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def gpg_keys() -> GpgKeys:
+    """An ed25519/cv25519 key pair with a passphrase (generated in a temporary GNUPGHOME, now removed)."""
+    return generate_gpg_keys("XBP Test <xbp-test@example.invalid>", secrets.token_urlsafe(16))
+
+
+@pytest.fixture(scope="session")
+def other_gpg_keys() -> GpgKeys:
+    """A second, unrelated key pair for wrong-key tests."""
+    return generate_gpg_keys("XBP Other <xbp-other@example.invalid>", secrets.token_urlsafe(16))
+
+
+# -- Airflow ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def airflow_home() -> Path:
+    """AIRFLOW_HOME with a migrated sqlite metadata db (``airflow db migrate``, run once)."""
+    airflow_bin = Path(sys.executable).with_name("airflow")
+    argv = [str(airflow_bin)] if airflow_bin.exists() else [sys.executable, "-m", "airflow"]
+    proc = subprocess.run(
+        [*argv, "db", "migrate"],
+        env=os.environ.copy(),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if proc.returncode != 0:
+        output = f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+        pytest.fail(f"airflow db migrate exited {proc.returncode}:\n{output}")
+    return AIRFLOW_HOME

@@ -1,0 +1,293 @@
+"""Reusable test helpers (no fixtures, no Airflow imports): data seeding, waits, GPG keys, S3 endpoint."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from xtrabackup_provider.core.sandbox import SandboxServer, free_port
+
+# -- waiting ---------------------------------------------------------------------------------------
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 30, interval: float = 0.1, what: str = "") -> Any:
+    """Poll ``predicate`` until it returns a truthy value (returned); TimeoutError after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+def unique_name(prefix: str = "db") -> str:
+    """A short unique identifier usable as a schema or bucket suffix."""
+    return f"{prefix}_{uuid.uuid4().hex[:10]}"
+
+
+# -- replication -----------------------------------------------------------------------------------
+
+
+def parse_gtid_pos(pos: str | None) -> dict[int, int]:
+    """``"0-101-7,1-101-3"`` -> ``{domain: seq_no}``."""
+    result: dict[int, int] = {}
+    for part in (pos or "").split(","):
+        part = part.strip()
+        if part:
+            domain, _server, seq = part.split("-")
+            result[int(domain)] = int(seq)
+    return result
+
+
+def slave_status(replica: SandboxServer) -> dict[str, Any]:
+    """``SHOW SLAVE STATUS`` as a dict (empty when replication is not configured)."""
+    conn = replica.connect()
+    try:
+        cur = conn.cursor()
+        cur.execute("SHOW SLAVE STATUS")
+        row = cur.fetchone()
+        if row is None:
+            return {}
+        return {col[0]: value for col, value in zip(cur.description, row, strict=True)}
+    finally:
+        conn.close()
+
+
+def start_replication(source: SandboxServer, replica: SandboxServer, user: str = "repl") -> None:
+    """Create a replication user on ``source`` and make ``replica`` follow it by GTID."""
+    password = uuid.uuid4().hex
+    conn = source.connect()
+    try:
+        cur = conn.cursor()
+        cur.execute("SET SESSION sql_log_bin = 0")
+        cur.execute("CREATE USER %s@'127.0.0.1' IDENTIFIED BY %s", (user, password))
+        cur.execute("GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO %s@'127.0.0.1'", (user,))
+    finally:
+        conn.close()
+    replica.query(
+        "CHANGE MASTER TO master_host='127.0.0.1', master_port=%s, master_user=%s, master_password=%s,"
+        " master_use_gtid=slave_pos, master_connect_retry=1",
+        (source.port, user, password),
+    )
+    replica.query("START SLAVE")
+
+
+def wait_caught_up(source: SandboxServer, replica: SandboxServer, timeout: float = 60) -> str:
+    """Wait until the replica has applied everything in the source binlog; returns that GTID position.
+
+    Compares ``@@gtid_binlog_pos`` of the source with ``@@gtid_slave_pos`` of the replica and fails fast
+    when the replica's SQL thread stopped with an error.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        target = source.query("SELECT @@gtid_binlog_pos")[0][0]
+        applied = parse_gtid_pos(replica.query("SELECT @@gtid_slave_pos")[0][0])
+        if all(applied.get(domain, 0) >= seq for domain, seq in parse_gtid_pos(target).items()):
+            return str(target)
+        status = slave_status(replica)
+        if status.get("Last_SQL_Errno"):
+            raise AssertionError(f"replica SQL thread failed: {status.get('Last_SQL_Error')}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"replica not caught up after {timeout}s: source {target!r}, replica {applied!r},"
+                f" IO={status.get('Slave_IO_Running')} {status.get('Last_IO_Error')!r},"
+                f" SQL={status.get('Slave_SQL_Running')}"
+            )
+        time.sleep(0.05)
+
+
+# -- data ------------------------------------------------------------------------------------------
+
+
+def seed_database(server: SandboxServer, database: str, rows: int = 1000) -> None:
+    """Create ``database`` with deterministic data: InnoDB ``customers`` and ``orders``, Aria ``audit``.
+
+    The same arguments give the same CHECKSUM TABLE values on any server.
+    """
+    server.execute_script(
+        f"""
+        CREATE DATABASE `{database}`;
+        USE `{database}`;
+        CREATE TABLE customers (
+            id INT PRIMARY KEY, name VARCHAR(64) NOT NULL, email VARCHAR(128), created DATETIME NOT NULL
+        ) ENGINE=InnoDB;
+        CREATE TABLE orders (
+            id BIGINT PRIMARY KEY, customer_id INT NOT NULL, amount DECIMAL(12,2) NOT NULL,
+            note TEXT, KEY (customer_id)
+        ) ENGINE=InnoDB;
+        CREATE TABLE audit (id INT PRIMARY KEY, msg VARCHAR(200)) ENGINE=Aria;
+        INSERT INTO customers SELECT seq, CONCAT('customer ', seq), CONCAT('c', seq, '@example.com'),
+            '2026-01-01 00:00:00' + INTERVAL seq MINUTE FROM seq_1_to_{max(1, rows // 10)};
+        INSERT INTO audit SELECT seq, CONCAT('event ', seq) FROM seq_1_to_{max(1, rows // 100)};
+        """
+    )
+    add_orders(server, database, rows)
+
+
+def add_orders(server: SandboxServer, database: str, rows: int) -> None:
+    """Append ``rows`` deterministic rows to ``orders`` (e.g. between a full and an incremental)."""
+    if rows <= 0:
+        return
+    start = int(server.query(f"SELECT COALESCE(MAX(id), 0) FROM `{database}`.orders")[0][0])
+    customers = int(server.query(f"SELECT COUNT(*) FROM `{database}`.customers")[0][0]) or 1
+    server.query(
+        f"INSERT INTO orders SELECT seq, 1 + seq % {customers}, (seq % 1000) + 0.99,"
+        f" REPEAT(CHAR(97 + seq % 26 USING ascii), 1 + seq % 200) FROM seq_{start + 1}_to_{start + rows}",
+        database=database,
+    )
+
+
+# -- GPG -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpgKeys:
+    public_key: str  # ASCII-armored
+    private_key: str  # ASCII-armored, protected by the passphrase
+    passphrase: str
+    fingerprint: str  # primary key fingerprint (usable as a recipient)
+
+    def __repr__(self) -> str:  # keep the secret parts out of test reports
+        return f"GpgKeys(fingerprint={self.fingerprint!r})"
+
+
+def run_gpg(
+    home: Path, *args: str, passphrase: str | None = None, check: bool = True
+) -> subprocess.CompletedProcess[bytes]:
+    """Run ``gpg --homedir home --batch``; a passphrase goes on stdin (fd 0), never argv."""
+    argv = ["gpg", "--homedir", str(home), "--batch", "--no-tty"]
+    if passphrase is not None:
+        argv += ["--pinentry-mode", "loopback", "--passphrase-fd", "0"]
+    proc = subprocess.run(
+        argv + list(args),
+        input=passphrase.encode() if passphrase is not None else None,
+        stdin=None if passphrase is not None else subprocess.DEVNULL,
+        capture_output=True,
+    )
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"gpg {' '.join(args)} exited {proc.returncode}: {proc.stderr.decode()}")
+    return proc
+
+
+@contextlib.contextmanager
+def gpg_home() -> Iterator[Path]:
+    """A temporary GNUPGHOME (short path); its gpg-agent is killed and the directory removed after."""
+    home = Path(tempfile.mkdtemp(prefix="xbpg"))
+    home.chmod(0o700)
+    try:
+        yield home
+    finally:
+        subprocess.run(
+            ["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+        )
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def generate_gpg_keys(uid: str, passphrase: str) -> GpgKeys:
+    """An ed25519 (sign) + cv25519 (encrypt) key pair protected by ``passphrase``."""
+    with gpg_home() as home:
+        run_gpg(home, "--quick-gen-key", uid, "future-default", "default", "never", passphrase=passphrase)
+        listing = run_gpg(home, "--with-colons", "--list-secret-keys", uid).stdout.decode()
+        fingerprint = next(line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:"))
+        public = run_gpg(home, "--armor", "--export", fingerprint).stdout.decode()
+        private = run_gpg(
+            home, "--armor", "--export-secret-keys", fingerprint, passphrase=passphrase
+        ).stdout.decode()
+    return GpgKeys(public_key=public, private_key=private, passphrase=passphrase, fingerprint=fingerprint)
+
+
+# -- S3 --------------------------------------------------------------------------------------------
+
+S3_REGION = "us-east-1"
+S3_ACCESS_KEY = "testing"
+S3_SECRET_KEY = "testing"
+
+
+class S3Server:
+    """A moto S3 endpoint over real HTTP on 127.0.0.1; ``stop()``/``start()`` for fault tests
+    (bucket contents survive a restart: they live in this process)."""
+
+    def __init__(self, port: int | None = None):
+        self.host = "127.0.0.1"
+        self.port = port or free_port()
+        self._server: Any = None
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._server is not None
+
+    def start(self) -> None:
+        from moto.server import ThreadedMotoServer
+
+        if self._server is None:
+            server = ThreadedMotoServer(ip_address=self.host, port=self.port, verbose=False)
+            server.start()
+            self._server = server
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.stop()
+
+    def client(self, **kw: Any) -> Any:
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            region_name=S3_REGION,
+            aws_access_key_id=S3_ACCESS_KEY,
+            aws_secret_access_key=S3_SECRET_KEY,
+            **kw,
+        )
+
+    def make_bucket(self, name: str, object_lock: bool = False, versioning: bool = False) -> str:
+        client = self.client()
+        if object_lock:
+            client.create_bucket(Bucket=name, ObjectLockEnabledForBucket=True)
+        else:
+            client.create_bucket(Bucket=name)
+        if versioning and not object_lock:  # Object Lock turns versioning on by itself
+            client.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
+        return name
+
+    def airflow_connection_json(self) -> str:
+        return json.dumps(
+            {
+                "conn_type": "aws",
+                "login": S3_ACCESS_KEY,
+                "password": S3_SECRET_KEY,
+                "extra": {"endpoint_url": self.endpoint_url, "region_name": S3_REGION},
+            }
+        )
+
+    def env(self) -> dict[str, str]:
+        """Environment for boto3 and Airflow (``aws_test`` connection) to use this endpoint."""
+        return {
+            "AWS_ACCESS_KEY_ID": S3_ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": S3_SECRET_KEY,
+            "AWS_DEFAULT_REGION": S3_REGION,
+            "AIRFLOW_CONN_AWS_TEST": self.airflow_connection_json(),
+        }
+
+
+def process_argv(pid: int) -> list[str]:
+    """The argv of a running process (Linux), to check that no secret is visible in it."""
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
