@@ -63,6 +63,8 @@ def _host_group(config: FleetConfig, cluster: ClusterConfig, host: HostConfig) -
             storage_classes=dict(config.storage.storage_class),
             sse=config.storage.sse,
             kms_key_id=config.storage.kms_key_id,
+            heartbeat=config.policy.heartbeat,
+            heartbeat_conn_id=host.heartbeat_conn_id,
             **_storage_args(config),
             **_policy_args(config),
         )

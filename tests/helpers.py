@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import subprocess
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -14,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xtrabackup_provider.core.crypto import GpgHome, generate_key_pair
 from xtrabackup_provider.core.sandbox import SandboxServer, free_port
 
 # -- waiting ---------------------------------------------------------------------------------------
@@ -183,30 +182,17 @@ def run_gpg(
 @contextlib.contextmanager
 def gpg_home() -> Iterator[Path]:
     """A temporary GNUPGHOME (short path); its gpg-agent is killed and the directory removed after."""
-    home = Path(tempfile.mkdtemp(prefix="xbpg"))
-    home.chmod(0o700)
+    home = GpgHome()
     try:
-        yield home
+        yield home.path
     finally:
-        subprocess.run(
-            ["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-        )
-        shutil.rmtree(home, ignore_errors=True)
+        home.close()
 
 
 def generate_gpg_keys(uid: str, passphrase: str) -> GpgKeys:
     """An ed25519 (sign) + cv25519 (encrypt) key pair protected by ``passphrase``."""
-    with gpg_home() as home:
-        run_gpg(home, "--quick-gen-key", uid, "future-default", "default", "never", passphrase=passphrase)
-        listing = run_gpg(home, "--with-colons", "--list-secret-keys", uid).stdout.decode()
-        fingerprint = next(line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:"))
-        public = run_gpg(home, "--armor", "--export", fingerprint).stdout.decode()
-        private = run_gpg(
-            home, "--armor", "--export-secret-keys", fingerprint, passphrase=passphrase
-        ).stdout.decode()
-    return GpgKeys(public_key=public, private_key=private, passphrase=passphrase, fingerprint=fingerprint)
+    pair = generate_key_pair(uid, passphrase)
+    return GpgKeys(pair.public_key, pair.private_key, passphrase, pair.fingerprint)
 
 
 # -- S3 --------------------------------------------------------------------------------------------

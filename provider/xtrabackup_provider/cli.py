@@ -85,6 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--copy-back", action="store_true", help="copy instead of move (keeps nothing extra)")
     p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("keygen", help="create a GPG key pair for backups (passphrase from the environment)")
+    p.add_argument("--uid", required=True, help='e.g. "MySQL backups <dba@example.com>"')
+    p.add_argument("--out-dir", required=True, type=Path, help="writes public.asc and private.asc (0600)")
+    p.add_argument("--passphrase-env", default="XTRABACKUP_GPG_PASSPHRASE")
     return parser
 
 
@@ -147,6 +152,7 @@ def cmd_backup(args: argparse.Namespace, config: FleetConfig) -> int:
             sse=config.storage.sse,
             kms_key_id=config.storage.kms_key_id,
             policy=chain_policy(policy),
+            heartbeat=policy.heartbeat,
             progress=ProgressLogger(logging.getLogger("xtrabackup_provider"), f"backup of {args.host}"),
         )
     )
@@ -201,6 +207,24 @@ def cmd_restore(args: argparse.Namespace, config: FleetConfig) -> int:
     return 0
 
 
+def cmd_keygen(args: argparse.Namespace) -> int:
+    import os
+
+    from .core.crypto import generate_key_pair
+
+    passphrase = os.environ.get(args.passphrase_env)
+    if not passphrase:
+        raise SetupError(f"set {args.passphrase_env} to the passphrase that protects the private key")
+    pair = generate_key_pair(args.uid, passphrase)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    (args.out_dir / "public.asc").write_text(pair.public_key)
+    fd = os.open(args.out_dir / "private.asc", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(pair.private_key)
+    print(f"{pair.fingerprint}\twrote {args.out_dir}/public.asc and private.asc (0600)")
+    return 0
+
+
 COMMANDS = {"backup": cmd_backup, "list": cmd_list, "restore": cmd_restore}
 
 
@@ -212,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     try:
+        if args.command == "keygen":
+            return cmd_keygen(args)
         return COMMANDS[args.command](args, load(args))
     except USER_ERRORS as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -34,6 +34,7 @@ def get_provider_info() -> dict[str, Any]:
                     f"{P}.operators.restore",
                     f"{P}.operators.prepare",
                     f"{P}.operators.standby",
+                    f"{P}.operators.restore_test",
                 ],
             }
         ],

@@ -2,83 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import sys
-from pathlib import Path
-
 import pytest
 import yaml
+from dag_helpers import load_dag_module
 
 from helpers import add_orders, seed_database, unique_name
-from xtrabackup_provider.core.catalog import Catalog
 from xtrabackup_provider.core.restore import RestoreRequest, restore
 from xtrabackup_provider.core.sandbox import SandboxServer, table_checksums
-from xtrabackup_provider.core.storage import S3Store, make_s3_client
-
-DAGS = Path(__file__).resolve().parents[2] / "dags"
-
-
-def load_dag_module(name: str):
-    """Import a DAG file afresh (it reads the fleet config at import, like the dag processor)."""
-    spec = importlib.util.spec_from_file_location(f"dagfile_{name}", DAGS / f"{name}.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture
-def fleet(mariadb, s3_server, bucket, gpg_keys, tmp_path, monkeypatch, airflow_home):
-    """A one-host fleet config and the Airflow connections it names, all pointing at real components."""
-    config = {
-        "storage": {
-            "bucket": bucket,
-            "prefix": "backups",
-            "aws_conn_id": "aws_test",
-            "storage_class": {"full": "STANDARD_IA", "incremental": "STANDARD"},
-        },
-        "encryption": {"gpg_conn_id": "backup_gpg_test"},
-        # The sandbox is tiny, so an incremental is a large share of the full: keep the ratio out of the way.
-        "policy": {"max_chain_length": 2, "max_incremental_ratio": 5.0},
-        "clusters": [
-            {
-                "name": "dagtest",
-                "schedule": None,
-                "hosts": [{"name": "db1", "mysql_conn_id": "mysql_dagtest"}],
-            }
-        ],
-    }
-    path = tmp_path / "fleet.yaml"
-    path.write_text(yaml.safe_dump(config))
-    monkeypatch.setenv("XTRABACKUP_FLEET_CONFIG", str(path))
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_MYSQL_DAGTEST",
-        json.dumps(
-            {
-                "conn_type": "mysql",
-                "host": "127.0.0.1",
-                "port": mariadb.port,
-                "login": "root",
-                "password": mariadb.root_password,
-                "extra": {"unix_socket": str(mariadb.socket)},
-            }
-        ),
-    )
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_BACKUP_GPG_TEST",
-        json.dumps(
-            {
-                "conn_type": "gpg_keys",
-                "extra": {"public_keys": [gpg_keys.public_key]},
-            }
-        ),
-    )
-    catalog = Catalog(
-        S3Store(make_s3_client(s3_server.endpoint_url, "us-east-1"), bucket), "backups", "dagtest", "db1"
-    )
-    return mariadb, catalog
 
 
 def _run(dag, kind: str = "auto"):

@@ -23,7 +23,15 @@ from .catalog import (
 )
 from .crypto import GpgHome
 from .decision import ChainPolicy, Decision, decide
-from .mysql import MySQLTarget, ServerFacts, defaults_file, directory_size, server_facts
+from .mysql import (
+    MySQLTarget,
+    ServerFacts,
+    defaults_file,
+    directory_size,
+    server_facts,
+    wait_for_heartbeat,
+    write_heartbeat,
+)
 from .pipeline import stream_to_store
 from .storage import PutOptions
 
@@ -57,6 +65,9 @@ class BackupRequest:
     policy: ChainPolicy = field(default_factory=ChainPolicy)
     gates: list[GateResult] = field(default_factory=list)
     host_defaults_file: str | None = None
+    heartbeat: bool = False  # write the restore-test canary row before the backup starts
+    heartbeat_target: MySQLTarget | None = None  # the source, when backing up a replica
+    heartbeat_wait: float = 60  # seconds a replica gets to apply the heartbeat before the backup
     progress: Callable[[int], None] | None = None
 
 
@@ -92,6 +103,8 @@ def run_backup(req: BackupRequest, now: datetime | None = None) -> Manifest:
             f"backup {backup_id} already exists in {req.catalog.describe()}; another run is active"
         )
     datadir = req.datadir or facts.datadir
+    if req.heartbeat:
+        _heartbeat(req, backup_id)
     with GpgHome() as gpg, tempfile.TemporaryDirectory(prefix="xbp-backup-") as work:
         recipients = _recipients(gpg, req)
         stored = _stream(req, tool, decision, Path(work), datadir, backup_id, gpg, recipients)
@@ -131,6 +144,7 @@ def run_backup(req: BackupRequest, now: datetime | None = None) -> Manifest:
         stored_bytes=stored.size,
         gates=req.gates,
         estimate_memory=tool.capabilities.estimate_memory,
+        extra={"heartbeat": req.heartbeat},
     )
     req.catalog.write(manifest)
     log.info(
@@ -142,6 +156,17 @@ def run_backup(req: BackupRequest, now: datetime | None = None) -> Manifest:
         req.catalog.describe(backup_id),
     )
     return manifest
+
+
+def _heartbeat(req: BackupRequest, backup_id: str) -> None:
+    write_heartbeat(req.heartbeat_target or req.target, backup_id)
+    if req.heartbeat_target and not wait_for_heartbeat(req.target, backup_id, req.heartbeat_wait):
+        # Go on: the backup is still worth having, and a restore test will flag the missing canary.
+        log.warning(
+            "the replica did not apply heartbeat %s within %.0fs; it is lagging or stopped",
+            backup_id,
+            req.heartbeat_wait,
+        )
 
 
 def _recipients(gpg: GpgHome, req: BackupRequest) -> list[str]:

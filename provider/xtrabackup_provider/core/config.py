@@ -70,7 +70,8 @@ class StorageConfig(_Model):
 
 class EncryptionConfig(_Model):
     enabled: bool = True
-    gpg_conn_id: str = "backup_gpg"  # Airflow connection of type gpg_keys
+    gpg_conn_id: str = "backup_gpg"  # Airflow connection of type gpg_keys (public keys)
+    private_gpg_conn_id: str = "backup_gpg_private"  # only restore workers should read this one
     public_key_files: list[str] = Field(default_factory=list)  # CLI
     private_key_file: str | None = None  # CLI restores
     passphrase_env: str = "XTRABACKUP_GPG_PASSPHRASE"  # CLI restores read the passphrase from here
@@ -84,6 +85,7 @@ class PolicyConfig(_Model):
     max_chain_length: int = Field(6, ge=0, le=1000)
     max_incremental_ratio: float = Field(0.5, gt=0)
     prepare_max_free_memory_pct: int = Field(50, ge=1, le=90)
+    heartbeat: bool = True  # canary row written before each backup, checked by restore tests
 
     @property
     def full_every(self) -> timedelta:
@@ -95,6 +97,7 @@ class HostConfig(_Model):
     flavour: Literal["mariabackup", "xtrabackup"] = "mariabackup"
     binary: str | None = None
     mysql_conn_id: str | None = None  # Airflow
+    heartbeat_conn_id: str | None = None  # the source's connection when this host is a replica
     datadir: str | None = None
     queue: str = "default"
     # CLI connection when Airflow is down: a client option file holding the credentials,
@@ -111,6 +114,8 @@ class ClusterConfig(_Model):
     name: str = Field(pattern=NAME)
     schedule: str | None = "@daily"
     max_parallel_backups: int = Field(2, ge=1)
+    restore_test_schedule: str | None = "@weekly"
+    restore_workdir: str = "/tmp"  # scratch for restore tests on the restore worker
     hosts: list[HostConfig] = Field(min_length=1)
 
     @model_validator(mode="after")

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
@@ -127,3 +128,28 @@ def passphrase_pipe(passphrase: str) -> int:
 def _tail(stderr: bytes, limit: int = 600) -> str:
     text = stderr.decode(errors="replace").strip()
     return text[-limit:] if text else "(no output)"
+
+
+@dataclass(frozen=True)
+class KeyPair:
+    public_key: str  # ASCII-armored
+    private_key: str = field(repr=False)  # ASCII-armored, protected by the passphrase
+    fingerprint: str = ""
+
+
+def generate_key_pair(uid: str, passphrase: str) -> KeyPair:
+    """A new ed25519 (sign) + cv25519 (encrypt) key pair; the passphrase goes to gpg on stdin."""
+    with GpgHome() as home:
+        secret = ["--pinentry-mode", "loopback", "--passphrase-fd", "0"]
+        stdin = passphrase.encode()
+        proc = _run_gpg(
+            home.path, [*secret, "--quick-gen-key", uid, "future-default", "default", "never"], stdin
+        )
+        if proc.returncode != 0:
+            raise GpgError(f"gpg could not generate a key for {uid!r}: {_tail(proc.stderr)}")
+        fingerprint = home.fingerprints(secret=True)[0]
+        public = _run_gpg(home.path, ["--armor", "--export", fingerprint]).stdout.decode()
+        private = _run_gpg(
+            home.path, [*secret, "--armor", "--export-secret-keys", fingerprint], stdin
+        ).stdout.decode()
+    return KeyPair(public, private, fingerprint)

@@ -45,6 +45,8 @@ class XtraBackupOperator(BaseOperator):
         full_every_days: float = 7,
         max_chain_length: int = 6,
         max_incremental_ratio: float = 0.5,
+        heartbeat: bool = False,
+        heartbeat_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -69,6 +71,8 @@ class XtraBackupOperator(BaseOperator):
         self.full_every_days = full_every_days
         self.max_chain_length = max_chain_length
         self.max_incremental_ratio = max_incremental_ratio
+        self.heartbeat = heartbeat
+        self.heartbeat_conn_id = heartbeat_conn_id
 
     def execute(self, context: Any) -> dict[str, Any]:
         from datetime import timedelta
@@ -103,6 +107,10 @@ class XtraBackupOperator(BaseOperator):
             policy=ChainPolicy(
                 timedelta(days=self.full_every_days), self.max_chain_length, self.max_incremental_ratio
             ),
+            heartbeat=self.heartbeat,
+            heartbeat_target=XtraBackupHook(self.heartbeat_conn_id).get_target()
+            if self.heartbeat_conn_id
+            else None,
             progress=ProgressLogger(log, f"backup of {self.cluster}/{self.host}"),
         )
         manifest = run_backup(request)

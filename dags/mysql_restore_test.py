@@ -1,0 +1,76 @@
+"""Restore tests: prove on a schedule (and by hand) that the backups restore.
+
+One DAG per cluster. Each run restores one host's backup into a scratch datadir, starts a
+socket-only sandbox, verifies it, writes restore-report.json next to the backup (retention
+reads it as "verified") and emits an Asset event that downstream DAGs can be scheduled on.
+Trigger by hand with Params: host (or "random"), backup_id (or "latest"), level.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime
+from typing import Any
+
+from airflow.sdk import DAG, Asset, Param, task
+
+from xtrabackup_provider.core.config import ClusterConfig, FleetConfig, load_config
+from xtrabackup_provider.operators.restore_test import RestoreTestOperator
+
+
+def verified_asset(cluster: str) -> Asset:
+    return Asset(name=f"mysql_restore_verified_{cluster}", uri=f"xtrabackup://{cluster}/restore-verified")
+
+
+def build_dag(config: FleetConfig, cluster: ClusterConfig) -> DAG:
+    hosts = [h.name for h in cluster.hosts]
+    storage = config.storage
+    with DAG(
+        dag_id=f"mysql_restore_test_{cluster.name}",
+        description=f"Restore tests of cluster {cluster.name}",
+        schedule=cluster.restore_test_schedule,
+        start_date=datetime(2026, 1, 1),
+        catchup=False,
+        max_active_runs=1,
+        tags=["mysql", "restore-test", cluster.name],
+        params={
+            "host": Param("random", enum=["random", *hosts], description="host to test"),
+            "backup_id": Param("latest", type="string", description="a backup id, or latest"),
+            "level": Param("quick", enum=["quick", "full"], description="CHECK TABLE on a sample or all"),
+        },
+        doc_md=__doc__,
+    ) as dag:
+
+        @task
+        def pick_host(**context: Any) -> str:
+            chosen = context["params"]["host"]
+            return random.choice(hosts) if chosen == "random" else chosen
+
+        @task.branch
+        def choose_path(**context: Any) -> str:
+            given = context["params"]["backup_id"] not in ("", "latest")
+            return "restore_given_backup" if given else "restore_latest_chain"
+
+        common: dict[str, Any] = dict(
+            cluster=cluster.name,
+            host="{{ ti.xcom_pull(task_ids='pick_host') }}",
+            level="{{ params.level }}",
+            bucket=storage.bucket,
+            local_path=storage.local_path,
+            prefix=storage.prefix,
+            aws_conn_id=storage.aws_conn_id,
+            workdir_root=cluster.restore_workdir,
+            gpg_conn_id=config.encryption.private_gpg_conn_id if config.encryption.enabled else None,
+            outlets=[verified_asset(cluster.name)],
+        )
+        latest = RestoreTestOperator(task_id="restore_latest_chain", backup_id="latest", **common)
+        given = RestoreTestOperator(
+            task_id="restore_given_backup", backup_id="{{ params.backup_id }}", **common
+        )
+        pick_host() >> choose_path() >> [latest, given]
+    return dag
+
+
+FLEET = load_config()
+for _cluster in FLEET.clusters:
+    globals()[f"mysql_restore_test_{_cluster.name}"] = build_dag(FLEET, _cluster)
