@@ -39,8 +39,8 @@ t2 = time.perf_counter()
 print(json.dumps({"airflow_import": t1 - t0, "parse": t2 - t1, "dags": len(bag.dags),
                   "tasks": sum(len(d.tasks) for d in bag.dags.values()),
                   "errors": {k: str(v)[:300] for k, v in bag.import_errors.items()},
-                  "heavy": sorted(m for m in %r if m in sys.modules)}))
-""" % (HEAVY,)
+                  "heavy": sorted(m for m in HEAVY if m in sys.modules)}))
+""".replace("HEAVY", repr(HEAVY))
 
 
 def fleet(hosts: int, clusters: int) -> dict:
