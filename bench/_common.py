@@ -569,3 +569,173 @@ def update_doc_section(name: str, body: str, path: Path = BENCH_DOC) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+# -- more dataset helpers ------------------------------------------------------------------------------
+
+
+def load_rows(server: SandboxServer, first: int, last: int, database: str = "bench") -> None:
+    """Insert ids ``first..last`` of orders and events (and every 16th as an attachment) into a dataset
+    made by :func:`generate_dataset`: the same row shapes as the initial load."""
+    server.execute_script(_BATCH.format(first=first, last=last), database=database)
+
+
+def max_id(server: SandboxServer, table: str = "orders", database: str = "bench") -> int:
+    return int(server.query(f"SELECT COALESCE(MAX(id), 0) FROM {database}.{table}")[0][0])
+
+
+def lsn_current(server: SandboxServer) -> int:
+    """The server's current redo LSN (bytes of redo written since the log was created, near enough)."""
+    return int(server.query("SHOW GLOBAL STATUS LIKE 'Innodb_lsn_current'")[0][1])
+
+
+# -- S3 endpoint -------------------------------------------------------------------------------------------
+
+S3_REGION = "us-east-1"
+S3_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+
+# moto answers a ranged GET by reading and copying the whole object, then slicing it: every range
+# costs O(object size), so N ranges of one object cost O(N * size). S3 serves a range in O(range).
+# Unless told to keep moto's stock behaviour, the child serves a ranged GET by reading only the range
+# from the object's buffer (everything else, headers and errors included, is moto's own code).
+_MOTO_RANGE_PATCH = """
+import threading
+from moto.s3 import models, responses
+
+_ranged = threading.local()
+_value = models.FakeKey.value
+
+
+class _RangeView:
+    def __init__(self, key):
+        self.key = key
+
+    def __len__(self):
+        return self.key.size
+
+    def __getitem__(self, s):
+        with self.key.lock:
+            self.key._value_buffer.seek(s.start)
+            return self.key._value_buffer.read(s.stop - s.start)
+
+
+def _value_get(self):
+    return _RangeView(self) if getattr(_ranged, "on", False) else _value.fget(self)
+
+
+models.FakeKey.value = property(_value_get, _value.fset)
+_get_object = responses.S3Response.get_object
+
+
+def get_object(self):
+    spec = (self.headers.get("range") or "").partition("=")[2]
+    _ranged.on = bool(spec) and "," not in spec and not spec.startswith("-")
+    try:
+        return _get_object(self)
+    finally:
+        _ranged.on = False
+
+
+responses.S3Response.get_object = get_object
+"""
+
+_MOTO_CHILD = """
+import logging
+import sys
+from moto.server import ThreadedMotoServer
+logging.getLogger("werkzeug").setLevel(logging.ERROR)
+if sys.argv[2] == "ranges":
+    exec(PATCH)
+server = ThreadedMotoServer(ip_address="127.0.0.1", port=int(sys.argv[1]), verbose=False)
+server.start()
+print("ready", flush=True)
+sys.stdin.read()  # until the parent closes the pipe (or dies)
+server.stop()
+"""
+
+
+@contextlib.contextmanager
+def moto_s3(timeout: float = 60, *, stock_ranges: bool = False) -> Iterator[str]:
+    """moto's ``ThreadedMotoServer`` on 127.0.0.1, in a child Python process; yields its endpoint URL.
+
+    Ranged GETs read only their range unless ``stock_ranges`` (see ``_MOTO_RANGE_PATCH``).
+
+    A child process, not a thread: like a real S3 endpoint it does not share this process's GIL, so
+    neither the method under test nor a baseline pays for the server's Python work. The child exits
+    when its stdin closes (this context's exit, or the parent dying); it is killed if it lingers.
+    """
+    from xtrabackup_provider.core.sandbox import free_port
+
+    port = free_port()
+    env = dict(os.environ, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
+    env["AWS_DEFAULT_REGION"] = S3_REGION
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            _MOTO_CHILD.replace("exec(PATCH)", f"exec({_MOTO_RANGE_PATCH!r})"),
+            str(port),
+            "stock" if stock_ranges else "ranges",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        lines: list[bytes] = []
+        reader = threading.Thread(target=lambda: lines.append(proc.stdout.readline() if proc.stdout else b""))
+        reader.daemon = True
+        reader.start()
+        reader.join(timeout)
+        if not lines or lines[0].strip() != b"ready":
+            raise RuntimeError(f"moto server did not start within {timeout:.0f}s (exit {proc.poll()})")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        with contextlib.suppress(OSError):
+            if proc.stdin:
+                proc.stdin.close()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def checkpoint(server: SandboxServer, timeout: float = 180) -> float:
+    """Flush every dirty page and wait for InnoDB to checkpoint; returns the seconds it took.
+
+    MariaDB's page cleaner stays idle while the redo log has room, so on a lightly written server the
+    checkpoint can lag minutes behind: an incremental backup then finds almost no changed page on disk
+    and carries the changes as copied redo instead. Flushing first models a server whose page cleaner
+    has caught up since the last backup, so an incremental holds real page deltas.
+    """
+    started = time.monotonic()
+    old = server.query("SELECT @@innodb_max_dirty_pages_pct, @@innodb_io_capacity, @@innodb_io_capacity_max")[
+        0
+    ]
+    # The page cleaner flushes at innodb_io_capacity pages/s (200 by default): lift it while flushing.
+    server.query("SET GLOBAL innodb_io_capacity_max = 1000000")
+    server.query("SET GLOBAL innodb_io_capacity = 1000000")
+    server.query("SET GLOBAL innodb_max_dirty_pages_pct = 0")
+    try:
+        while True:
+            status = dict(
+                server.query(
+                    "SHOW GLOBAL STATUS WHERE Variable_name IN"
+                    " ('Innodb_buffer_pool_pages_dirty', 'Innodb_checkpoint_age')"
+                )
+            )
+            if (
+                int(status["Innodb_buffer_pool_pages_dirty"]) == 0
+                and int(status["Innodb_checkpoint_age"]) < MiB
+            ):
+                return time.monotonic() - started
+            if time.monotonic() - started > timeout:
+                raise RuntimeError(f"InnoDB did not checkpoint within {timeout:.0f}s: {status}")
+            time.sleep(0.2)
+    finally:
+        server.query(f"SET GLOBAL innodb_max_dirty_pages_pct = {float(old[0])}")
+        server.query(f"SET GLOBAL innodb_io_capacity = {int(old[1])}")
+        server.query(f"SET GLOBAL innodb_io_capacity_max = {int(old[2])}")

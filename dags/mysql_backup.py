@@ -1,4 +1,5 @@
-"""Backups of every configured MySQL/MariaDB host: one DAG per cluster, a branch per host.
+"""Backups of every configured MySQL/MariaDB host: one DAG per cluster, a branch per host,
+then a `retention` task per host (core/retention.py; deletes only with `retention.confirm: true`).
 
 The fleet config (dags/config/fleet.yaml or $XTRABACKUP_FLEET_CONFIG) is validated at parse
 time, so a bad file shows as an import error naming the field and the file. Parsing imports
@@ -15,6 +16,9 @@ from airflow.sdk import DAG, Param, TaskGroup, task
 from xtrabackup_provider.core.config import ClusterConfig, FleetConfig, HostConfig, load_config
 from xtrabackup_provider.operators.backup import XtraBackupOperator
 from xtrabackup_provider.operators.decide import choose_backup_kind
+from xtrabackup_provider.operators.retention import ApplyRetentionOperator
+from xtrabackup_provider.sensors.binlog import binlog_gate
+from xtrabackup_provider.sensors.checksum import checksum_gate
 
 
 def _storage_args(config: FleetConfig) -> dict[str, Any]:
@@ -35,6 +39,7 @@ def _host_group(config: FleetConfig, cluster: ClusterConfig, host: HostConfig) -
     group_id = host.name.replace(".", "_")
     conn_id = host.mysql_conn_id or f"mysql_{group_id}"
     with TaskGroup(group_id=group_id, tooltip=f"backup of {cluster.name}/{host.name}"):
+        gate = checksum_gate(cluster, host, conn_id)  # None unless the host has a checksum_gate
 
         @task.branch(task_id="choose_kind")
         def choose_kind(**context: Any) -> str:
@@ -63,14 +68,42 @@ def _host_group(config: FleetConfig, cluster: ClusterConfig, host: HostConfig) -
             storage_classes=dict(config.storage.storage_class),
             sse=config.storage.sse,
             kms_key_id=config.storage.kms_key_id,
+            object_lock_mode=config.storage.object_lock.mode if config.storage.object_lock else None,
+            object_lock_days=config.storage.object_lock.retain_days if config.storage.object_lock else None,
             heartbeat=config.policy.heartbeat,
             heartbeat_conn_id=host.heartbeat_conn_id,
+            gates_from=[gate.task_id] if gate else [],
             **_storage_args(config),
             **_policy_args(config),
         )
         full = XtraBackupOperator(task_id="full_backup", kind="full", **common)
         incremental = XtraBackupOperator(task_id="incremental_backup", kind="incremental", **common)
-        choose_kind() >> [full, incremental]
+        (gate >> choose_kind() if gate else choose_kind()) >> [full, incremental]
+        # Opt-in (cluster `binlogs.gate_backups`): the backup counts once its binlogs are stored.
+        if shipped := binlog_gate(config, cluster, host, conn_id):
+            [full, incremental] >> shipped
+
+
+def _retention_branch(dag: DAG, config: FleetConfig, cluster: ClusterConfig) -> None:
+    """After each host's backup, its retention: a dry run (the plan, logged) unless retention.confirm.
+
+    It runs only when that host's backup succeeded: a failed backup never costs an older one.
+    """
+    policy = config.retention.model_dump(exclude={"confirm"})
+    with TaskGroup(group_id="retention", tooltip="apply the retention policy per host"):
+        for host in cluster.hosts:
+            group_id = host.name.replace(".", "_")
+            apply = ApplyRetentionOperator(
+                task_id=group_id,
+                cluster=cluster.name,
+                host=host.name,
+                policy=policy,
+                confirm=config.retention.confirm,
+                trigger_rule="none_failed_min_one_success",
+                **_storage_args(config),
+            )
+            backups = [dag.get_task(f"{group_id}.{kind}_backup") for kind in ("full", "incremental")]
+            apply.set_upstream(backups)
 
 
 def build_dag(config: FleetConfig, cluster: ClusterConfig) -> DAG:
@@ -89,6 +122,7 @@ def build_dag(config: FleetConfig, cluster: ClusterConfig) -> DAG:
     ) as dag:
         for host in cluster.hosts:
             _host_group(config, cluster, host)
+        _retention_branch(dag, config, cluster)
     return dag
 
 

@@ -15,7 +15,9 @@ from typing import Any
 from airflow.sdk import DAG, Asset, Param, task
 
 from xtrabackup_provider.core.config import ClusterConfig, FleetConfig, load_config
+from xtrabackup_provider.operators.pitr import PitrRestoreTestOperator
 from xtrabackup_provider.operators.restore_test import RestoreTestOperator
+from xtrabackup_provider.sensors.glacier import glacier_tasks
 
 
 def verified_asset(cluster: str) -> Asset:
@@ -39,6 +41,11 @@ def build_dag(config: FleetConfig, cluster: ClusterConfig) -> DAG:
             "host": Param("random", enum=["random", *hosts], description="host to test"),
             "backup_id": Param("latest", type="string", description="a backup id, or latest"),
             "level": Param("quick", enum=["quick", "full"], description="CHECK TABLE on a sample or all"),
+            **(
+                {"target_time": Param("", type="string", description="ISO time, UTC: restore to it (PITR)")}
+                if cluster.binlogs
+                else {}
+            ),
         },
         doc_md=__doc__,
     ) as dag:
@@ -48,8 +55,10 @@ def build_dag(config: FleetConfig, cluster: ClusterConfig) -> DAG:
             chosen = context["params"]["host"]
             return random.choice(hosts) if chosen == "random" else chosen
 
-        @task.branch
+        @task.branch(trigger_rule="none_failed_min_one_success")  # after the Glacier branch's join
         def choose_path(**context: Any) -> str:
+            if context["params"].get("target_time"):
+                return "restore_to_time"
             given = context["params"]["backup_id"] not in ("", "latest")
             return "restore_given_backup" if given else "restore_latest_chain"
 
@@ -69,7 +78,19 @@ def build_dag(config: FleetConfig, cluster: ClusterConfig) -> DAG:
         given = RestoreTestOperator(
             task_id="restore_given_backup", backup_id="{{ params.backup_id }}", **common
         )
-        pick_host() >> choose_path() >> [latest, given]
+        host, path = pick_host(), choose_path()
+        if storage.bucket:  # archived backups: request restore -> wait (deferred) -> restore test
+            first, last = glacier_tasks(cluster.name, storage)
+            host >> first
+            last >> path
+        else:
+            host >> path
+        path >> [latest, given]
+        if cluster.binlogs:  # binlogs are shipped: a point-in-time restore test on request
+            to_time = {k: v for k, v in common.items() if k != "outlets"}
+            path >> PitrRestoreTestOperator(
+                task_id="restore_to_time", target_time="{{ params.target_time }}", **to_time
+            )
     return dag
 
 

@@ -82,6 +82,36 @@ def start_replication(source: SandboxServer, replica: SandboxServer, user: str =
     replica.query("START SLAVE")
 
 
+def checksum_pair(
+    factory: Callable[..., SandboxServer], name: str
+) -> tuple[SandboxServer, SandboxServer, str]:
+    """A private source + GTID replica (from ``mariadb_factory``), caught up, and the password of
+    ``xbp_checksum``@127.0.0.1: a pt-table-checksum account created on the source with binary
+    logging, so the replica has it too (pt reaches replicas with the source's credentials)."""
+    source = factory(f"{name}-source", root_password=uuid.uuid4().hex)
+    replica = factory(f"{name}-replica", root_password=uuid.uuid4().hex)
+    start_replication(source, replica)
+    password = uuid.uuid4().hex
+    source.query("CREATE USER 'xbp_checksum'@'127.0.0.1' IDENTIFIED BY %s", (password,))
+    source.query(
+        "GRANT SELECT, PROCESS, SUPER, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'xbp_checksum'@'127.0.0.1'"
+    )
+    source.query("GRANT ALL ON percona.* TO 'xbp_checksum'@'127.0.0.1'")
+    wait_caught_up(source, replica)
+    return source, replica, password
+
+
+def execute_unlogged(server: SandboxServer, sql: str) -> None:
+    """Run ``sql`` with binary logging off: on a replica, a change its source never sees (drift)."""
+    conn = server.connect()
+    try:
+        cur = conn.cursor()
+        cur.execute("SET SESSION sql_log_bin = 0")
+        cur.execute(sql)
+    finally:
+        conn.close()
+
+
 def wait_caught_up(source: SandboxServer, replica: SandboxServer, timeout: float = 60) -> str:
     """Wait until the replica has applied everything in the source binlog; returns that GTID position.
 

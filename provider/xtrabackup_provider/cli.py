@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .cli_binlog import add_binlog_parsers, add_restore_targets, cmd_binlogs, cmd_pitr_restore, pitr_target
 from .core import config as cfg
 from .core.catalog import CatalogError, manifest_summary
 from .core.config import ConfigError, FleetConfig
@@ -55,6 +56,58 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--endpoint-url", help="S3 endpoint (MinIO, a test server)")
 
 
+def _add_retention_parser(sub: Any) -> None:
+    """`retention plan|apply`: the policy is the fleet config's `retention:` section."""
+    p = sub.add_parser("retention", help="show or apply the retention policy (config section `retention:`)")
+    rsub = p.add_subparsers(dest="retention_command", required=True)
+    plan = rsub.add_parser("plan", help="what the policy keeps and deletes, and why (deletes nothing)")
+    apply = rsub.add_parser("apply", help="delete what the plan deletes; a dry run without --confirm")
+    for r in (plan, apply):
+        _add_common(r)
+        r.add_argument("--json", action="store_true", help="the whole plan as JSON")
+    plan.add_argument("--at", type=_utc_time, help="plan as of this ISO time instead of now (UTC if no zone)")
+    apply.add_argument("--confirm", action="store_true", help="really delete (manifests first)")
+
+
+def _utc_time(text: str) -> Any:
+    from datetime import UTC, datetime
+
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO time: {text!r} (e.g. 2026-12-01T00:00:00Z)") from None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def _add_s3_parsers(sub: Any) -> None:
+    """`glacier-restore` and `verify` (issue: S3 and Glacier)."""
+    p = sub.add_parser("glacier-restore", help="request the restore of a backup chain's archived objects")
+    _add_common(p)
+    p.add_argument("--backup-id", default="latest", help="backup id, or 'latest' (default)")
+    p.add_argument(
+        "--tier", choices=["Standard", "Bulk", "Expedited"], help="default: storage.glacier_restore_tier"
+    )
+    p.add_argument(
+        "--days", type=int, help="days the restored copies stay readable (storage.glacier_restore_days)"
+    )
+    p.add_argument("--wait", action="store_true", help="poll until every object is readable")
+    p.add_argument("--poll-interval", type=float, default=60.0, help="seconds between polls with --wait")
+    p.add_argument("--timeout", type=float, default=3 * 86400, help="give up waiting after this many seconds")
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser(
+        "verify", help="check stored backups without restoring them (exit 1 if anything is wrong)"
+    )
+    _add_common(p)
+    p.add_argument("--backup-id", default="all", help="a backup id, 'latest', or 'all' (default)")
+    p.add_argument(
+        "--deep", action="store_true", help="stream every object: sha256, gpg, zstd, xbstream framing"
+    )
+    p.add_argument(
+        "--private-key-file", help="for --deep on encrypted backups; passphrase from the environment"
+    )
+    p.add_argument("--json", action="store_true")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="xtrabackup-provider", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -85,6 +138,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--copy-back", action="store_true", help="copy instead of move (keeps nothing extra)")
     p.add_argument("--json", action="store_true")
+    add_restore_targets(p)
+
+    p = sub.add_parser(
+        "checksum", help="pt-table-checksum on the cluster's source; then the host's checksum gate"
+    )
+    _add_common(p)
+    p.add_argument("--json", action="store_true")
+
+    _add_retention_parser(sub)
+    _add_s3_parsers(sub)
+    add_binlog_parsers(sub, _add_common)
 
     p = sub.add_parser("keygen", help="create a GPG key pair for backups (passphrase from the environment)")
     p.add_argument("--uid", required=True, help='e.g. "MySQL backups <dba@example.com>"')
@@ -151,6 +215,8 @@ def cmd_backup(args: argparse.Namespace, config: FleetConfig) -> int:
             storage_classes=dict(config.storage.storage_class),
             sse=config.storage.sse,
             kms_key_id=config.storage.kms_key_id,
+            object_lock_mode=config.storage.object_lock.mode if config.storage.object_lock else None,
+            object_lock_days=config.storage.object_lock.retain_days if config.storage.object_lock else None,
             policy=chain_policy(policy),
             heartbeat=policy.heartbeat,
             progress=ProgressLogger(logging.getLogger("xtrabackup_provider"), f"backup of {args.host}"),
@@ -185,6 +251,8 @@ def cmd_restore(args: argparse.Namespace, config: FleetConfig) -> int:
 
     from .core.restore import RestoreRequest, restore
 
+    if (target := pitr_target(args)) is not None:
+        return cmd_pitr_restore(args, config, target)
     key, passphrase = read_private_key(config, args.private_key_file)
     report = restore(
         RestoreRequest(
@@ -207,6 +275,111 @@ def cmd_restore(args: argparse.Namespace, config: FleetConfig) -> int:
     return 0
 
 
+def cmd_checksum(args: argparse.Namespace, config: FleetConfig) -> int:
+    """Exit 0 when clean, 1 on differences (or a blocked gate), 2 when the run failed."""
+    from dataclasses import asdict
+
+    from .core.consistency import run_configured_checksum
+
+    run, verdict = run_configured_checksum(config, args.cluster, args.host)
+    if args.json:
+        out = {"checksum": run.summary(), "tables": [asdict(t) for t in run.tables]}
+        print(json.dumps(out | {"gate": verdict.xcom() if verdict else None}, indent=2))
+    else:
+        print(f"{'TABLE':48} {'ROWS':>12} {'CHUNKS':>7} {'DIFFS':>6} {'SKIPPED':>8}")
+        for t in run.tables:
+            print(f"{t.table:48} {t.rows:>12} {t.chunks:>7} {t.diffs:>6} {t.skipped:>8}")
+        for line in run.problems + run.warnings:
+            print(f"WARNING: {line}", file=sys.stderr)
+        if run.differing:
+            print(f"DIFFERENCES in: {', '.join(t.table for t in run.differing)}")
+        if verdict:
+            print(f"gate: {verdict.outcome}: {verdict.message()}")
+    if run.problems:
+        return 2
+    return 0 if run.ok and (verdict is None or verdict.outcome == "pass") else 1
+
+
+def cmd_retention(args: argparse.Namespace, config: FleetConfig) -> int:
+    """Print the plan (and apply it with `apply --confirm`); exit 1 when a manifest was unreadable."""
+    from dataclasses import asdict
+
+    from .core.catalog import dumps
+    from .core.retention import plan_table
+    from .core.retention_apply import apply_plan, plan_host
+
+    catalog = make_catalog(config, args.cluster, args.host)
+    plan = plan_host(catalog, config.retention, getattr(args, "at", None))
+    applied = None
+    if args.retention_command == "apply":
+        applied = apply_plan(catalog, plan, confirm=args.confirm).summary(max_names=len(plan.items))
+    if args.json:
+        out = {"summary": plan.summary(), "items": [asdict(i) for i in plan.items], "problems": plan.problems}
+        print(dumps(out | ({"applied": applied} if applied else {})))
+    else:
+        print(plan_table(plan, limit=len(plan.items)))
+        if applied and applied["dry_run"]:
+            print(f"dry run: {len(plan.deletes)} item(s) would be deleted; add --confirm to delete them")
+        elif applied:
+            print(f"deleted {applied['deleted_items']} item(s): {applied['deleted_keys']} object(s)")
+    for problem in plan.problems:
+        print(f"WARNING: unreadable manifest (its backup is kept): {problem}", file=sys.stderr)
+    return 1 if plan.problems else 0
+
+
+def cmd_glacier_restore(args: argparse.Namespace, config: FleetConfig) -> int:
+    """Request restores; with --wait, poll until every object is readable (exit 2 on timeout)."""
+    from .core import glacier
+
+    catalog = make_catalog(config, args.cluster, args.host)
+    states = glacier.chain_states(catalog, None if args.backup_id == "latest" else args.backup_id)
+    tier = args.tier or config.storage.glacier_restore_tier
+    states = glacier.request_restores(
+        catalog.store, states, tier, args.days or config.storage.glacier_restore_days
+    )
+    if args.wait and glacier.waiting(states):
+        keys = [s.key for s in states]
+        states = glacier.wait_for_restores(
+            catalog.store, keys, poll=args.poll_interval, timeout=args.timeout, on_poll=_print_pending
+        )
+    if args.json:
+        print(json.dumps([s.row() for s in states], indent=2))
+    else:
+        for s in states:
+            print(
+                f"{s.state:10} {s.storage_class:13} {s.key}"
+                + (f"  (until {s.expiry:%Y-%m-%d})" if s.expiry else "")
+            )
+    return 0
+
+
+def _print_pending(states: list[Any]) -> None:
+    pending = sum(1 for s in states if s.state in ("archived", "restoring"))
+    print(f"waiting: {pending} of {len(states)} object(s) still being restored", file=sys.stderr)
+
+
+def cmd_verify(args: argparse.Namespace, config: FleetConfig) -> int:
+    """A report per backup; exit 1 when any backup has a problem."""
+    from .core.verify import VerifyRequest, verify
+
+    catalog = make_catalog(config, args.cluster, args.host)
+    key, passphrase = read_private_key(config, args.private_key_file) if args.deep else (None, None)
+    ids = None if args.backup_id == "all" else [args.backup_id]
+    if args.backup_id == "latest":
+        ids = catalog.backup_ids()[-1:]
+    reports = verify(VerifyRequest(catalog, ids, "deep" if args.deep else "quick", key, passphrase))
+    if args.json:
+        print(json.dumps([r.as_dict() for r in reports], indent=2))
+    else:
+        for r in reports:
+            print(
+                f"{r.backup_id:24} {'OK' if r.ok else 'FAILED':7} {r.mode:6} {'; '.join(r.problems + r.notes)}"
+            )
+    if not reports:
+        print(f"no backups at {catalog.describe()}", file=sys.stderr)
+    return 0 if all(r.ok for r in reports) else 1
+
+
 def cmd_keygen(args: argparse.Namespace) -> int:
     import os
 
@@ -225,7 +398,11 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"backup": cmd_backup, "list": cmd_list, "restore": cmd_restore}
+COMMANDS = {"backup": cmd_backup, "list": cmd_list, "restore": cmd_restore, "checksum": cmd_checksum}
+COMMANDS["retention"] = cmd_retention
+COMMANDS["glacier-restore"] = cmd_glacier_restore
+COMMANDS["verify"] = cmd_verify
+COMMANDS["binlogs"] = cmd_binlogs
 
 
 def main(argv: list[str] | None = None) -> int:

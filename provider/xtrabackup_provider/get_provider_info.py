@@ -35,7 +35,24 @@ def get_provider_info() -> dict[str, Any]:
                     f"{P}.operators.prepare",
                     f"{P}.operators.standby",
                     f"{P}.operators.restore_test",
+                    f"{P}.operators.checksum",
+                    f"{P}.operators.retention",
+                    f"{P}.operators.s3",
+                    f"{P}.operators.binlog",
+                    f"{P}.operators.pitr",
                 ],
+            }
+        ],
+        "sensors": [
+            {
+                "integration-name": "XtraBackup",
+                "python-modules": [f"{P}.sensors.checksum", f"{P}.sensors.glacier", f"{P}.sensors.binlog"],
+            }
+        ],
+        "triggers": [
+            {
+                "integration-name": "XtraBackup",
+                "python-modules": [f"{P}.triggers.checksum", f"{P}.triggers.glacier", f"{P}.triggers.binlog"],
             }
         ],
         "hooks": [

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
 
+from manifest_factory import CLUSTER, HOST, PREFIX, SHA, make_manifest  # shared with the retention tests
 from xtrabackup_provider.core.catalog import (
     MAX_MANIFEST_BYTES,
     Catalog,
@@ -18,55 +19,11 @@ from xtrabackup_provider.core.catalog import (
 )
 from xtrabackup_provider.core.storage import LocalStore
 
-PREFIX = "backups-prod"
-CLUSTER = "c1"
-HOST = "db1"
-UUID = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 T0 = datetime(2026, 11, 1, 10, 30, tzinfo=UTC)
-SHA = "ab" * 32
 
 
 def backup_id(day: int, kind: str) -> str:
     return f"202611{day:02d}T103000Z-{'full' if kind == 'full' else 'inc'}"
-
-
-def make_manifest(bid: str, *, parent: Manifest | None = None, size: int = 1000, **over) -> Manifest:
-    """A valid manifest; an incremental continues `parent` (LSNs, chain root) unless overridden."""
-    kind = "incremental" if parent else "full"
-    from_lsn = parent.to_lsn if parent else 0
-    started = datetime.strptime(bid[:16], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
-    fields = {
-        "backup_id": bid,
-        "cluster": CLUSTER,
-        "host": HOST,
-        "kind": kind,
-        "parent_id": parent.backup_id if parent else None,
-        "chain_root": parent.chain_root if parent else bid,
-        "engine_flavour": "xtrabackup",
-        "engine_version": "8.0.35-33",
-        "engine_major": "8.0",
-        "server_uuid": UUID,
-        "server_id": 7,
-        "from_lsn": from_lsn,
-        "to_lsn": from_lsn + 5000,
-        "last_lsn": from_lsn + 5009,
-        "started_at": started,
-        "finished_at": started + timedelta(minutes=5),
-        "objects": [
-            {
-                "key": f"{PREFIX}/{CLUSTER}/{HOST}/backups/{bid}/backup.xbstream.zst",
-                "size": size,
-                "sha256": SHA,
-                "raw_size": size * 3,
-                "compression": "zstd",
-                "encryption": "none",
-            }
-        ],
-        "raw_bytes": size * 3,
-        "stored_bytes": size,
-    }
-    fields.update(over)
-    return Manifest.model_validate(fields)
 
 
 def make_chain(incrementals: int, **inc_over) -> list[Manifest]:

@@ -8,7 +8,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from . import engine
@@ -23,6 +23,7 @@ from .catalog import (
 )
 from .crypto import GpgHome
 from .decision import ChainPolicy, Decision, decide
+from .lock import HostLock
 from .mysql import (
     MySQLTarget,
     ServerFacts,
@@ -33,7 +34,7 @@ from .mysql import (
     write_heartbeat,
 )
 from .pipeline import stream_to_store
-from .storage import PutOptions
+from .storage import ARCHIVE_TAGGING, PutOptions, S3Store
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,10 @@ class BackupRequest:
     )
     sse: str | None = None
     kms_key_id: str | None = None
+    object_lock_mode: str | None = None  # "GOVERNANCE" | "COMPLIANCE": retention on the backup object
+    object_lock_days: int | None = None
+    # Under the host lock no other run of this host is live, so every open upload is debris.
+    stale_uploads_after: timedelta = timedelta(0)
     policy: ChainPolicy = field(default_factory=ChainPolicy)
     gates: list[GateResult] = field(default_factory=list)
     host_defaults_file: str | None = None
@@ -90,6 +95,12 @@ def plan(req: BackupRequest, facts: ServerFacts, tool: engine.ToolVersion, now: 
 
 
 def run_backup(req: BackupRequest, now: datetime | None = None) -> Manifest:
+    # One run per host at a time, from the decision to the manifest (HostLockBusy otherwise).
+    with HostLock(req.catalog):
+        return _run_locked(req, now)
+
+
+def _run_locked(req: BackupRequest, now: datetime | None) -> Manifest:
     started = datetime.now(UTC)
     tool = engine.detect_tool(req.flavour, req.binary)
     facts = server_facts(req.target)
@@ -103,6 +114,7 @@ def run_backup(req: BackupRequest, now: datetime | None = None) -> Manifest:
             f"backup {backup_id} already exists in {req.catalog.describe()}; another run is active"
         )
     datadir = req.datadir or facts.datadir
+    _abort_stale_uploads(req)
     if req.heartbeat:
         _heartbeat(req, backup_id)
     with GpgHome() as gpg, tempfile.TemporaryDirectory(prefix="xbp-backup-") as work:
@@ -158,6 +170,30 @@ def run_backup(req: BackupRequest, now: datetime | None = None) -> Manifest:
     return manifest
 
 
+def _abort_stale_uploads(req: BackupRequest) -> None:
+    """Multipart uploads a failed run could not abort (endpoint down) are removed by the next run."""
+    store = req.catalog.store
+    if isinstance(store, S3Store):
+        store.abort_stale_uploads(req.catalog.host_prefix + "/backups/", req.stale_uploads_after)
+
+
+def _put_options(req: BackupRequest, storage_class: str, expected_size: int | None) -> PutOptions:
+    lock_until = None
+    if req.object_lock_mode and req.object_lock_days:
+        if not isinstance(req.catalog.store, S3Store):
+            raise BackupError(f"Object Lock is configured but {req.catalog.store.location} is not S3")
+        lock_until = datetime.now(UTC) + timedelta(days=req.object_lock_days)
+    return PutOptions(
+        storage_class,
+        req.sse,
+        req.kms_key_id,
+        expected_size,
+        lock_mode=req.object_lock_mode if lock_until else None,
+        lock_until=lock_until,
+        tagging=ARCHIVE_TAGGING,
+    )
+
+
 def _heartbeat(req: BackupRequest, backup_id: str) -> None:
     write_heartbeat(req.heartbeat_target or req.target, backup_id)
     if req.heartbeat_target and not wait_for_heartbeat(req.target, backup_id, req.heartbeat_wait):
@@ -199,7 +235,7 @@ def _stream(
     name = BACKUP_OBJECT_NAME + ".zst" + (".gpg" if recipients else "")
     key = req.catalog.object_key(backup_id, name)
     storage_class = req.storage_classes.get(decision.kind, "STANDARD")
-    options = PutOptions(storage_class, req.sse, req.kms_key_id, directory_size(datadir))
+    options = _put_options(req, storage_class, directory_size(datadir))
     opts = engine.BackupOptions(
         datadir=datadir,
         lsn_dir=str(lsn_dir),
@@ -241,6 +277,9 @@ def _stream(
         recipients=recipients,
         storage_class=storage_class,
         sse=req.sse,
+        kms_key_id=req.kms_key_id if req.sse == "aws:kms" else None,
+        object_lock_mode=options.lock_mode,
+        object_lock_until=options.lock_until,
     )
 
 

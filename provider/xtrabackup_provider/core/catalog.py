@@ -42,6 +42,8 @@ class StoredObject(BaseModel):
     recipients: list[str] = Field(default_factory=list, max_length=64)
     storage_class: str = "STANDARD"
     sse: str | None = None
+    kms_key_id: str | None = None  # with sse aws:kms: the key that encrypts the object at rest
+    object_lock_mode: Literal["GOVERNANCE", "COMPLIANCE"] | None = None
     object_lock_until: datetime | None = None
 
     @field_validator("key")
@@ -196,7 +198,8 @@ class Catalog:
         for obj in manifest.objects:
             if not obj.key.startswith(own):
                 raise CatalogError(
-                    f"manifest of {manifest.backup_id} names object {obj.key!r} outside {own}; refusing it"
+                    f"{self.store.location}/{self.manifest_key(manifest.backup_id)}: the manifest names object "
+                    f"{obj.key!r} outside {own}; refusing it"
                 )
 
     def manifests(self, problems: list[str] | None = None) -> list[Manifest]:
@@ -237,8 +240,20 @@ class Catalog:
         return self.get(ids[-1]) if ids else None
 
     def chain(self, backup_id: str) -> list[Manifest]:
-        """Root full .. backup_id, validated from manifests alone (nothing is downloaded)."""
-        return resolve_chain(self._manifest_lookup(), backup_id, self.describe())
+        """Root full .. backup_id, validated from manifests alone (nothing is downloaded).
+
+        A bad manifest of another chain must not block this restore; one on this chain is named.
+        """
+        problems: list[str] = []
+        by_id = {m.backup_id: m for m in self.manifests(problems)}
+        try:
+            return resolve_chain(by_id, backup_id, self.describe())
+        except CatalogError as exc:
+            missing = _first_missing_link(by_id, backup_id)
+            bad = [p for p in problems if missing and f"/{missing}/{MANIFEST_NAME}" in p]
+            if bad:
+                raise CatalogError(f"{exc}. Its manifest is unusable: {bad[0]}") from exc
+            raise
 
     def latest_chain(self) -> list[Manifest]:
         ids = self.backup_ids()
@@ -246,8 +261,15 @@ class Catalog:
             raise CatalogError(f"no backups at {self.describe()}")
         return self.chain(ids[-1])
 
-    def _manifest_lookup(self) -> dict[str, Manifest]:
-        return {m.backup_id: m for m in self.manifests()}
+
+def _first_missing_link(by_id: dict[str, Manifest], backup_id: str) -> str | None:
+    """The first id on the way from backup_id to its root that has no readable manifest."""
+    current: str | None = backup_id
+    for _ in range(len(by_id) + 1):
+        if current is None or current not in by_id:
+            return current
+        current = by_id[current].parent_id
+    return None
 
 
 def resolve_chain(by_id: dict[str, Manifest], backup_id: str, where: str = "") -> list[Manifest]:

@@ -184,6 +184,20 @@ class ChecksumConfig(_Model):
         return value
 
 
+class BinlogConfig(_Model):
+    """Binlog shipping for point-in-time recovery (dags/mysql_binlog_shipping.py); off unless set."""
+
+    schedule: str | None = "*/5 * * * *"
+    mode: Literal["batch", "continuous"] = "batch"
+    flush: bool = True  # batch: FLUSH BINARY LOGS first, so each run ships up to now (RPO = schedule)
+    continuous_minutes: float = Field(55, gt=0, le=24 * 60)  # continuous: one run's length
+    progress_seconds: float = Field(10, gt=0, le=3600)  # continuous: the open binlog's upload period
+    gate_backups: bool = True  # the backup DAG waits until the binlogs up to the backup are shipped
+    lag_timeout_minutes: float = Field(60, gt=0)
+    binary: str | None = None  # mariadb-binlog / mysqlbinlog
+    storage_class: str = "STANDARD"
+
+
 class ClusterConfig(_Model):
     name: str = Field(pattern=NAME)
     schedule: str | None = "@daily"
@@ -192,6 +206,7 @@ class ClusterConfig(_Model):
     restore_workdir: str = "/tmp"  # scratch for restore tests on the restore worker
     hosts: list[HostConfig] = Field(min_length=1)
     checksum: ChecksumConfig | None = None
+    binlogs: BinlogConfig | None = None
 
     @model_validator(mode="after")
     def _unique_hosts(self) -> ClusterConfig:

@@ -9,10 +9,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+
+from .tempdirs import private_dir
 
 GPG = "gpg"
 
@@ -31,7 +32,7 @@ class GpgHome:
 
     def __init__(self) -> None:
         # /tmp keeps the agent's socket path short (gpg refuses sockets past ~100 bytes).
-        self.path = Path(tempfile.mkdtemp(prefix="xbp-gpg-", dir="/tmp"))
+        self.path = private_dir("gpg", "/tmp", on_sweep=_kill_agent)
         os.chmod(self.path, 0o700)
         self.passphrase: str | None = None
 
@@ -44,9 +45,7 @@ class GpgHome:
         self.close()
 
     def close(self) -> None:
-        subprocess.run(
-            ["gpgconf", "--homedir", str(self.path), "--kill", "gpg-agent"], capture_output=True, check=False
-        )
+        _kill_agent(self.path)
         shutil.rmtree(self.path, ignore_errors=True)
 
     def import_keys(self, armored: str, what: str = "key") -> list[str]:
@@ -81,7 +80,38 @@ class GpgHome:
             raise GpgError("private key: expected an armored '-----BEGIN PGP PRIVATE KEY BLOCK-----'")
         fprs = self.import_keys(armored, "private key")
         self.passphrase = passphrase
+        self._check_unlocks(fprs)
         return fprs
+
+    def _check_unlocks(self, fprs: list[str]) -> None:
+        """Decrypt a probe now: a wrong passphrase is named as such before anything is downloaded
+        (gpg itself would only say "No secret key" halfway through the stream)."""
+        probe = _run_gpg(
+            self.path,
+            ["--trust-model", "always", "--encrypt", *[a for f in fprs for a in ("-r", f)], "--output", "-"],
+            b"probe",
+        )
+        if probe.returncode != 0:
+            raise GpgError(
+                f"private key {', '.join(fprs)} has no usable encryption key: {_tail(probe.stderr)}"
+            )
+        fd = passphrase_pipe(self.passphrase) if self.passphrase is not None else None
+        try:
+            proc = subprocess.run(
+                self.decrypt_argv(fd),
+                input=probe.stdout,
+                capture_output=True,
+                pass_fds=(fd,) if fd is not None else (),
+                timeout=120,
+            )
+        finally:
+            if fd is not None:
+                os.close(fd)
+        if proc.returncode != 0 or proc.stdout != b"probe":
+            raise GpgError(
+                f"the passphrase given does not unlock private key {', '.join(fprs)} ({_tail(proc.stderr)}); "
+                "check the passphrase (the gpg connection's password, or the CLI's passphrase variable)"
+            )
 
     def encrypt_argv(self, recipients: list[str]) -> list[str]:
         if not recipients:
@@ -115,6 +145,13 @@ class GpgHome:
         )
         if proc.returncode != 0:
             raise GpgError(f"recipient key unusable ({', '.join(recipients)}): {_tail(proc.stderr)}")
+
+
+def _kill_agent(home: Path) -> None:
+    """The agent of a killed run's GPG home would live on with it; stop it before the home goes."""
+    subprocess.run(
+        ["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], capture_output=True, check=False
+    )
 
 
 def passphrase_pipe(passphrase: str) -> int:

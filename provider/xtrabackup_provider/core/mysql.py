@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import shutil
 import socket as socketlib
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .tempdirs import private_dir
 
 
 class ServerError(RuntimeError):
@@ -61,7 +62,8 @@ def defaults_file(target: MySQLTarget) -> Iterator[str]:
     if target.defaults_file and target.password is None:
         yield target.defaults_file
         return
-    private = tempfile.mkdtemp(prefix="xbp-cred-")
+    # Named after this process, so the next run removes it if this one is killed before `finally`.
+    private = str(private_dir("cred"))
     try:
         path = os.path.join(private, "client.cnf")
         lines = ["[client]", f"user={_ini_value(target.user)}"]

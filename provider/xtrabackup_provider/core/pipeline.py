@@ -214,8 +214,10 @@ def stream_from_store(
     feeder: _Worker | None = None
     handoff: queue.Queue[Any] = queue.Queue(maxsize=8)
     try:
+        # Named after the object: in a chain restore several objects are decrypted at once, and
+        # gpg's own integrity errors ("message has been manipulated") must say which one failed.
         gpg = (
-            _Proc("gpg --decrypt", decrypt_argv, stdin=subprocess.PIPE, pass_fds=pass_fds)
+            _Proc(f"gpg --decrypt of {object_name}", decrypt_argv, stdin=subprocess.PIPE, pass_fds=pass_fds)
             if decrypt_argv
             else None
         )

@@ -8,6 +8,7 @@ file) until `commit()`; `abort()` leaves nothing behind.
 from __future__ import annotations
 
 import builtins
+import logging
 import math
 import os
 import posixpath
@@ -17,19 +18,24 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
+log = logging.getLogger(__name__)
 MiB = 1024 * 1024
 GiB = 1024 * MiB
 MAX_PARTS = 10_000
 MIN_PART_SIZE = 8 * MiB
 MAX_PART_SIZE = 5 * GiB
 ARCHIVE_CLASSES = frozenset({"GLACIER", "DEEP_ARCHIVE"})
+# Backup data objects carry this tag; lifecycle rules transition only tagged objects, so
+# manifests (which listing and chain validation read) never end up in Glacier.
+ARCHIVE_TAG = ("xbp-archive", "true")
+ARCHIVE_TAGGING = "=".join(ARCHIVE_TAG)
 STORAGE_CLASSES = frozenset(
     {
         "STANDARD",
@@ -55,6 +61,10 @@ class ObjectInfo:
     storage_class: str = "STANDARD"
     last_modified: datetime | None = None
     restore: str | None = None  # S3 x-amz-restore header of an archived object
+    sse: str | None = None
+    kms_key_id: str | None = None
+    lock_mode: str | None = None  # Object Lock: GOVERNANCE or COMPLIANCE
+    lock_until: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -63,6 +73,9 @@ class PutOptions:
     sse: str | None = None  # "AES256" or "aws:kms"
     kms_key_id: str | None = None
     expected_size: int | None = None  # sizes the multipart parts
+    lock_mode: str | None = None  # Object Lock retention: "GOVERNANCE" or "COMPLIANCE"
+    lock_until: datetime | None = None
+    tagging: str | None = None  # URL-encoded tags ("k=v&k2=v2"), what lifecycle rules filter on
 
     def s3_args(self) -> dict[str, Any]:
         args: dict[str, Any] = {"StorageClass": self.storage_class}
@@ -70,6 +83,11 @@ class PutOptions:
             args["ServerSideEncryption"] = self.sse
             if self.kms_key_id:
                 args["SSEKMSKeyId"] = self.kms_key_id
+        if self.lock_mode and self.lock_until:
+            args["ObjectLockMode"] = self.lock_mode
+            args["ObjectLockRetainUntilDate"] = self.lock_until
+        if self.tagging:
+            args["Tagging"] = self.tagging
         return args
 
 
@@ -89,6 +107,8 @@ class ObjectStore(Protocol):
     def head(self, key: str) -> ObjectInfo | None: ...
     def list(self, prefix: str) -> Iterator[ObjectInfo]: ...
     def delete(self, keys: Iterable[str]) -> None: ...
+    def put_new(self, key: str, data: bytes, if_match: str | None = None) -> str | None: ...
+    def get_versioned(self, key: str) -> tuple[bytes, str] | None: ...
 
 
 def check_key(key: str) -> str:
@@ -172,6 +192,40 @@ class LocalStore:
         for key in keys:
             self._path(key).unlink(missing_ok=True)
 
+    def put_new(self, key: str, data: bytes, if_match: str | None = None) -> str | None:
+        """Conditional write (see S3Store.put_new); a lock on the directory makes it atomic."""
+        import fcntl
+
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            fcntl.flock(dir_fd, fcntl.LOCK_EX)
+            current = path.read_bytes() if path.is_file() else None
+            if (current is None) != (if_match is None) or (
+                current is not None and _etag(current) != if_match
+            ):
+                return None
+            writer = _LocalWriter(path)
+            writer.write(data)
+            writer.commit()
+        finally:
+            os.close(dir_fd)  # also releases the flock
+        return _etag(data)
+
+    def get_versioned(self, key: str) -> tuple[bytes, str] | None:
+        try:
+            data = self._path(key).read_bytes()
+        except FileNotFoundError:
+            return None
+        return data, _etag(data)
+
+
+def _etag(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
 
 class _LocalWriter:
     def __init__(self, path: Path) -> None:
@@ -201,12 +255,14 @@ class _LocalWriter:
 # S3
 
 
-def make_s3_client(endpoint_url: str | None = None, region: str | None = None, **kwargs: Any) -> S3Client:
+def make_s3_client(
+    endpoint_url: str | None = None, region: str | None = None, max_attempts: int = 8, **kwargs: Any
+) -> S3Client:
     """A boto3 S3 client that retries 5xx, throttling and connection resets with backoff."""
     import boto3
     from botocore.config import Config
 
-    config = Config(retries={"max_attempts": 8, "mode": "standard"}, max_pool_connections=16)
+    config = Config(retries={"max_attempts": max_attempts, "mode": "standard"}, max_pool_connections=16)
     return boto3.client("s3", endpoint_url=endpoint_url, region_name=region, config=config, **kwargs)
 
 
@@ -226,10 +282,17 @@ class S3Store:
         return _S3MultipartWriter(self, check_key(key), options or PutOptions())
 
     def put_bytes(self, key: str, data: bytes, options: PutOptions | None = None) -> None:
-        args = (options or PutOptions()).s3_args()
+        options = options or PutOptions()
         self._call(
-            "put", key, self.client.put_object, Bucket=self.bucket, Key=check_key(key), Body=data, **args
+            "put",
+            key,
+            self.client.put_object,
+            Bucket=self.bucket,
+            Key=check_key(key),
+            Body=data,
+            **options.s3_args(),
         )
+        self.ensure_retention(key, options)
 
     def get_bytes(self, key: str) -> bytes:
         resp = self._call("get", key, self.client.get_object, Bucket=self.bucket, Key=check_key(key))
@@ -274,6 +337,10 @@ class S3Store:
             resp.get("StorageClass", "STANDARD"),
             resp.get("LastModified"),
             resp.get("Restore"),
+            resp.get("ServerSideEncryption"),
+            resp.get("SSEKMSKeyId"),
+            resp.get("ObjectLockMode"),
+            resp.get("ObjectLockRetainUntilDate"),
         )
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
@@ -302,9 +369,99 @@ class S3Store:
                 f"{self.location}: could not delete {first.get('Key')}: {first.get('Message')}"
             )
 
+    def put_new(self, key: str, data: bytes, if_match: str | None = None) -> str | None:
+        """Conditional write: create `key` only if it is absent (if_match None), or replace it only
+        while its ETag is still `if_match`. Returns the new ETag, or None if the condition failed."""
+        from botocore.exceptions import ClientError
+
+        condition = {"IfNoneMatch": "*"} if if_match is None else {"IfMatch": if_match}
+        try:
+            resp = self.client.put_object(Bucket=self.bucket, Key=check_key(key), Body=data, **condition)
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            if code in ("PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey", "412", "409", "404"):
+                return None
+            raise StorageError(f"{self.location}/{key}: conditional put failed: {exc}") from exc
+        return str(resp["ETag"])
+
+    def get_versioned(self, key: str) -> tuple[bytes, str] | None:
+        """The object and its ETag, or None if it does not exist."""
+        try:
+            resp = self._call("get", key, self.client.get_object, Bucket=self.bucket, Key=check_key(key))
+        except StorageError as exc:
+            if "no object" in str(exc):
+                return None
+            raise
+        return bytes(resp["Body"].read()), str(resp["ETag"])
+
     def open_multipart_uploads(self, prefix: str = "") -> builtins.list[str]:
         resp = self.client.list_multipart_uploads(Bucket=self.bucket, Prefix=prefix)
         return [u["Key"] for u in resp.get("Uploads", [])]
+
+    def abort_stale_uploads(self, prefix: str, older_than: timedelta) -> builtins.list[str]:
+        """Abort multipart uploads under `prefix` started more than `older_than` ago.
+
+        They belong to runs that died or whose own abort could not reach the endpoint; the
+        caller picks a prefix (one host's backups) and an age no live run of it can reach.
+        """
+        cutoff = datetime.now(UTC) - older_than
+        aborted = []
+        paginator = self.client.get_paginator("list_multipart_uploads")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
+            for upload in page.get("Uploads", []):
+                initiated = upload.get("Initiated")
+                if initiated is not None and initiated > cutoff:
+                    continue
+                self._call(
+                    "abort stale multipart upload",
+                    upload["Key"],
+                    self.client.abort_multipart_upload,
+                    Bucket=self.bucket,
+                    Key=upload["Key"],
+                    UploadId=upload["UploadId"],
+                )
+                aborted.append(upload["Key"])
+        if aborted:
+            log.warning("%s: aborted %d stale multipart upload(s): %s", self.location, len(aborted), aborted)
+        return aborted
+
+    def restore_object(self, key: str, days: int, tier: str) -> bool:
+        """Ask S3 to make an archived object readable for `days`; False if a restore is already running."""
+        from botocore.exceptions import ClientError
+
+        try:
+            self.client.restore_object(
+                Bucket=self.bucket,
+                Key=check_key(key),
+                RestoreRequest={"Days": days, "GlacierJobParameters": {"Tier": tier}},
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "RestoreAlreadyInProgress":
+                return False
+            raise StorageError(f"{self.location}/{key}: restore request ({tier}) failed: {exc}") from exc
+        return True
+
+    def ensure_retention(self, key: str, options: PutOptions) -> None:
+        """Make sure the Object Lock retention asked for is on the stored object.
+
+        Some S3 implementations drop the lock headers of CreateMultipartUpload; set it
+        explicitly then, and refuse to go on (no manifest) if the object still is not locked.
+        """
+        if not (options.lock_mode and options.lock_until) or _locked(self.head(key), options):
+            return
+        self._call(
+            "put Object Lock retention",
+            key,
+            self.client.put_object_retention,
+            Bucket=self.bucket,
+            Key=key,
+            Retention={"Mode": options.lock_mode, "RetainUntilDate": options.lock_until},
+        )
+        if not _locked(self.head(key), options):
+            raise StorageError(
+                f"{self.location}/{key}: Object Lock {options.lock_mode} until {options.lock_until:%Y-%m-%d} "
+                "did not stick; is Object Lock enabled on the bucket?"
+            )
 
     def _call(self, what: str, key: str, fn: Any, **kwargs: Any) -> Any:
         from botocore.exceptions import BotoCoreError, ClientError
@@ -322,6 +479,13 @@ class S3Store:
             raise StorageError(f"{self.location}/{key}: {what} failed: {exc}") from exc
         except BotoCoreError as exc:
             raise StorageError(f"{self.location}/{key}: {what} failed: {exc}") from exc
+
+
+def _locked(info: ObjectInfo | None, options: PutOptions) -> bool:
+    if info is None or info.lock_until is None or options.lock_until is None:
+        return False
+    wanted = options.lock_until.replace(microsecond=0)  # S3 keeps retain-until at second precision
+    return info.lock_mode == options.lock_mode and info.lock_until >= wanted
 
 
 class _S3MultipartWriter:
@@ -403,6 +567,8 @@ class _S3MultipartWriter:
                 UploadId=self.upload_id,
                 MultipartUpload={"Parts": parts},
             )
+            self.upload_id = None  # completed: nothing left to abort
+            self.store.ensure_retention(self.key, self.options)
         except BaseException:
             self.abort()
             raise
@@ -416,11 +582,19 @@ class _S3MultipartWriter:
         self.pool.shutdown(wait=True, cancel_futures=True)
         if self.upload_id is not None:
             upload_id, self.upload_id = self.upload_id, None
-            # Best effort with its own retries: an abort that fails leaves an upload that the
-            # bucket lifecycle rule (AbortIncompleteMultipartUpload) removes later.
+            # The client's retries give an endpoint that is briefly down time to come back. If
+            # the abort still fails, the next run of this host aborts the stale upload
+            # (abort_stale_uploads) and the bucket's AbortIncompleteMultipartUpload rule expires it.
             try:
                 self.store.client.abort_multipart_upload(
                     Bucket=self.store.bucket, Key=self.key, UploadId=upload_id
                 )
-            except Exception:  # noqa: BLE001 - never mask the original failure
-                pass
+            except Exception as exc:  # noqa: BLE001 - never mask the original failure
+                log.warning(
+                    "%s/%s: could not abort multipart upload %s (%s); the next run or the bucket's "
+                    "AbortIncompleteMultipartUpload lifecycle rule removes it",
+                    self.store.location,
+                    self.key,
+                    upload_id,
+                    exc,
+                )

@@ -42,11 +42,14 @@ class XtraBackupOperator(BaseOperator):
         storage_classes: dict[str, str] | None = None,
         sse: str | None = None,
         kms_key_id: str | None = None,
+        object_lock_mode: str | None = None,
+        object_lock_days: int | None = None,
         full_every_days: float = 7,
         max_chain_length: int = 6,
         max_incremental_ratio: float = 0.5,
         heartbeat: bool = False,
         heartbeat_conn_id: str | None = None,
+        gates_from: list[str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -68,16 +71,20 @@ class XtraBackupOperator(BaseOperator):
         self.storage_classes = storage_classes or {"full": "STANDARD", "incremental": "STANDARD"}
         self.sse = sse
         self.kms_key_id = kms_key_id
+        self.object_lock_mode = object_lock_mode
+        self.object_lock_days = object_lock_days
         self.full_every_days = full_every_days
         self.max_chain_length = max_chain_length
         self.max_incremental_ratio = max_incremental_ratio
         self.heartbeat = heartbeat
         self.heartbeat_conn_id = heartbeat_conn_id
+        self.gates_from = gates_from or []  # gate task ids whose XCom (GateResult dicts) goes in the manifest
 
     def execute(self, context: Any) -> dict[str, Any]:
         from datetime import timedelta
 
         from ..core.backup import BackupRequest, run_backup
+        from ..core.catalog import GateResult
         from ..core.decision import ChainPolicy
         from ..core.progress import ProgressLogger
         from ..hooks.gpg import GpgKeysHook
@@ -104,6 +111,8 @@ class XtraBackupOperator(BaseOperator):
             storage_classes=self.storage_classes,
             sse=self.sse,
             kms_key_id=self.kms_key_id,
+            object_lock_mode=self.object_lock_mode,
+            object_lock_days=self.object_lock_days,
             policy=ChainPolicy(
                 timedelta(days=self.full_every_days), self.max_chain_length, self.max_incremental_ratio
             ),
@@ -112,6 +121,11 @@ class XtraBackupOperator(BaseOperator):
             if self.heartbeat_conn_id
             else None,
             progress=ProgressLogger(log, f"backup of {self.cluster}/{self.host}"),
+            gates=[
+                GateResult.model_validate(gate)
+                for task_id in self.gates_from
+                for gate in context["ti"].xcom_pull(task_ids=task_id) or []
+            ],
         )
         manifest = run_backup(request)
         return {

@@ -1,0 +1,66 @@
+"""Binlog shipping for point-in-time recovery: one DAG per cluster whose config sets `binlogs:`.
+
+Every run ships the closed binlogs of each host of the cluster (one mapped task per host) over
+the replication protocol, so it runs on any worker. In `batch` mode (default, every 5 minutes)
+FLUSH BINARY LOGS first closes the open binlog, so the schedule bounds the RPO. In `continuous`
+mode each run follows the servers live for `continuous_minutes` (e.g. 55 minutes, hourly) and
+stores the open binlog's new bytes every `progress_seconds`: an RPO of seconds. A binlog
+purged before it was shipped fails that host's task once, with the gap recorded.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from airflow.sdk import DAG
+
+from xtrabackup_provider.core.config import BinlogConfig, ClusterConfig, FleetConfig, load_config
+from xtrabackup_provider.operators.binlog import BinlogShipOperator
+
+
+def build_dag(config: FleetConfig, cluster: ClusterConfig, binlogs: BinlogConfig) -> DAG:
+    storage = config.storage
+    continuous = binlogs.mode == "continuous"
+    seconds = binlogs.continuous_minutes * 60 if continuous else 0
+    with DAG(
+        dag_id=f"mysql_binlog_shipping_{cluster.name}",
+        description=f"Binlog shipping of cluster {cluster.name} ({binlogs.mode})",
+        schedule=binlogs.schedule,
+        start_date=datetime(2026, 1, 1),
+        catchup=False,
+        max_active_runs=1,  # two runs must never ship one server's binlogs at once
+        tags=["mysql", "binlog", "pitr", cluster.name],
+        doc_md=__doc__,
+    ) as dag:
+        BinlogShipOperator.partial(
+            task_id="ship_binlogs",
+            cluster=cluster.name,
+            bucket=storage.bucket,
+            local_path=storage.local_path,
+            prefix=storage.prefix,
+            aws_conn_id=storage.aws_conn_id,
+            gpg_conn_id=config.encryption.gpg_conn_id if config.encryption.enabled else None,
+            flush=binlogs.flush and not continuous,
+            continuous_seconds=seconds,
+            progress_seconds=binlogs.progress_seconds,
+            binary=binlogs.binary,
+            compression_level=config.policy.compression_level,
+            storage_class=binlogs.storage_class,
+            sse=storage.sse,
+            kms_key_id=storage.kms_key_id,
+            execution_timeout=timedelta(seconds=seconds + 1800),
+            retries=1,
+            retry_delay=timedelta(seconds=30),
+        ).expand_kwargs(
+            [
+                {"host": h.name, "mysql_conn_id": h.mysql_conn_id or f"mysql_{h.name.replace('.', '_')}"}
+                for h in cluster.hosts
+            ]
+        )
+    return dag
+
+
+FLEET = load_config()
+for _cluster in FLEET.clusters:
+    if _cluster.binlogs is not None:
+        globals()[f"mysql_binlog_shipping_{_cluster.name}"] = build_dag(FLEET, _cluster, _cluster.binlogs)

@@ -1,0 +1,245 @@
+"""Read binlog files without a server: walk the event headers, collect times and MariaDB GTIDs.
+
+Pure Python over the v4 binlog format (a 4-byte magic, then events with a 19-byte header:
+timestamp, type, server_id, size, end position, flags). Only headers are read, plus the small
+bodies of GTID and GTID-list events, so a 1 GiB binlog is summarised at disk speed. The walk
+stops at the last complete event: a file that is still being written is summarised up to there.
+MySQL GTID events are not decoded (their GTID sets are a different model); times still are.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+MAGIC = b"\xfebin"
+HEADER = struct.Struct("<IBIIIH")  # timestamp, type, server_id, event_size, end_log_pos, flags
+STOP_EVENT = 3
+ROTATE_EVENT = 4
+FORMAT_DESCRIPTION_EVENT = 15
+GTID_EVENT = 162  # MariaDB
+GTID_LIST_EVENT = 163  # MariaDB: the binlog state when the file was opened
+_GTID_BODY = struct.Struct("<QI")  # seq_no, domain_id
+_GTID_ENTRY = struct.Struct("<IIQ")  # domain_id, server_id, seq_no
+_MAX_EVENT = 1 << 32
+_NAME_RE = re.compile(r"^(?P<base>.+)\.(?P<num>\d{6,})$")
+
+
+class BinlogFormatError(ValueError):
+    """A file is not a binlog, or an event header is impossible; the message names the file and offset."""
+
+
+@dataclass(frozen=True, order=True)
+class Gtid:
+    """A MariaDB GTID: domain-server-sequence."""
+
+    domain: int
+    server_id: int
+    seq: int
+
+    def __str__(self) -> str:
+        return f"{self.domain}-{self.server_id}-{self.seq}"
+
+
+GtidPos = dict[int, Gtid]  # one GTID per replication domain
+
+
+def parse_gtid_pos(text: str | None, what: str = "GTID") -> GtidPos:
+    """`"0-1-100,1-2-7"` -> {0: Gtid(0, 1, 100), 1: Gtid(1, 2, 7)}; one GTID per domain."""
+    pos: GtidPos = {}
+    for part in (text or "").replace(" ", "").split(","):
+        if not part:
+            continue
+        pieces = part.split("-")
+        if len(pieces) != 3 or not all(p.isdigit() for p in pieces):
+            raise ValueError(
+                f"{what} {text!r}: {part!r} is not a MariaDB GTID (domain-server_id-sequence, e.g. 0-1-42)"
+            )
+        gtid = Gtid(*(int(p) for p in pieces))
+        if gtid.domain in pos:
+            raise ValueError(f"{what} {text!r}: domain {gtid.domain} appears twice; give one GTID per domain")
+        pos[gtid.domain] = gtid
+    return pos
+
+
+def format_gtid_pos(pos: GtidPos) -> str:
+    return ",".join(str(pos[d]) for d in sorted(pos))
+
+
+def gtid_reached(have: GtidPos, want: GtidPos) -> bool:
+    """True when `have` holds, in every domain of `want`, a sequence number at least as high."""
+    return all(d in have and have[d].seq >= g.seq for d, g in want.items())
+
+
+def binlog_number(name: str) -> tuple[str, int]:
+    """`mysql-bin.000042` -> ("mysql-bin", 42): binlogs sort by number within one basename."""
+    match = _NAME_RE.match(name)
+    if not match:
+        raise ValueError(f"{name!r} is not a binlog file name (<basename>.<6+ digit number>)")
+    return match["base"], int(match["num"])
+
+
+def binlog_name(base: str, number: int) -> str:
+    return f"{base}.{number:06d}"
+
+
+@dataclass(frozen=True)
+class Event:
+    offset: int  # where the event starts in the file
+    end: int  # offset just past it
+    timestamp: int  # seconds since the epoch (statement start, as the server stamped it)
+    type: int
+    server_id: int
+    gtid: Gtid | None = None
+
+
+@dataclass
+class BinlogSummary:
+    """What a binlog file holds, built event by event (so a growing file can be summarised in steps)."""
+
+    size: int = 0  # bytes up to the end of the last complete event
+    events: int = 0
+    first_time: int | None = None
+    last_time: int | None = None
+    last_type: int | None = None
+    gtid_start: GtidPos = field(default_factory=dict)  # the state before this file (its Gtid_list)
+    gtid_first: GtidPos = field(default_factory=dict)
+    gtid_last: GtidPos = field(default_factory=dict)
+
+    @property
+    def closed(self) -> bool:
+        """A finished binlog ends with a Rotate (to the next file) or a Stop (server shutdown)."""
+        return self.last_type in (ROTATE_EVENT, STOP_EVENT)
+
+    def add(self, event: Event, gtid_list: GtidPos | None = None) -> None:
+        self.size = event.end
+        self.events += 1
+        if self.first_time is None:
+            self.first_time = event.timestamp
+        self.last_time = event.timestamp
+        self.last_type = event.type
+        if gtid_list is not None and not self.gtid_start and not self.gtid_first:
+            self.gtid_start = dict(gtid_list)
+        if event.gtid is not None:
+            self.gtid_first.setdefault(event.gtid.domain, event.gtid)
+            self.gtid_last[event.gtid.domain] = event.gtid
+
+
+def iter_events(
+    fh: BinaryIO, start: int = 0, source: str = "binlog"
+) -> Iterator[tuple[Event, GtidPos | None]]:
+    """Complete events from `start` (0 or an event boundary); GTID-list events come with their list."""
+    if start == 0:
+        magic = fh.read(4)
+        if len(magic) < 4:
+            return
+        if magic != MAGIC:
+            raise BinlogFormatError(f"{source}: not a binlog file (bad magic {magic!r})")
+        start = 4
+    limit = fh.seek(0, 2)  # a growing file is read up to its size now
+    offset = start
+    fh.seek(offset)
+    while True:
+        header = fh.read(HEADER.size)
+        if len(header) < HEADER.size:
+            return
+        timestamp, etype, server_id, size, _end, _flags = HEADER.unpack(header)
+        if size < HEADER.size or size >= _MAX_EVENT:
+            raise BinlogFormatError(f"{source}: impossible event size {size} at offset {offset}")
+        body_len = size - HEADER.size
+        wanted = min(body_len, 16) if etype == GTID_EVENT else body_len if etype == GTID_LIST_EVENT else 0
+        body = fh.read(wanted) if wanted else b""
+        if len(body) < wanted:
+            return
+        if body_len > wanted:
+            fh.seek(body_len - wanted, 1)
+        end = offset + size
+        if end > limit:
+            return  # the tail of an event that is still being written
+        gtid = None
+        gtid_list = None
+        if etype == GTID_EVENT and len(body) >= _GTID_BODY.size:
+            seq, domain = _GTID_BODY.unpack_from(body)
+            gtid = Gtid(domain, server_id, seq)
+        elif etype == GTID_LIST_EVENT:
+            gtid_list = _parse_gtid_list(body)
+        yield Event(offset, end, timestamp, etype, server_id, gtid), gtid_list
+        offset = end
+
+
+def _parse_gtid_list(body: bytes) -> GtidPos:
+    if len(body) < 4:
+        return {}
+    (count,) = struct.unpack_from("<I", body)
+    count &= 0x0FFFFFFF  # the top bits are flags
+    pos: GtidPos = {}
+    for i in range(count):
+        at = 4 + i * _GTID_ENTRY.size
+        if at + _GTID_ENTRY.size > len(body):
+            break
+        domain, server_id, seq = _GTID_ENTRY.unpack_from(body, at)
+        pos[domain] = Gtid(domain, server_id, seq)
+    return pos
+
+
+def summarize(path: Path, summary: BinlogSummary | None = None) -> BinlogSummary:
+    """Summarise `path`, continuing from `summary.size` when an earlier summary of it is given."""
+    summary = summary or BinlogSummary()
+    with open(path, "rb") as fh:
+        for event, gtid_list in iter_events(fh, summary.size, str(path)):
+            summary.add(event, gtid_list)
+    return summary
+
+
+@dataclass(frozen=True)
+class ReplayEnd:
+    """Where a bounded replay stops: the first event not replayed (or the end), and the last GTIDs replayed."""
+
+    file: str
+    position: int
+    last_gtid: GtidPos  # per domain; empty when no transaction was replayed
+
+
+def replay_end(
+    files: list[Path],
+    start_position: int,
+    *,
+    stop_time: int | None = None,
+    stop_position: int | None = None,
+    stop_gtid: GtidPos | None = None,
+) -> ReplayEnd:
+    """Mirror `mariadb-binlog --start-position=P [--stop-datetime=T | --stop-position=Q] files...`.
+
+    The start applies to the first file, a stop position to the last; a stop time stops at the
+    first event stamped at or after it, whatever file it is in; a stop GTID (inclusive) at the
+    first transaction after it in its domain.
+    """
+    last: GtidPos = {}
+    end = ReplayEnd(files[-1].name if files else "", 0, last)
+    for n, path in enumerate(files):
+        is_last = n == len(files) - 1
+        with open(path, "rb") as fh:
+            for event, _ in iter_events(fh, 0, str(path)):
+                # The tool reads the first file's format event, then seeks to the start position;
+                # the stop time applies to every event it reads, format events included.
+                if n == 0 and event.offset < start_position and event.type != FORMAT_DESCRIPTION_EVENT:
+                    continue
+                stop_here = (stop_time is not None and event.timestamp >= stop_time) or _past(
+                    event, stop_gtid
+                )
+                if stop_here or (is_last and stop_position is not None and event.offset >= stop_position):
+                    return ReplayEnd(path.name, event.offset, last)
+                if event.gtid is not None:
+                    last[event.gtid.domain] = event.gtid
+                end = ReplayEnd(path.name, event.end, last)
+    return end
+
+
+def _past(event: Event, stop_gtid: GtidPos | None) -> bool:
+    if stop_gtid is None or event.gtid is None or event.gtid.domain not in stop_gtid:
+        return False
+    return event.gtid.seq > stop_gtid[event.gtid.domain].seq

@@ -1,0 +1,591 @@
+"""Chain-aware retention: a pure planner, (manifests, binlog index, policy, now) -> Plan.
+
+Every backup, binlog and leftover object of one host gets one PlanItem, keep or delete, with
+its reason. Nothing here does I/O: core/retention_apply.py gathers the inputs and deletes.
+
+A backup is kept when any of these holds (the first that holds is its reason):
+  - retention is not configured (`keep_last_chains` unset): everything is kept;
+  - one of its objects is under S3 Object Lock (kept until the retain-until date);
+  - its chain does not validate, or its manifest is unreadable: kept for a human to look at,
+    so that a parent manifest that failed to read never makes its children look like garbage;
+  - it is the newest backup that passed a restore test;
+  - its chain is one of the newest `keep_last_chains` chains (ordered by their newest restorable
+    backup; kept whole);
+  - grandfather-father-son: for the newest `daily` days, `weekly` ISO weeks, `monthly` months
+    and `yearly` years (UTC, by start time) that hold a restorable backup, the newest restorable
+    backup of that period. Periods without a backup do not count, so a pause in backups never
+    empties the slots;
+  - PITR: it finished inside the last `pitr_days`, or it is the newest restorable backup that
+    finished before that window (the base a replay to the window's first second starts from);
+  - it is younger than `min_age_days`.
+Then the invariant: every ancestor of a kept backup is kept (a kept incremental keeps its chain
+back to the full). Everything else is deleted.
+
+Binlogs are kept from the oldest kept backup on: every binlog whose last event is not older
+than that backup's start (less BINLOG_CLOCK_SLACK for clock skew between the database and the
+worker), and every binlog of that backup's server from its recorded `binlog_file` on, so any
+point from the oldest kept backup to now stays reachable. Young or locked binlogs are kept too.
+
+Debris: objects under `backups/<id>/` where `<id>` has no manifest are what a failed or
+interrupted run left behind. They are deleted once the newest of them is older than
+`debris_grace_days` (a younger directory may be a backup still uploading).
+
+Storage: deleting an object before its class's minimum storage duration is billed as if it
+stayed that long. Each deleted item reports that charge, estimated as
+remaining days / 30 * size in GiB * the class's price per GB-month (MIN_STORAGE, S3 us-east-1
+list prices). The age is counted from the object's upload (listing LastModified, else the
+manifest's finish time or the binlog's last event). An object a lifecycle rule moved later has
+been in its class for less time, so its real charge can be higher, up to the full minimum.
+Deleting early costs the same as waiting, so the planner reports the charge and does not defer.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .catalog import MANIFEST_NAME, CatalogError, Manifest, resolve_chain
+from .storage import GiB, ObjectInfo
+
+DAY = timedelta(days=1)
+BINLOG_CLOCK_SLACK = timedelta(hours=1)
+# storage class -> (minimum storage days, USD per GB-month): S3 us-east-1 list prices.
+MIN_STORAGE: dict[str, tuple[int, float]] = {
+    "STANDARD_IA": (30, 0.0125),
+    "ONEZONE_IA": (30, 0.01),
+    "GLACIER_IR": (90, 0.004),
+    "GLACIER": (90, 0.0036),
+    "DEEP_ARCHIVE": (180, 0.00099),
+}
+LEGAL_HOLD = datetime.max.replace(tzinfo=UTC)  # an Object Lock legal hold: retained until released
+NOT_CONFIGURED = "retention is not configured (set retention.keep_last_chains): keeping everything"
+
+
+class RetentionPolicy(BaseModel):
+    """What to keep. The default (nothing set) keeps everything."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    keep_last_chains: int | None = Field(None, ge=1, le=1_000_000)
+    daily: int = Field(0, ge=0, le=1_000_000)
+    weekly: int = Field(0, ge=0, le=1_000_000)
+    monthly: int = Field(0, ge=0, le=1_000_000)
+    yearly: int = Field(0, ge=0, le=1_000_000)
+    min_age_days: float = Field(1.0, ge=0, le=36_500, allow_inf_nan=False)
+    pitr_days: float = Field(0.0, ge=0, le=36_500, allow_inf_nan=False)
+    # At least an hour: a younger directory without a manifest may be a backup still uploading.
+    debris_grace_days: float = Field(7.0, ge=1 / 24, le=36_500, allow_inf_nan=False)
+
+    @property
+    def configured(self) -> bool:
+        return self.keep_last_chains is not None
+
+
+def parse_policy(data: Mapping[str, Any], source: str) -> RetentionPolicy:
+    """A policy from JSON-like data; a bad value raises ValueError naming `source` and the field."""
+    try:
+        return RetentionPolicy.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ValueError(f"{source}: invalid retention policy: {problems}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class BinlogItem:
+    """One shipped binlog file as retention sees it; adapt the binlog index to this.
+
+    `name` is the server's file name (mysql-bin.000042): files of one server with the same base
+    name are ordered by the numeric suffix. Times are UTC. `marker_keys` are deleted before
+    `key` (put the binlog's manifest or index entry there, so an interrupted run never leaves an
+    entry naming a deleted file). `lock_until` is its Object Lock retain-until, if known.
+    """
+
+    server_uuid: str
+    name: str
+    first_event_time: datetime
+    last_event_time: datetime
+    size: int
+    storage_class: str
+    key: str
+    marker_keys: tuple[str, ...] = ()
+    lock_until: datetime | None = None
+
+
+Action = Literal["keep", "delete"]
+Kind = Literal["backup", "binlog", "debris", "other"]
+
+
+@dataclass(slots=True)
+class PlanItem:
+    kind: Kind
+    name: str  # backup id, "<server_uuid>/<binlog name>", or the debris directory
+    action: Action
+    reason: str
+    keys: tuple[str, ...] = ()  # deletion order: the first `markers` keys are commit markers
+    size: int = 0
+    storage_class: str = ""
+    created: datetime | None = None
+    markers: int = 0
+    depth: int = 0  # position in its chain (0 = the full): deeper manifests are deleted first
+    early_delete_usd: float = 0.0
+
+
+@dataclass
+class Plan:
+    now: datetime
+    policy: RetentionPolicy
+    items: list[PlanItem]
+    problems: list[str] = field(default_factory=list)  # unreadable manifests, from the caller
+
+    @property
+    def deletes(self) -> list[PlanItem]:
+        return [i for i in self.items if i.action == "delete"]
+
+    @property
+    def keeps(self) -> list[PlanItem]:
+        return [i for i in self.items if i.action == "keep"]
+
+    def summary(self) -> dict[str, Any]:
+        """Small, JSON-able totals (for XCom and logs)."""
+        counts: dict[str, int] = defaultdict(int)
+        for item in self.items:
+            counts[f"{item.action}_{item.kind}"] += 1
+        deletes = self.deletes
+        return {
+            "now": self.now.isoformat(),
+            "counts": dict(sorted(counts.items())),
+            "delete_bytes": sum(i.size for i in deletes),
+            "keep_bytes": sum(i.size for i in self.items if i.action == "keep"),
+            "early_delete_usd": round(sum(i.early_delete_usd for i in deletes), 2),
+            "problems": len(self.problems),
+        }
+
+
+def early_deletion_usd(storage_class: str, size: int, created: datetime | None, now: datetime) -> float:
+    """What deleting now adds for the class's minimum storage duration (see the module doc)."""
+    rule = MIN_STORAGE.get(storage_class)
+    if rule is None or created is None:
+        return 0.0
+    min_days, price = rule
+    remaining = min(min_days, min_days - (now - created) / DAY)
+    return size / GiB * price * remaining / 30 if remaining > 0 else 0.0
+
+
+def plan_retention(
+    manifests: Sequence[Manifest],
+    binlogs: Sequence[BinlogItem],
+    policy: RetentionPolicy,
+    now: datetime,
+    *,
+    verified: Collection[str] = (),
+    listing: Sequence[ObjectInfo] = (),
+    backups_prefix: str = "",
+    locks: Mapping[str, datetime] | None = None,
+) -> Plan:
+    """Keep or delete every backup, binlog and leftover object of one host, with a reason.
+
+    `verified`: ids whose restore test passed. `listing`: the objects under `backups_prefix`
+    (`<prefix>/<cluster>/<host>/backups/`), for debris and files beside a manifest such as
+    restore-report.json. `locks`: Object Lock retain-until per key (from head-object).
+    """
+    if now.tzinfo is None:
+        raise ValueError("plan_retention needs a timezone-aware `now` (UTC)")
+    ctx = _Context(policy, now, backups_prefix, _listing_dirs(listing, backups_prefix), dict(locks or {}))
+    backups = _Backups(manifests, ctx)
+    backups.decide(verified)
+    items = backups.items()
+    items += _unreadable_items(ctx, backups)
+    items += _binlog_items(binlogs, ctx, backups.binlog_cut())
+    items += _debris_items(ctx, backups)
+    return Plan(now, policy, items)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Context:
+    policy: RetentionPolicy
+    now: datetime
+    prefix: str  # <prefix>/<cluster>/<host>/backups/
+    dirs: dict[str, list[ObjectInfo]]  # backup id -> objects listed in its directory
+    locks: dict[str, datetime]
+
+    def locked(self, keys: Sequence[str], known: Sequence[datetime | None] = ()) -> str | None:
+        """The Object Lock reason if any key (or a known retain-until) is still retained."""
+        dates = [self.locks.get(k) for k in keys] if self.locks else []
+        until = [_utc(d) for d in (*dates, *known) if d is not None and _utc(d) > self.now]
+        if not until:
+            return None
+        if max(until) == LEGAL_HOLD:
+            return "Object Lock legal hold: kept until the hold is released"
+        return f"Object Lock retains it until {max(until):%Y-%m-%d %H:%M}Z"
+
+    def age_days(self, when: datetime | None) -> float | None:
+        return None if when is None else (self.now - _utc(when)) / DAY
+
+
+def _listing_dirs(listing: Sequence[ObjectInfo], prefix: str) -> dict[str, list[ObjectInfo]]:
+    dirs: dict[str, list[ObjectInfo]] = defaultdict(list)
+    for info in listing:
+        if not prefix or not info.key.startswith(prefix):
+            raise ValueError(f"listed object {info.key!r} is not under the backups prefix {prefix!r}")
+        bid, sep, _name = info.key[len(prefix) :].partition("/")
+        dirs[bid if sep else ""].append(info)  # "" holds objects outside any backup directory
+    return dirs
+
+
+class _Backups:
+    """The manifests of one host and the keep reason of each."""
+
+    def __init__(self, manifests: Sequence[Manifest], ctx: _Context) -> None:
+        self.ctx = ctx
+        self.by_id = {m.backup_id: m for m in manifests}
+        for m in manifests if ctx.prefix else ():
+            if not m.backup_object.key.startswith(f"{ctx.prefix}{m.backup_id}/"):
+                raise ValueError(f"manifest {m.backup_id} names {m.backup_object.key}, outside {ctx.prefix}")
+        self.reason: dict[str, str] = {}
+        self.errors = _chain_errors(self.by_id)
+        self.restorable = sorted(
+            (m for bid, m in self.by_id.items() if self.errors[bid] is None),
+            key=lambda m: (_utc(m.started_at), m.backup_id),
+            reverse=True,
+        )
+
+    def keep(self, bid: str, reason: str) -> None:
+        self.reason.setdefault(bid, reason)
+
+    def decide(self, verified: Collection[str]) -> None:
+        policy = self.ctx.policy
+        if not policy.configured:
+            for bid in self.by_id:
+                self.keep(bid, NOT_CONFIGURED)
+            return
+        self._locked_and_broken()
+        if newest := max((b for b in verified if b in self.by_id), default=None, key=self._start_key):
+            self.keep(newest, "newest backup that passed a restore test")
+        self._newest_chains(policy.keep_last_chains or 0)
+        self._gfs()
+        self._pitr(policy.pitr_days)
+        young = self.ctx.now - policy.min_age_days * DAY
+        for bid, m in self.by_id.items():
+            if _utc(m.finished_at) > young:
+                self.keep(bid, f"younger than min_age_days ({policy.min_age_days:g})")
+        self._close_over_parents()
+
+    def _start_key(self, bid: str) -> tuple[datetime, str]:
+        return _utc(self.by_id[bid].started_at), bid
+
+    def _locked_and_broken(self) -> None:
+        for bid, m in self.by_id.items():
+            known = [o.object_lock_until for o in m.objects]
+            if reason := self.ctx.locked(self.keys(m), known):
+                self.keep(bid, reason)
+            elif error := self.errors[bid]:
+                self.keep(bid, f"chain does not validate, kept for a human to check: {error}")
+
+    def _newest_chains(self, count: int) -> None:
+        kept: dict[str, int] = {}  # chain root -> rank, newest chain first
+        for m in self.restorable:  # newest first
+            if len(kept) >= count:
+                break
+            kept.setdefault(m.chain_root, len(kept) + 1)
+        for m in self.restorable:
+            if m.chain_root in kept:
+                self.keep(m.backup_id, f"in the newest {count} chain(s) (#{kept[m.chain_root]})")
+
+    def _gfs(self) -> None:
+        policy = self.ctx.policy
+        slots: list[tuple[str, int, Callable[[datetime], Hashable]]] = [
+            ("daily", policy.daily, lambda d: d.date()),
+            ("weekly", policy.weekly, lambda d: d.isocalendar()[:2]),
+            ("monthly", policy.monthly, lambda d: (d.year, d.month)),
+            ("yearly", policy.yearly, lambda d: d.year),
+        ]
+        for name, count, period in slots:
+            seen: set[Hashable] = set()
+            for m in self.restorable:
+                if len(seen) >= count:
+                    break
+                bucket = period(_utc(m.started_at))
+                if bucket not in seen:
+                    seen.add(bucket)
+                    self.keep(m.backup_id, f"{name} slot {len(seen)}/{count}")
+
+    def _pitr(self, days: float) -> None:
+        if days <= 0:
+            return
+        start = self.ctx.now - days * DAY
+        for bid, m in self.by_id.items():
+            if _utc(m.finished_at) >= start:
+                self.keep(bid, f"inside the {days:g}-day PITR window")
+        base = next((m for m in self.restorable if _utc(m.finished_at) < start), None)
+        if base is not None:
+            self.keep(base.backup_id, f"base of the {days:g}-day PITR window")
+
+    def _close_over_parents(self) -> None:
+        for bid in list(self.reason):
+            parent = self.by_id[bid].parent_id
+            while parent in self.by_id and parent not in self.reason:
+                self.reason[parent] = f"needed by kept {bid}"
+                parent = self.by_id[parent].parent_id
+
+    # -- output ---------------------------------------------------------------------------------
+
+    def keys(self, m: Manifest) -> tuple[str, ...]:
+        """Manifest first, then its objects, then anything else in its directory."""
+        directory = m.backup_object.key.rsplit("/", 1)[0]
+        keys = [f"{directory}/{MANIFEST_NAME}", *(o.key for o in m.objects)]
+        listed = self.ctx.dirs.get(m.backup_id, ())
+        if listed:
+            keys += sorted({i.key for i in listed} - set(keys))
+        return tuple(keys)
+
+    def items(self) -> list[PlanItem]:
+        depth = self._depths()
+        items = []
+        for bid, m in self.by_id.items():
+            item = self._item(m, self.reason.get(bid))
+            item.depth = depth[bid]
+            items.append(item)
+        return items
+
+    def _item(self, m: Manifest, reason: str | None) -> PlanItem:
+        listed = {i.key: i for i in self.ctx.dirs.get(m.backup_id, ())}
+        declared = {o.key: o for o in m.objects}
+        keys = self.keys(m)
+        main = listed.get(m.backup_object.key)
+        cls = main.storage_class if main else m.backup_object.storage_class
+        item = PlanItem("backup", m.backup_id, "keep", reason or "", keys, 0, cls, _utc(m.finished_at), 1)
+        charge = 0.0
+        for key in keys:
+            info, obj = listed.get(key), declared.get(key)
+            size = info.size if info else obj.size if obj else 0
+            item.size += size
+            if reason is None:
+                klass = info.storage_class if info else obj.storage_class if obj else "STANDARD"
+                created = info.last_modified if info and info.last_modified else m.finished_at
+                charge += early_deletion_usd(klass, size, _utc(created), self.ctx.now)
+        if reason is None:
+            item.action, item.early_delete_usd = "delete", charge
+            item.reason = self._delete_reason(m) + _charge_note(charge)
+        return item
+
+    def _delete_reason(self, m: Manifest) -> str:
+        policy = self.ctx.policy
+        age = self.ctx.age_days(m.finished_at) or 0.0
+        return (
+            f"outside the policy: chain {m.chain_root} is not among the newest {policy.keep_last_chains}, "
+            f"no GFS slot, {age:.1f} days old"
+        )
+
+    def _depths(self) -> dict[str, int]:
+        depth: dict[str, int] = {}
+        for bid in self.by_id:
+            path: list[str] = []
+            cur: str | None = bid
+            while cur in self.by_id and cur not in depth and len(path) <= len(self.by_id):
+                path.append(cur)
+                cur = self.by_id[cur].parent_id
+            base = depth.get(cur, -1) if cur is not None else -1
+            for n, node in enumerate(reversed(path), start=1):
+                depth[node] = base + n
+        return depth
+
+    def binlog_cut(self) -> _Cut:
+        kept = [self.by_id[b] for b in self.reason]
+        cut = _Cut(kept=bool(kept) or bool(self.unreadable_dirs()))
+        if kept:
+            oldest = min(kept, key=lambda m: _utc(m.started_at))
+            cut.time, cut.backup_id = _utc(oldest.started_at), oldest.backup_id
+        for m in sorted(kept, key=lambda m: _utc(m.started_at), reverse=True):
+            if m.binlog_file and (seq := _binlog_seq(m.binlog_file)):
+                cut.files[(m.server_uuid, seq[0])] = (seq[1], m.backup_id)
+        for bid in self.unreadable_dirs():
+            times = [i.last_modified for i in self.ctx.dirs[bid]]
+            first = None if any(t is None for t in times) else min(_utc(t) for t in times if t)
+            if first is None or cut.time is None or first < cut.time:
+                cut.time, cut.backup_id = first, bid
+                if first is None:
+                    break
+        return cut
+
+    def unreadable_dirs(self) -> list[str]:
+        """Directories holding a manifest.json that the caller could not read."""
+        return sorted(
+            bid
+            for bid, infos in self.ctx.dirs.items()
+            if bid and bid not in self.by_id and any(i.key.endswith("/" + MANIFEST_NAME) for i in infos)
+        )
+
+
+def _chain_errors(by_id: dict[str, Manifest]) -> dict[str, str | None]:
+    """backup id -> None when its chain validates, else why not. Each chain is validated once,
+    from its newest member; members of a broken chain are then checked on their own."""
+    has_child = {m.parent_id for m in by_id.values() if m.parent_id}
+    errors: dict[str, str | None] = {}
+    leaves = [bid for bid in by_id if bid not in has_child]
+    for bid in [*leaves, *by_id]:
+        if bid in errors:
+            continue
+        try:
+            chain = resolve_chain(by_id, bid)
+        except CatalogError as exc:
+            errors[bid] = str(exc)
+            continue
+        for m in chain:
+            errors[m.backup_id] = None
+    return errors
+
+
+@dataclass
+class _Cut:
+    """Where the binlogs that must stay begin."""
+
+    kept: bool  # is any backup kept at all?
+    time: datetime | None = None  # the oldest kept backup's start; None with kept: unknown, keep all
+    backup_id: str = ""
+    files: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)  # (uuid, base) -> (seq, id)
+
+
+def _binlog_seq(name: str) -> tuple[str, int] | None:
+    base, _, number = name.rpartition(".")
+    return (base, int(number)) if base and number.isdigit() else None
+
+
+def _unreadable_items(ctx: _Context, backups: _Backups) -> list[PlanItem]:
+    items = []
+    for bid in backups.unreadable_dirs():
+        infos = ctx.dirs[bid]
+        reason = "its manifest.json cannot be read: fix or remove it by hand"
+        if ctx.policy.configured and (lock := ctx.locked([i.key for i in infos])):
+            reason = lock
+        items.append(_dir_item("backup", bid, reason, infos))
+    return items
+
+
+def _binlog_items(binlogs: Sequence[BinlogItem], ctx: _Context, cut: _Cut) -> list[PlanItem]:
+    items = []
+    for b in binlogs:
+        keys = (*b.marker_keys, b.key)
+        item = PlanItem("binlog", f"{b.server_uuid}/{b.name}", "keep", "", keys, b.size, b.storage_class)
+        item.created, item.markers = _utc(b.last_event_time), len(b.marker_keys)
+        item.reason = _binlog_keep_reason(b, ctx, cut) or ""
+        if not item.reason:
+            item.action = "delete"
+            item.early_delete_usd = early_deletion_usd(b.storage_class, b.size, item.created, ctx.now)
+            item.reason = (
+                f"ends {item.created:%Y-%m-%d %H:%M}Z, before the oldest kept backup {cut.backup_id} "
+                f"started: not needed for PITR" + _charge_note(item.early_delete_usd)
+            )
+        items.append(item)
+    return items
+
+
+def _binlog_keep_reason(b: BinlogItem, ctx: _Context, cut: _Cut) -> str | None:
+    policy = ctx.policy
+    if not policy.configured:
+        return NOT_CONFIGURED
+    if lock := ctx.locked([b.key, *b.marker_keys], [b.lock_until]):
+        return lock
+    if (ctx.age_days(b.last_event_time) or 0.0) < policy.min_age_days:
+        return f"younger than min_age_days ({policy.min_age_days:g})"
+    if not cut.kept:
+        return "no backup is kept to replay it onto; kept until one is"
+    if cut.time is None:
+        return f"kept backup {cut.backup_id} has an unreadable manifest: every binlog is kept"
+    if _utc(b.last_event_time) >= cut.time - BINLOG_CLOCK_SLACK:
+        return f"needed for PITR from {cut.backup_id} to now"
+    seq = _binlog_seq(b.name)
+    start = cut.files.get((b.server_uuid, seq[0])) if seq else None
+    if seq and start and seq[1] >= start[0]:
+        return f"needed for PITR from {start[1]} (its binlog position is in or before this file)"
+    return None
+
+
+def _debris_items(ctx: _Context, backups: _Backups) -> list[PlanItem]:
+    items = []
+    unreadable = set(backups.unreadable_dirs())
+    for bid, infos in sorted(ctx.dirs.items()):
+        if bid in backups.by_id or bid in unreadable:
+            continue
+        if not bid:
+            items += [
+                _dir_item("other", i.key, "not inside a backup directory; left alone", [i]) for i in infos
+            ]
+            continue
+        item = _dir_item("debris", bid, "", infos)
+        item.reason = _debris_keep_reason(ctx, infos, item.created) or ""
+        if not item.reason:
+            item.action = "delete"
+            item.early_delete_usd = sum(
+                early_deletion_usd(i.storage_class, i.size, _utc_or_none(i.last_modified), ctx.now)
+                for i in infos
+            )
+            item.reason = (
+                f"no manifest: left by a failed or interrupted run, last written "
+                f"{ctx.age_days(item.created) or 0:.1f} days ago" + _charge_note(item.early_delete_usd)
+            )
+        items.append(item)
+    return items
+
+
+def _debris_keep_reason(ctx: _Context, infos: list[ObjectInfo], newest: datetime | None) -> str | None:
+    policy = ctx.policy
+    if not policy.configured:
+        return NOT_CONFIGURED
+    if lock := ctx.locked([i.key for i in infos]):
+        return lock
+    if newest is None or (ctx.age_days(newest) or 0.0) < policy.debris_grace_days:
+        return f"no manifest, but younger than debris_grace_days ({policy.debris_grace_days:g}): may be uploading"
+    return None
+
+
+def _dir_item(kind: Kind, name: str, reason: str, infos: list[ObjectInfo]) -> PlanItem:
+    """An item for listed objects; `created` is the newest upload (None if any is unknown)."""
+    times = [i.last_modified for i in infos]
+    newest = None if any(t is None for t in times) else max(_utc(t) for t in times if t)
+    classes = sorted({i.storage_class for i in infos})
+    keys = tuple(sorted(i.key for i in infos))
+    return PlanItem(kind, name, "keep", reason, keys, sum(i.size for i in infos), ",".join(classes), newest)
+
+
+def _charge_note(usd: float) -> str:
+    return f"; early deletion charge about ${usd:.2f}" if usd >= 0.005 else ""
+
+
+def _utc(when: datetime) -> datetime:
+    """Manifests and listings carry UTC; a naive time is taken as UTC."""
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def _utc_or_none(when: datetime | None) -> datetime | None:
+    return None if when is None else _utc(when)
+
+
+def plan_table(plan: Plan, limit: int = 500) -> str:
+    """The plan as a text table: deletions first, then what is kept; at most `limit` rows."""
+    rows = sorted(plan.items, key=lambda i: (i.action != "delete", i.kind, i.name))
+    header = (
+        f"{'ACTION':6} {'KIND':6} {'NAME':52} {'SIZE':>14} {'CLASS':12} {'AGE d':>7} {'EARLY $':>8}  REASON"
+    )
+    lines = [header]
+    for item in rows[:limit]:
+        age = f"{(plan.now - item.created) / DAY:.1f}" if item.created else "?"
+        lines.append(
+            f"{item.action:6} {item.kind:6} {item.name:52} {item.size:>14,} {item.storage_class:12} "
+            f"{age:>7} {item.early_delete_usd:>8.2f}  {item.reason}"
+        )
+    if len(rows) > limit:
+        lines.append(f"... {len(rows) - limit} more row(s) not shown")
+    s = plan.summary()
+    lines.append(
+        f"total: {s['counts']}; delete {s['delete_bytes']:,} bytes, keep {s['keep_bytes']:,} bytes; "
+        f"early deletion charges about ${s['early_delete_usd']:.2f}"
+    )
+    return "\n".join(lines)

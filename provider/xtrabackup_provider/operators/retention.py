@@ -1,0 +1,68 @@
+"""ApplyRetentionOperator: plan retention for one host, log the plan as a table, delete if confirmed."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+
+class ApplyRetentionOperator(BaseOperator):
+    """Keep or delete every backup and leftover object of `cluster/host` by `policy` (the keys of
+    the fleet config's `retention:` section, see core/retention.py); binlogs are not handed in yet.
+
+    Dry run until `confirm=True`: the plan is logged and nothing is deleted. When confirmed,
+    manifests are deleted before the data they name (core/retention_apply.py). Returns small
+    metadata for XCom: counts, bytes, and the first deleted names.
+    """
+
+    template_fields: Sequence[str] = ("cluster", "host", "prefix", "bucket")
+    ui_color = "#fdebd0"
+
+    def __init__(
+        self,
+        *,
+        cluster: str,
+        host: str,
+        bucket: str | None = None,
+        local_path: str | None = None,
+        prefix: str = "backups",
+        aws_conn_id: str = "aws_default",
+        policy: dict[str, Any] | None = None,
+        confirm: bool = False,
+        max_table_rows: int = 500,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.cluster = cluster
+        self.host = host
+        self.bucket = bucket
+        self.local_path = local_path
+        self.prefix = prefix
+        self.aws_conn_id = aws_conn_id
+        self.policy = policy or {}
+        self.confirm = confirm
+        self.max_table_rows = max_table_rows
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from ..core.retention import parse_policy, plan_table
+        from ..core.retention_apply import apply_plan, plan_host
+        from ..hooks.storage import BackupStorageHook
+
+        policy = parse_policy(self.policy, f"{self.task_id} ({self.cluster}/{self.host})")
+        catalog = BackupStorageHook(self.aws_conn_id, self.bucket, self.local_path).get_catalog(
+            self.prefix, self.cluster, self.host
+        )
+        plan = plan_host(catalog, policy)
+        for problem in plan.problems:
+            self.log.warning("unreadable manifest (its backup is kept): %s", problem)
+        mode = "deleting" if self.confirm else "DRY RUN (set retention.confirm: true to delete)"
+        self.log.info(
+            "retention of %s/%s, %s:\n%s",
+            self.cluster,
+            self.host,
+            mode,
+            plan_table(plan, self.max_table_rows),
+        )
+        return apply_plan(catalog, plan, confirm=bool(self.confirm)).summary()

@@ -1,0 +1,45 @@
+"""Fixtures of the fault suite (the shared ones come from tests/conftest.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from helpers import seed_database, unique_name
+from xtrabackup_provider.core.sandbox import SandboxServer
+
+
+@pytest.fixture(scope="module")
+def seeded(mariadb_factory) -> Iterator[tuple[SandboxServer, str]]:
+    """One server per test module with a seeded schema; tests use their own bucket or directory."""
+    server = mariadb_factory("faults", root_password=secrets.token_urlsafe(16))
+    db = unique_name("f")
+    seed_database(server, db, rows=3000)
+    try:
+        yield server, db
+    finally:
+        mariadb_factory.discard(server)
+
+
+def _load(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# The shipped-DAG fixtures live with the DAG tests; reuse them rather than copy them.
+_DAGS = Path(__file__).resolve().parents[1] / "dags"
+fleet = _load("xbp_faults_dags_conftest", _DAGS / "conftest.py").fleet
+
+
+@pytest.fixture
+def load_dag():
+    """`load_dag("mysql_backup")` imports a shipped DAG file afresh, as the dag processor does."""
+    return _load("xbp_faults_dag_helpers", _DAGS / "dag_helpers.py").load_dag_module

@@ -1,0 +1,489 @@
+"""Faults during a backup lose nothing: a clear failure or a retry that succeeds, never a manifest
+over partial data, never an open multipart upload, never a kept backup touched.
+
+Real components: a MariaDB sandbox, mariabackup, gpg, and moto over HTTP, reached through a real
+HTTP proxy that can answer 500 or stop listening. The only code we break on purpose is our own
+(a worker killed right before it writes the manifest).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import boto3
+import pytest
+from botocore.config import Config
+from faultkit import (
+    REGION,
+    ProcScanner,
+    S3Proxy,
+    open_uploads,
+    s3_catalog,
+    snapshot,
+    target,
+    wait_next_second,
+)
+
+from helpers import add_orders
+from xtrabackup_provider.core.backup import BackupRequest, run_backup
+from xtrabackup_provider.core.catalog import Catalog, Manifest
+from xtrabackup_provider.core.lock import LOCK_NAME, HostLockBusy
+from xtrabackup_provider.core.pipeline import PipelineError
+from xtrabackup_provider.core.restore import RestoreRequest, restore
+from xtrabackup_provider.core.sandbox import SandboxServer, table_checksums
+from xtrabackup_provider.core.storage import StorageError
+
+PREFIX = "backups/c1/db1/"
+
+
+def _request(catalog: Catalog, server: SandboxServer, gpg_keys, **kw) -> BackupRequest:
+    return BackupRequest(catalog=catalog, target=target(server), public_keys=[gpg_keys.public_key], **kw)
+
+
+def _kept(catalog: Catalog, server: SandboxServer, gpg_keys) -> Manifest:
+    """A good backup taken before the fault: it must come out of the fault untouched."""
+    return run_backup(_request(catalog, server, gpg_keys, kind="full"))
+
+
+def _assert_untouched(s3_server, bucket: str, before: dict, kept: Manifest) -> None:
+    after = snapshot(s3_server.client(), bucket, f"{PREFIX}backups/{kept.backup_id}/")
+    assert after == before, f"the kept backup {kept.backup_id} was modified: {before} -> {after}"
+
+
+def _assert_restores(catalog: Catalog, gpg_keys, tmp_path: Path, expected: dict[str, int], db: str) -> None:
+    """The newest backup restores to exactly the data it was taken from."""
+    target_dir = tmp_path / "restored" / "data"
+    restore(
+        RestoreRequest(
+            catalog=catalog,
+            target_datadir=target_dir,
+            private_key=gpg_keys.private_key,
+            passphrase=gpg_keys.passphrase,
+        )
+    )
+    with SandboxServer.on_datadir(target_dir, tmp_path / "sb", server_id=950) as restored:
+        restored.start()
+        assert table_checksums(restored, [db]) == expected
+
+
+def _assert_stored_as_recorded(catalog: Catalog, manifest: Manifest) -> None:
+    """The registered object is exactly what the manifest says (size and sha256), read back over HTTP."""
+    import hashlib
+
+    data = catalog.store.get_bytes(manifest.backup_object.key)
+    assert len(data) == manifest.backup_object.size
+    assert hashlib.sha256(data).hexdigest() == manifest.backup_object.sha256
+
+
+def _proc_argvs() -> list[tuple[int, list[bytes]]]:
+    """argv of our own descendants: other test runs on this machine are never touched."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and ProcScanner.descends_from(int(pid), os.getpid()):
+            try:
+                out.append((int(pid), Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")))
+            except OSError:
+                continue
+    return out
+
+
+def _kill_when_streaming(match: Callable[[list[bytes]], bool]) -> Callable[[int], None]:
+    """A progress callback that SIGKILLs the first process matching `match` once bytes flow."""
+    fired = threading.Event()
+
+    def progress(raw_bytes: int) -> None:
+        if fired.is_set() or raw_bytes < 256 * 1024:
+            return
+        for pid, argv in _proc_argvs():
+            if match(argv):
+                os.kill(pid, signal.SIGKILL)
+                fired.set()
+                return
+
+    progress.fired = fired  # type: ignore[attr-defined]
+    return progress
+
+
+# -- a stage of the stream dies -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("stage", "match", "error"),
+    [
+        (
+            "backup tool",
+            lambda argv: argv[0].endswith(b"mariabackup") and b"--backup" in argv,
+            r"mariabackup --backup failed \(killed by signal 9\)",
+        ),
+        (
+            "gpg",
+            lambda argv: argv[0].endswith(b"gpg") and b"--encrypt" in argv and b"--recipient" in argv,
+            r"gpg --encrypt failed \(killed by signal 9\)",
+        ),
+    ],
+)
+def test_a_stage_killed_mid_stream_registers_nothing_and_a_retry_succeeds(
+    stage, match, error, seeded, s3_server, bucket, gpg_keys, tmp_path
+):
+    server, db = seeded
+    catalog = s3_catalog(s3_server.endpoint_url, bucket)
+    kept = _kept(catalog, server, gpg_keys)
+    kept_objects = snapshot(s3_server.client(), bucket, f"{PREFIX}backups/{kept.backup_id}/")
+    everything = snapshot(s3_server.client(), bucket)
+    add_orders(server, db, 2000)
+
+    wait_next_second(kept.started_at)
+    progress = _kill_when_streaming(match)
+    with pytest.raises(PipelineError, match=error):
+        run_backup(_request(catalog, server, gpg_keys, progress=progress))
+    assert progress.fired.is_set(), f"the {stage} was never killed; the test proved nothing"
+
+    assert catalog.backup_ids() == [kept.backup_id], "a backup was registered over a killed stream"
+    assert open_uploads(s3_server.client(), bucket) == []
+    assert snapshot(s3_server.client(), bucket) == everything, "the failed run left objects behind"
+    _assert_untouched(s3_server, bucket, kept_objects, kept)
+
+    retry = run_backup(_request(catalog, server, gpg_keys))
+    assert retry.kind == "incremental" and retry.parent_id == kept.backup_id
+    _assert_stored_as_recorded(catalog, retry)
+    _assert_untouched(s3_server, bucket, kept_objects, kept)
+
+
+# -- the S3 endpoint misbehaves ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def proxy(s3_server):
+    proxy = S3Proxy(s3_server.endpoint_url)
+    proxy.start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+def test_s3_answering_500_for_a_while_then_recovering_still_gives_a_good_backup(
+    seeded, s3_server, bucket, gpg_keys, proxy, tmp_path
+):
+    server, db = seeded
+    catalog = s3_catalog(proxy.endpoint_url, bucket)  # the product's client: botocore standard retries
+    kept = _kept(catalog, server, gpg_keys)
+    kept_objects = snapshot(s3_server.client(), bucket, f"{PREFIX}backups/{kept.backup_id}/")
+    add_orders(server, db, 1000)
+
+    budget = {"UploadPart": 2, "CompleteMultipartUpload": 1, "manifest": 1}
+
+    def rule(op: str, path: str) -> int | None:
+        name = "manifest" if op == "PutObject" and path.split("?")[0].endswith("/manifest.json") else op
+        if budget.get(name, 0) > 0:
+            budget[name] -= 1
+            return 500
+        return None
+
+    proxy.rule = rule
+    wait_next_second(kept.started_at)
+    manifest = run_backup(_request(catalog, server, gpg_keys))
+
+    assert budget == {"UploadPart": 0, "CompleteMultipartUpload": 0, "manifest": 0}, (
+        "not every 500 was served"
+    )
+    assert proxy.count("UploadPart", 500) == 2 and proxy.count("UploadPart", 200) >= 1
+    assert proxy.count("CompleteMultipartUpload", 500) == 1
+    assert catalog.backup_ids() == [kept.backup_id, manifest.backup_id]
+    assert open_uploads(s3_server.client(), bucket) == []
+    _assert_stored_as_recorded(catalog, manifest)
+    _assert_untouched(s3_server, bucket, kept_objects, kept)
+    assert manifest.parent_id == kept.backup_id and manifest.raw_bytes > 0
+
+
+def _short_retry_client(endpoint_url: str):
+    """Two attempts instead of the product's eight: the same failure, found in seconds instead of
+    minutes of backoff. What is tested is what the product does once the client gives up."""
+    config = Config(retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=2, read_timeout=20)
+    return boto3.client("s3", endpoint_url=endpoint_url, region_name=REGION, config=config)
+
+
+def test_s3_failing_every_part_upload_is_a_clear_failure_that_leaves_nothing(
+    seeded, s3_server, bucket, gpg_keys, proxy
+):
+    server, _db = seeded
+    catalog = s3_catalog(proxy.endpoint_url, bucket)
+    kept = _kept(catalog, server, gpg_keys)
+    kept_objects = snapshot(s3_server.client(), bucket, f"{PREFIX}backups/{kept.backup_id}/")
+    everything = snapshot(s3_server.client(), bucket)
+
+    proxy.rule = lambda op, path: 500 if op == "UploadPart" else None
+    failing = s3_catalog(proxy.endpoint_url, bucket, client=_short_retry_client(proxy.endpoint_url))
+    wait_next_second(kept.started_at)
+    with pytest.raises(StorageError) as excinfo:
+        run_backup(_request(failing, server, gpg_keys))
+    message = str(excinfo.value)
+    assert f"s3://{bucket}/{PREFIX}backups/" in message and "upload part 1 failed" in message, message
+    assert "InternalError" in message or "500" in message, message
+
+    # The endpoint still answers everything but part uploads, so the abort went through.
+    assert proxy.count("AbortMultipartUpload", 204) == 1
+    assert open_uploads(s3_server.client(), bucket) == []
+    assert catalog.backup_ids() == [kept.backup_id]
+    assert snapshot(s3_server.client(), bucket) == everything
+    _assert_untouched(s3_server, bucket, kept_objects, kept)
+
+
+def test_s3_endpoint_stopped_mid_upload_and_back_soon_the_backup_still_succeeds(
+    seeded, s3_server, bucket, gpg_keys, proxy
+):
+    server, _db = seeded
+    catalog = s3_catalog(proxy.endpoint_url, bucket)
+    kept = _kept(catalog, server, gpg_keys)
+    outage = {"done": False}
+
+    def rule(op: str, path: str) -> str | None:
+        if op == "UploadPart" and not outage["done"]:
+            outage["done"] = True
+            threading.Timer(1.5, proxy.start).start()  # the endpoint comes back on the same port
+            return "stop"
+        return None
+
+    proxy.rule = rule
+    wait_next_second(kept.started_at)
+    manifest = run_backup(_request(catalog, server, gpg_keys))
+
+    assert outage["done"], "the endpoint never went down; the test proved nothing"
+    assert proxy.count("UploadPart", 0) == 1 and proxy.count("UploadPart", 200) >= 1
+    assert catalog.backup_ids() == [kept.backup_id, manifest.backup_id]
+    assert open_uploads(s3_server.client(), bucket) == []
+    _assert_stored_as_recorded(catalog, manifest)
+
+
+def test_s3_endpoint_down_past_the_retries_fails_clearly_and_the_next_run_cleans_up(
+    seeded, s3_server, bucket, gpg_keys, proxy
+):
+    server, db = seeded
+    catalog = s3_catalog(proxy.endpoint_url, bucket)
+    kept = _kept(catalog, server, gpg_keys)
+    kept_objects = snapshot(s3_server.client(), bucket, f"{PREFIX}backups/{kept.backup_id}/")
+
+    proxy.rule = lambda op, path: "stop" if op == "UploadPart" else None
+    failing = s3_catalog(proxy.endpoint_url, bucket, client=_short_retry_client(proxy.endpoint_url))
+    wait_next_second(kept.started_at)
+    with pytest.raises(StorageError, match=r"upload part 1 failed: .*(connect|Connection)") as excinfo:
+        run_backup(_request(failing, server, gpg_keys))
+    assert f"s3://{bucket}/{PREFIX}backups/" in str(excinfo.value)
+    assert not proxy.running
+
+    # While the endpoint is down nothing can be aborted: the upload stays open, invisible, unregistered.
+    stranded = open_uploads(s3_server.client(), bucket)
+    assert len(stranded) == 1 and stranded[0].startswith(f"{PREFIX}backups/"), stranded
+    assert s3_catalog(s3_server.endpoint_url, bucket).backup_ids() == [kept.backup_id]
+
+    proxy.rule = lambda op, path: None
+    proxy.start()
+    add_orders(server, db, 500)
+    retry = run_backup(_request(catalog, server, gpg_keys))
+    assert retry.parent_id == kept.backup_id
+    assert open_uploads(s3_server.client(), bucket) == [], "the next run did not clean the stranded upload"
+    assert catalog.backup_ids() == [kept.backup_id, retry.backup_id]
+    assert not [k for k in snapshot(s3_server.client(), bucket) if k.endswith(LOCK_NAME)]
+    _assert_stored_as_recorded(catalog, retry)
+    _assert_untouched(s3_server, bucket, kept_objects, kept)
+
+
+# -- the worker dies between the upload and the manifest ------------------------------------------------
+
+_KILLED_WORKER = """
+import json, os, signal, sys
+from xtrabackup_provider.core import catalog as cat
+from xtrabackup_provider.core.backup import BackupRequest, run_backup
+from xtrabackup_provider.core.mysql import MySQLTarget
+from xtrabackup_provider.core.storage import S3Store, make_s3_client
+
+args = json.loads(sys.stdin.read())
+
+def die(self, manifest):
+    # The object is uploaded; the worker is killed before the commit marker is written.
+    print(json.dumps({"backup_id": manifest.backup_id, "key": manifest.backup_object.key}), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def die_streaming(raw_bytes):
+    if raw_bytes >= 256 * 1024:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+extra = {}
+if args["where"] == "before_manifest":
+    cat.Catalog.write = die
+else:
+    extra["progress"] = die_streaming
+store = S3Store(make_s3_client(args["endpoint"], "us-east-1"), args["bucket"])
+run_backup(BackupRequest(
+    catalog=cat.Catalog(store, "backups", "c1", "db1"),
+    target=MySQLTarget(socket=args["socket"], password=args["password"]),
+    public_keys=[args["public_key"]],
+    **extra,
+))
+"""
+
+
+def _private_dirs(pid: int) -> set[Path]:
+    """The credential directories and GPG homes process `pid` created (they carry its pid)."""
+    import tempfile
+
+    return set(Path(tempfile.gettempdir()).glob(f"xbp-cred-{pid}-*")) | set(
+        Path("/tmp").glob(f"xbp-gpg-{pid}-*")
+    )
+
+
+def _kill_worker(where: str, s3_server, bucket: str, server: SandboxServer, gpg_keys) -> tuple[int, str]:
+    """Run a backup in a child worker process that SIGKILLs itself at `where`; its pid and stdout."""
+    args = {
+        "where": where,
+        "endpoint": s3_server.endpoint_url,
+        "bucket": bucket,
+        "socket": str(server.socket),
+        "password": server.root_password,  # on stdin, never argv
+        "public_key": gpg_keys.public_key,
+    }
+    child = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_WORKER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        text=True,
+    )
+    try:
+        out, err = child.communicate(json.dumps(args), timeout=180)
+    finally:
+        try:
+            os.killpg(child.pid, signal.SIGKILL)  # whatever the dead worker started
+        except ProcessLookupError:
+            pass
+    assert child.returncode == -signal.SIGKILL, f"the worker did not die where intended: {err[-2000:]}"
+    return child.pid, out
+
+
+@pytest.mark.parametrize("where", ["before_manifest", "mid_stream"])
+def test_worker_killed_leaves_no_backup_and_a_retry_succeeds(
+    where, seeded, s3_server, bucket, gpg_keys, tmp_path
+):
+    server, db = seeded
+    catalog = s3_catalog(s3_server.endpoint_url, bucket)
+    kept = _kept(catalog, server, gpg_keys)
+    kept_objects = snapshot(s3_server.client(), bucket, f"{PREFIX}backups/{kept.backup_id}/")
+    add_orders(server, db, 1000)
+    wait_next_second(kept.started_at)
+
+    pid, out = _kill_worker(where, s3_server, bucket, server, gpg_keys)
+    assert catalog.backup_ids() == [kept.backup_id], "a killed worker registered a backup"
+    assert open_uploads(s3_server.client(), bucket) == []
+    assert catalog.store.head(f"{PREFIX}{LOCK_NAME}") is not None, "the dead worker's lock should be left"
+    _assert_untouched(s3_server, bucket, kept_objects, kept)
+    left = _private_dirs(pid)
+    if where == "before_manifest":
+        # The object is stored, but without a manifest it is debris: not a backup, not a parent.
+        died = json.loads(out.strip().splitlines()[-1])
+        assert catalog.store.head(died["key"]) is not None
+    else:
+        # Killed mid-stream: its credential file and GPG home could not be removed, but stay private.
+        assert {p.name.split("-")[1] for p in left} == {"cred", "gpg"}, left
+        for path in left:
+            assert path.stat().st_mode & 0o777 == 0o700, f"{path} is open to others"
+        for cnf in (f for p in left for f in p.glob("*.cnf")):
+            assert cnf.stat().st_mode & 0o777 == 0o600, f"{cnf} is readable by others"
+
+    expected = table_checksums(server, [db])
+    retry = run_backup(_request(catalog, server, gpg_keys))  # the lock of a dead process is taken over
+    assert retry.kind == "incremental" and retry.parent_id == kept.backup_id
+    assert catalog.backup_ids() == [kept.backup_id, retry.backup_id]
+    assert catalog.store.head(f"{PREFIX}{LOCK_NAME}") is None
+    assert [p for p in left if p.exists()] == [], "the dead worker's private files are still on disk"
+    _assert_untouched(s3_server, bucket, kept_objects, kept)
+    if where == "before_manifest":
+        _assert_restores(catalog, gpg_keys, tmp_path, expected, db)
+    else:
+        _assert_stored_as_recorded(catalog, retry)
+
+
+# -- two runs for one host at once ----------------------------------------------------------------------
+
+
+def test_two_runs_for_one_host_at_once_one_runs_the_other_fails_clearly(
+    seeded, s3_server, bucket, gpg_keys, tmp_path
+):
+    server, db = seeded
+    catalog = s3_catalog(s3_server.endpoint_url, bucket)
+    streaming, finish = threading.Event(), threading.Event()
+
+    def hold(raw_bytes: int) -> None:  # the first run pauses mid-stream until the second has tried
+        streaming.set()
+        finish.wait(60)
+
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(run_backup, _request(catalog, server, gpg_keys, progress=hold))
+        assert streaming.wait(60), "the first run never started streaming"
+        during = snapshot(s3_server.client(), bucket)
+        try:
+            with pytest.raises(HostLockBusy) as excinfo:
+                run_backup(_request(s3_catalog(s3_server.endpoint_url, bucket), server, gpg_keys))
+            # The loser wrote nothing: no object, no upload, no manifest.
+            assert snapshot(s3_server.client(), bucket) == during
+        finally:
+            finish.set()
+        manifest = first.result(timeout=120)
+    message = str(excinfo.value)
+    assert "another backup of c1/db1 is running" in message, message
+    assert f"pid {os.getpid()}" in message and "lease" in message, message
+
+    assert catalog.backup_ids() == [manifest.backup_id]
+    assert open_uploads(s3_server.client(), bucket) == []
+    _assert_stored_as_recorded(catalog, manifest)
+
+    # Once the first run is over, the host is free again.
+    add_orders(server, db, 500)
+    wait_next_second(manifest.started_at)
+    nxt = run_backup(_request(catalog, server, gpg_keys))
+    assert nxt.parent_id == manifest.backup_id
+    assert not [k for k in snapshot(s3_server.client(), bucket) if k.endswith(LOCK_NAME)]
+
+
+def _foreign_lock(catalog: Catalog, expires: datetime) -> str:
+    """A lock left by a run on another machine (the format the product writes)."""
+    key = f"{catalog.host_prefix}/{LOCK_NAME}"
+    body = {
+        "token": "0" * 32,
+        "owner": "xtrabackup-provider backup of c1/db1",
+        "hostname": "worker-7.example.internal",
+        "pid": 4242,
+        "pid_start": 1,
+        "acquired_at": (expires - timedelta(minutes=2)).isoformat(),
+        "expires_at": expires.isoformat(),
+    }
+    catalog.store.put_bytes(key, json.dumps(body).encode())
+    return key
+
+
+def test_a_live_lock_of_another_worker_blocks_and_an_expired_one_is_taken_over(
+    seeded, s3_server, bucket, gpg_keys
+):
+    server, _db = seeded
+    catalog = s3_catalog(s3_server.endpoint_url, bucket)
+    key = _foreign_lock(catalog, datetime.now(UTC) + timedelta(minutes=5))
+    with pytest.raises(HostLockBusy) as excinfo:
+        run_backup(_request(catalog, server, gpg_keys))
+    message = str(excinfo.value)
+    assert "worker-7.example.internal" in message and "pid 4242" in message, message
+    assert key in message, "the error must say which object to remove if that run is really gone"
+    assert catalog.backup_ids() == [] and catalog.store.head(key) is not None
+
+    _foreign_lock(catalog, datetime.now(UTC) - timedelta(seconds=1))
+    manifest = run_backup(_request(catalog, server, gpg_keys))
+    assert catalog.backup_ids() == [manifest.backup_id]
+    assert catalog.store.head(key) is None, "the taken-over lock was not released"

@@ -1,0 +1,125 @@
+"""Faults during a restore: a clear error, the target left empty, scratch removed, the backup intact.
+
+Real components: a MariaDB sandbox, mariabackup/mbstream, gpg, moto over HTTP, and real small
+filesystems (tmpfs) that fill up.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from faultkit import s3_catalog, snapshot, target, tmpfs, tree_bytes
+
+from xtrabackup_provider.core.backup import BackupRequest, run_backup
+from xtrabackup_provider.core.catalog import Catalog, Manifest
+from xtrabackup_provider.core.crypto import GpgError
+from xtrabackup_provider.core.pipeline import PipelineError
+from xtrabackup_provider.core.restore import RestoreError, RestoreRequest, restore
+from xtrabackup_provider.core.sandbox import SandboxServer, table_checksums
+
+
+@pytest.fixture(scope="module")
+def backed_up(seeded, s3_server, gpg_keys) -> tuple[Catalog, Manifest, dict[str, int], str]:
+    """One encrypted full backup shared by the module (restores only read it)."""
+    server, db = seeded
+    bucket = s3_server.make_bucket(f"xbp-restore-faults-{os.getpid()}")
+    catalog = s3_catalog(s3_server.endpoint_url, bucket)
+    manifest = run_backup(
+        BackupRequest(catalog=catalog, target=target(server), public_keys=[gpg_keys.public_key])
+    )
+    return catalog, manifest, table_checksums(server, [db]), db
+
+
+def _restore(catalog: Catalog, keys, target_dir: Path, **kw) -> None:
+    restore(
+        RestoreRequest(
+            catalog=catalog,
+            target_datadir=target_dir,
+            private_key=keys.private_key,
+            passphrase=keys.passphrase,
+            **kw,
+        )
+    )
+
+
+def _own_gpg_homes() -> set[Path]:
+    return set(Path("/tmp").glob(f"xbp-gpg-{os.getpid()}-*"))
+
+
+def test_scratch_filesystem_full_is_a_clear_error_and_a_retry_with_room_restores(
+    backed_up, s3_server, gpg_keys, tmp_path
+):
+    catalog, manifest, expected, db = backed_up
+    stored = snapshot(s3_server.client(), catalog.store.bucket)
+    assert manifest.raw_bytes > 8 * 1024 * 1024, "the backup must not fit in the small scratch"
+    target_dir = tmp_path / "restore" / "data"
+    with tmpfs(tmp_path / "small", "4m") as small:
+        with pytest.raises(PipelineError) as excinfo:
+            _restore(catalog, gpg_keys, target_dir, scratch_dir=small / "work")
+        message = str(excinfo.value)
+        assert "No space left on device" in message, message
+        assert str(small / "work") in message, "the error must name the directory that filled up"
+        assert tree_bytes(small) == 0 and not (small / "work").exists(), "scratch was left behind"
+    assert not target_dir.exists(), "the target was created although the restore failed"
+    assert snapshot(s3_server.client(), catalog.store.bucket) == stored
+
+    _restore(catalog, gpg_keys, target_dir)  # with room: the same backup restores
+    with SandboxServer.on_datadir(target_dir, tmp_path / "sb", server_id=960) as restored:
+        restored.start()
+        assert table_checksums(restored, [db]) == expected
+
+
+def test_target_filesystem_full_during_move_back_empties_the_target_again(backed_up, gpg_keys, tmp_path):
+    catalog, _manifest, _expected, _db = backed_up
+    scratch = tmp_path / "scratch"
+    with tmpfs(tmp_path / "small", "6m") as small:
+        target_dir = small / "data"
+        with pytest.raises(RestoreError) as excinfo:
+            _restore(catalog, gpg_keys, target_dir, scratch_dir=scratch)
+        message = str(excinfo.value)
+        assert "move-back into" in message and str(target_dir) in message, message
+        assert "emptied again" in message, message
+        assert tree_bytes(small) == 0, f"partial data left in the target: {list(small.rglob('*'))[:10]}"
+    assert not scratch.exists(), "scratch was left behind"
+
+
+def test_damaged_zstd_stream_fails_in_the_zstd_stage_naming_the_object(seeded, s3_server, bucket, tmp_path):
+    server, _db = seeded
+    catalog = s3_catalog(s3_server.endpoint_url, bucket)
+    manifest = run_backup(BackupRequest(catalog=catalog, target=target(server), allow_unencrypted=True))
+    key = manifest.backup_object.key
+    data = bytearray(catalog.store.get_bytes(key))
+    data[:4] = b"\0\0\0\0"  # the zstd frame magic: nothing but zstd looks at it
+    catalog.store.put_bytes(key, bytes(data))
+
+    target_dir = tmp_path / "restore" / "data"
+    with pytest.raises(PipelineError) as excinfo:
+        restore(RestoreRequest(catalog=catalog, target_datadir=target_dir))
+    message = str(excinfo.value)
+    assert "zstd could not decompress" in message and key in message, message
+    assert not target_dir.exists()
+    assert not list((tmp_path / "restore").glob(".xbp-restore-*")), "scratch was left behind"
+
+
+def test_wrong_passphrase_is_a_clear_error_and_writes_nothing(backed_up, gpg_keys, tmp_path):
+    catalog, manifest, _expected, _db = backed_up
+    homes = _own_gpg_homes()
+    target_dir = tmp_path / "restore" / "data"
+    with pytest.raises(GpgError) as excinfo:
+        restore(
+            RestoreRequest(
+                catalog=catalog,
+                target_datadir=target_dir,
+                private_key=gpg_keys.private_key,
+                passphrase="not-" + gpg_keys.passphrase,
+            )
+        )
+    message = str(excinfo.value)
+    assert "passphrase given does not unlock private key" in message, message
+    assert gpg_keys.fingerprint in message, message
+    assert gpg_keys.passphrase not in message
+    assert not target_dir.exists()
+    assert not list((tmp_path / "restore").glob(".xbp-restore-*")), "scratch was left behind"
+    assert _own_gpg_homes() == homes, "the GPG home holding the private key was not wiped"

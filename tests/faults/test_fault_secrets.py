@@ -1,0 +1,204 @@
+"""Secrets stay secret: while real backups, restores and restore tests run, no password, passphrase
+or private key is in any process's argv (or in the environment of the processes we start), in
+logs or in XCom; credential files are 0600 in a 0700 directory and gone afterwards; sandboxes
+listen on loopback or only on a unix socket.
+
+A background thread samples /proc every few milliseconds during the runs; each test also checks
+that it saw the processes it was watching, so it cannot pass by sampling nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from faultkit import (
+    ProcScanner,
+    is_loopback,
+    listening_addresses,
+    mode,
+    private_key_fragments,
+    s3_catalog,
+    target,
+    wait_next_second,
+)
+
+from helpers import add_orders, seed_database, unique_name
+from xtrabackup_provider.core.backup import BackupRequest, run_backup
+from xtrabackup_provider.core.restore import RestoreRequest, restore
+from xtrabackup_provider.core.restore_test import RestoreTestRequest, run_restore_test
+
+
+def _secrets(password: str, keys) -> dict[str, str]:
+    return {
+        "root password": password,
+        "gpg passphrase": keys.passphrase,
+        **private_key_fragments(keys.private_key),
+    }
+
+
+@contextlib.contextmanager
+def _all_logs() -> Iterator[list[str]]:
+    """Every log record of every logger, formatted with its traceback (works with pytest's logging off)."""
+    lines: list[str] = []
+    formatter = logging.Formatter("%(name)s %(levelname)s %(message)s")
+
+    class _Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(formatter.format(record))
+
+    root, handler = logging.getLogger(), _Collect(logging.DEBUG)
+    old = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        yield lines
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old)
+
+
+class _Watch:
+    """What the scanner saw of the processes that matter, while they were alive."""
+
+    def __init__(self) -> None:
+        self.credential_files: dict[str, tuple[int, int]] = {}  # path -> (file mode, dir mode)
+        self.restore_sandbox_tcp: list[str] = []
+        self.restore_sandbox_sockets: set[str] = set()
+        self.restore_sandbox_samples = 0
+
+    def __call__(self, pid: int, argv: list[str]) -> None:
+        for arg in argv:
+            if arg.startswith("--defaults-extra-file=") and arg not in self.credential_files:
+                path = arg.split("=", 1)[1]
+                with contextlib.suppress(OSError):
+                    self.credential_files[path] = (mode(path), mode(os.path.dirname(path)))
+        if argv and argv[0].endswith("mariadbd") and "--skip-grant-tables" in argv:
+            self.restore_sandbox_samples += 1
+            self.restore_sandbox_tcp += listening_addresses(pid)
+            sock = next((a.split("=", 1)[1] for a in argv if a.startswith("--socket=")), "")
+            if sock and os.path.exists(sock):
+                self.restore_sandbox_sockets.add(sock)
+
+
+def _own_private_dirs() -> list[Path]:
+    import tempfile
+
+    pid = os.getpid()
+    return [*Path(tempfile.gettempdir()).glob(f"xbp-cred-{pid}-*"), *Path("/tmp").glob(f"xbp-gpg-{pid}-*")]
+
+
+def _assert_no_secret(label: str, text: str, secrets: dict[str, str]) -> None:
+    found = [name for name, value in secrets.items() if value and value in text]
+    assert not found, f"{', '.join(found)} found in {label}"
+
+
+def test_backup_restore_and_restore_test_keep_every_secret_out_of_argv_env_and_logs(
+    seeded, s3_server, bucket, gpg_keys, tmp_path
+):
+    server, db = seeded
+    secrets = _secrets(server.root_password, gpg_keys)
+    catalog = s3_catalog(s3_server.endpoint_url, bucket)
+    watch = _Watch()
+    keys = dict(private_key=gpg_keys.private_key, passphrase=gpg_keys.passphrase)
+    with _all_logs() as logs, ProcScanner(secrets, watch=watch) as scan:
+        full = run_backup(
+            BackupRequest(catalog=catalog, target=target(server), public_keys=[gpg_keys.public_key])
+        )
+        add_orders(server, db, 300)
+        wait_next_second(full.started_at)
+        inc = run_backup(
+            BackupRequest(catalog=catalog, target=target(server), public_keys=[gpg_keys.public_key])
+        )
+        restore(RestoreRequest(catalog=catalog, target_datadir=tmp_path / "restore" / "data", **keys))
+        report = run_restore_test(
+            RestoreTestRequest(catalog, tmp_path / "rt", inc.backup_id, level="full", **keys)
+        )
+    assert report.passed, report.reasons
+    assert scan.errors == [] and scan.samples > 50
+
+    # It watched the processes that handle secrets, while they ran.
+    def saw(*words: str) -> bool:
+        return bool(scan.processes(lambda argv: all(any(w in a for a in argv) for w in words)))
+
+    assert saw("mariabackup", "--backup") and saw("gpg", "--encrypt") and saw("gpg", "--decrypt")
+    assert (
+        saw("mbstream", "-x") and saw("mariabackup", "--prepare") and saw("mariadbd", "--skip-grant-tables")
+    )
+    assert [s for s in scan.sightings] == [], f"secrets seen in /proc: {scan.sightings}"
+
+    # Credentials reached mariabackup only as a private file, removed afterwards.
+    assert watch.credential_files, "no --defaults-extra-file was seen; the scan missed the backups"
+    for path, (file_mode, dir_mode) in watch.credential_files.items():
+        assert (file_mode, dir_mode) == (0o600, 0o700), f"{path}: {oct(file_mode)} in {oct(dir_mode)}"
+        assert not os.path.exists(path) and not os.path.exists(os.path.dirname(path)), f"{path} left behind"
+    assert _own_private_dirs() == [], "credential or GPG directories left behind"
+    assert not (tmp_path / "rt").exists(), "the restore test's workdir (a datadir copy) was left behind"
+
+    # The restore sandbox answered on its unix socket only.
+    assert watch.restore_sandbox_samples > 0 and watch.restore_sandbox_sockets, (
+        "the sandbox was never seen up"
+    )
+    assert watch.restore_sandbox_tcp == [], (
+        f"the restore sandbox listened on TCP: {watch.restore_sandbox_tcp}"
+    )
+
+    assert logs, "no log line was captured; the check proved nothing"
+    _assert_no_secret("the logs", "\n".join(logs), secrets)
+    stored = b"".join(
+        catalog.store.get_bytes(k.key) for k in catalog.store.list("backups/") if k.key.endswith(".json")
+    )
+    _assert_no_secret("manifests and reports", stored.decode(errors="replace"), secrets)
+
+
+def test_test_and_demo_sandboxes_listen_on_loopback_only(seeded):
+    server, _db = seeded
+    addresses = listening_addresses(server.pid)
+    assert addresses, "the sandbox listens on nothing; is the check reading the right process?"
+    assert all(is_loopback(a) for a in addresses), f"the sandbox listens beyond loopback: {addresses}"
+
+
+# -- the shipped DAGs: task logs and XCom ------------------------------------------------------------------
+
+
+def _xcom_values(dag_ids: list[str]) -> list[str]:
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = session.query(XComModel).filter(XComModel.dag_id.in_(dag_ids)).all()
+        return [f"{r.task_id}/{r.key}={json.dumps(r.value, default=str)}" for r in rows]
+
+
+def _airflow_log_files(home: Path) -> str:
+    return "\n".join(p.read_text(errors="replace") for p in (home / "logs").rglob("*") if p.is_file())
+
+
+def test_dag_runs_keep_secrets_out_of_task_logs_xcom_and_argv(fleet, gpg_keys, airflow_home, capfd, load_dag):
+    server, catalog = fleet
+    seed_database(server, unique_name("sec"), rows=300)
+    secrets = _secrets(server.root_password, gpg_keys)
+    backup_dag = load_dag("mysql_backup").mysql_backup_dagtest
+    restore_test_dag = load_dag("mysql_restore_test").mysql_restore_test_dagtest
+    # The fleet fixture passes connections as AIRFLOW_CONN_* variables, which every child of this
+    # process inherits: the environment scan would only find the harness's own variables.
+    with _all_logs() as logs, ProcScanner(secrets, environ=False) as scan:
+        states = [backup_dag.test().state, restore_test_dag.test(run_conf={"host": "db1"}).state]
+    assert states == ["success", "success"], states
+    assert len(catalog.backup_ids()) == 1
+    Path("/tmp/fw/logfiles.txt").write_text(repr(([str(p) for p in (airflow_home / "logs").rglob("*") if p.is_file()][:20], len(logs), logs[:40])))
+    assert scan.errors == [] and scan.processes(lambda argv: "--backup" in argv)
+    assert scan.sightings == [], f"secrets seen in /proc: {scan.sightings}"
+
+    out, err = capfd.readouterr()
+    xcoms = _xcom_values([backup_dag.dag_id, restore_test_dag.dag_id])
+    assert any("backup_id" in x for x in xcoms), f"no backup XCom found; the check proved nothing: {xcoms}"
+    assert logs, "no log line was captured"
+    _assert_no_secret("XCom", "\n".join(xcoms), secrets)
+    _assert_no_secret("task logs", "\n".join(logs), secrets)
+    _assert_no_secret("stdout/stderr", out + err, secrets)
+    _assert_no_secret("Airflow's log files", _airflow_log_files(airflow_home), secrets)

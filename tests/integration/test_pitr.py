@@ -1,0 +1,227 @@
+"""Point-in-time recovery end to end: writes before, during and after a full and an incremental,
+binlogs shipped encrypted to S3 (moto over HTTP), then restores to a time, a GTID and a position.
+
+Binlog event times have a resolution of one second, so the "known" transactions a target falls
+between are committed at least a second apart.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from helpers import unique_name
+from xtrabackup_provider.cli import main as cli_main
+from xtrabackup_provider.core.backup import BackupRequest, run_backup
+from xtrabackup_provider.core.binlog import ShipRequest, ship_binlogs
+from xtrabackup_provider.core.catalog import Catalog, Manifest
+from xtrabackup_provider.core.mysql import MySQLTarget
+from xtrabackup_provider.core.pitr import PitrError, PitrRequest, PitrTarget, point_in_time_restore
+from xtrabackup_provider.core.sandbox import SandboxServer
+from xtrabackup_provider.core.storage import S3Store, make_s3_client
+
+
+@dataclass
+class History:
+    """The source's rows as they were right after each known transaction, and where it was."""
+
+    server: SandboxServer
+    catalog: Catalog
+    db: str
+    full: Manifest | None = None
+    incremental: Manifest | None = None
+    rows: dict[str, set[int]] = field(default_factory=dict)  # snapshot after a known transaction
+    times: dict[str, int] = field(default_factory=dict)  # a target time after it, before the next
+    gtids: dict[str, str] = field(default_factory=dict)
+    positions: dict[str, str] = field(default_factory=dict)
+
+    def ids(self) -> set[int]:
+        return {r[0] for r in self.server.query(f"SELECT id FROM `{self.db}`.t")}
+
+    def known(self, label: str) -> None:
+        """Commit a known transaction, remember the state after it, and a target time just after it."""
+        conn = self.server.connect()
+        try:
+            cur = conn.cursor()
+            cur.execute(f"INSERT INTO `{self.db}`.t (v) VALUES (%s)", (label,))
+            cur.execute("SELECT @@last_gtid")
+            self.gtids[label] = str(cur.fetchone()[0])
+            cur.execute("SHOW MASTER STATUS")
+            file, pos = cur.fetchone()[:2]
+            self.positions[label] = f"{file}:{pos}"
+        finally:
+            conn.close()
+        self.rows[label] = self.ids()
+        # Its event is stamped with a second before this one; the next write comes after it.
+        self.times[label] = math.floor(time.time()) + 1
+        while time.time() < self.times[label] + 0.05:
+            time.sleep(0.05)
+
+
+class Writer(threading.Thread):
+    """Inserts a row every few milliseconds until stopped: the writes during a backup."""
+
+    def __init__(self, server: SandboxServer, db: str) -> None:
+        super().__init__(daemon=True)
+        self.server, self.db = server, db
+        self.stop_event = threading.Event()
+        self.count = 0
+
+    def run(self) -> None:
+        conn = self.server.connect()
+        try:
+            cur = conn.cursor()
+            while not self.stop_event.is_set():
+                cur.execute(f"INSERT INTO `{self.db}`.t (v) VALUES ('during')")
+                self.count += 1
+                time.sleep(0.005)
+        finally:
+            conn.close()
+
+    def __enter__(self) -> Writer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_event.set()
+        self.join(10)
+
+
+def _target(server: SandboxServer) -> MySQLTarget:
+    return MySQLTarget(socket=str(server.socket), user="root", password=server.root_password)
+
+
+@pytest.fixture(scope="module")
+def history(mariadb_factory, s3_server, gpg_keys) -> History:
+    server = mariadb_factory("pitr", root_password=secrets.token_urlsafe(16))
+    bucket = s3_server.make_bucket(f"xbp-pitr-{secrets.token_hex(6)}")
+    catalog = Catalog(
+        S3Store(make_s3_client(s3_server.endpoint_url, "us-east-1"), bucket), "backups", "c1", "db1"
+    )
+    h = History(server, catalog, unique_name("pitr"))
+    server.query(f"CREATE DATABASE `{h.db}`")
+    server.query(f"CREATE TABLE `{h.db}`.t (id INT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(64)) ENGINE=InnoDB")
+    server.query(f"INSERT INTO `{h.db}`.t (v) SELECT 'before' FROM seq_1_to_200", database=h.db)
+    backup = dict(catalog=catalog, target=_target(server), public_keys=[gpg_keys.public_key])
+
+    with Writer(server, h.db) as writer:
+        h.full = run_backup(BackupRequest(kind="full", **backup))
+    assert writer.count > 0, "no write happened during the full backup"
+    h.known("A")  # between the full and the incremental
+    h.known("B")
+    server.query("FLUSH BINARY LOGS")  # the replay crosses binlog files
+    with Writer(server, h.db) as writer:
+        h.incremental = run_backup(BackupRequest(kind="incremental", **backup))
+    assert writer.count > 0, "no write happened during the incremental"
+    # After the incremental: an account (replayed GRANTs must work), then known transactions.
+    server.execute_script(
+        f"CREATE USER app@'%' IDENTIFIED BY 'app-pw'; GRANT SELECT ON `{h.db}`.* TO app@'%';"
+    )
+    for label in ("C", "D", "E", "F"):
+        h.known(label)
+    ship_binlogs(
+        ShipRequest(catalog=catalog, target=_target(server), public_keys=[gpg_keys.public_key], flush=True)
+    )
+    return h
+
+
+def _restored_ids(datadir: Path, basedir: Path, db: str) -> tuple[set[int], list[tuple[str, str]]]:
+    with SandboxServer.on_datadir(datadir, basedir, server_id=977) as restored:
+        restored.start()
+        ids = {r[0] for r in restored.query(f"SELECT id FROM `{db}`.t")}
+        accounts = [(str(u), str(h)) for u, h in restored.query("SELECT user, host FROM mysql.user")]
+    return ids, accounts
+
+
+def _pitr(history: History, gpg_keys, tmp_path: Path, target: PitrTarget):
+    datadir = tmp_path / "restored" / "data"
+    report = point_in_time_restore(
+        PitrRequest(
+            catalog=history.catalog,
+            target_datadir=datadir,
+            target=target,
+            private_key=gpg_keys.private_key,
+            passphrase=gpg_keys.passphrase,
+        )
+    )
+    assert not list(datadir.glob("mysql-bin.*")), "the replay leaves no binlog of its own in the datadir"
+    print("timings", report.timings)
+    ids, accounts = _restored_ids(datadir, tmp_path / "sb", history.db)
+    return report, ids, accounts
+
+
+def test_restore_to_a_time_after_the_incremental_gives_exactly_the_rows_committed_before_it(
+    history, gpg_keys, tmp_path
+):
+    report, ids, accounts = _pitr(history, gpg_keys, tmp_path, PitrTarget.at_time(_iso(history.times["C"])))
+    assert report.backup_id == history.incremental.backup_id, "the newest backup before the target"
+    assert ids == history.rows["C"]
+    assert ("app", "%") in accounts, "a replayed CREATE USER / GRANT must apply"
+    assert not [u for u, _ in accounts if u.startswith("xbp_pitr")], "the replay account is dropped"
+    assert report.reached_gtid == history.gtids["C"]
+
+
+def test_restore_to_a_time_before_the_incremental_replays_from_the_full(history, gpg_keys, tmp_path):
+    report, ids, _ = _pitr(history, gpg_keys, tmp_path, PitrTarget.at_time(_iso(history.times["A"])))
+    assert report.backup_id == history.full.backup_id
+    assert ids == history.rows["A"]
+    assert (
+        len(report.binlogs) >= 1
+        and report.start == f"{history.full.binlog_file}:{history.full.binlog_position}"
+    )
+
+
+def test_restore_to_a_gtid(history, gpg_keys, tmp_path):
+    report, ids, _ = _pitr(history, gpg_keys, tmp_path, PitrTarget.at_gtid(history.gtids["D"]))
+    assert ids == history.rows["D"]
+    assert report.reached_gtid == history.gtids["D"]
+
+
+def test_cli_restores_to_a_binlog_position(history, gpg_keys, tmp_path, monkeypatch, capsys):
+    key = tmp_path / "private.asc"
+    key.write_text(gpg_keys.private_key)
+    monkeypatch.setenv("XTRABACKUP_GPG_PASSPHRASE", gpg_keys.passphrase)
+    monkeypatch.delenv("XTRABACKUP_FLEET_CONFIG", raising=False)
+    store = history.catalog.store
+    assert isinstance(store, S3Store)
+    datadir = tmp_path / "restored" / "data"
+    rc = cli_main(
+        [
+            "restore",
+            *("--cluster", "c1", "--host", "db1", "--bucket", store.bucket),
+            *("--endpoint-url", store.client.meta.endpoint_url, "--target-datadir", str(datadir)),
+            *("--private-key-file", str(key), "--to-position", history.positions["E"]),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert f"GTID {history.gtids['E']}" in out
+    ids, _ = _restored_ids(datadir, tmp_path / "sb", history.db)
+    assert ids == history.rows["E"]
+
+
+def test_a_target_beyond_the_shipped_binlogs_is_refused_and_leaves_the_target_empty(
+    history, gpg_keys, tmp_path
+):
+    datadir = tmp_path / "restored" / "data"
+    future = PitrTarget.at_time(_iso(int(time.time()) + 3600))
+    with pytest.raises(PitrError, match="Ship binlogs first"):
+        point_in_time_restore(
+            PitrRequest(
+                catalog=history.catalog,
+                target_datadir=datadir,
+                target=future,
+                private_key=gpg_keys.private_key,
+            )
+        )
+    assert not datadir.exists() or not any(datadir.iterdir())
+
+
+def _iso(epoch: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
