@@ -110,6 +110,10 @@ class SandboxServer:
         return self.basedir / "mysqld.sock"
 
     @property
+    def tmpdir(self) -> Path:
+        return self.basedir / "tmp"
+
+    @property
     def error_log(self) -> Path:
         return self.basedir / "error.log"
 
@@ -144,10 +148,13 @@ class SandboxServer:
         datadir = Path(kw.pop("datadir", basedir / "data")).absolute()
         server = cls(basedir, datadir, port or free_port(), server_id, **kw)
         basedir.mkdir(parents=True, exist_ok=True)
+        server.tmpdir.mkdir(exist_ok=True)
         argv = [
             install_db,
             "--no-defaults",
             f"--datadir={datadir}",
+            # A private tmpdir: many servers sharing /tmp collided on temporary table names.
+            f"--tmpdir={server.tmpdir}",
             "--user=root",
             "--auth-root-authentication-method=normal",
             "--skip-test-db",
@@ -209,6 +216,7 @@ class SandboxServer:
             "--relay-log=relay-bin",
             "--innodb-buffer-pool-size=64M",
             "--innodb-log-file-size=48M",
+            f"--tmpdir={self.tmpdir}",
         ]
         if self.log_bin:
             args += [
@@ -226,6 +234,7 @@ class SandboxServer:
         if self.running:
             return
         self.basedir.mkdir(parents=True, exist_ok=True)
+        self.tmpdir.mkdir(exist_ok=True)
         if not self.datadir.is_dir():
             raise SandboxError("datadir does not exist", self.datadir)
         with open(self.error_log, "ab") as log:
