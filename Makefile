@@ -5,9 +5,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEB_PACKAGES := mariadb-server mariadb-backup mariadb-client percona-toolkit gnupg zstd \
-                libmariadb-dev pkg-config procps
+                libmariadb-dev pkg-config procps sysbench
 
-.PHONY: setup deps test unit lint demo bench clean lock
+.PHONY: setup deps test unit lint demo bench clean lock soak
 
 setup: deps $(STAMP)
 
@@ -26,8 +26,12 @@ lint: setup
 	$(VENV)/bin/ruff check provider dags tests bench scripts
 	$(VENV)/bin/mypy
 
+# `slow` tests (the soak, several minutes) run with `make soak`.
 test: setup lint
-	@scripts/run-pytest.sh $(PYTEST_ARGS)
+	@scripts/run-pytest.sh -m "not slow" $(PYTEST_ARGS)
+
+soak: setup
+	@scripts/run-pytest.sh -m slow $(PYTEST_ARGS)
 
 unit: setup
 	$(VENV)/bin/pytest -q tests/unit

@@ -9,7 +9,7 @@ In one invocation:
 1. **RTO.** A full + 6 incrementals (each after a round of INSERTs, UPDATEs and DELETEs on the three
    tables, and a forced checkpoint so the incremental carries page deltas rather than redo) taken with
    ``run_backup()``, zstd-compressed and GPG-encrypted into the S3 endpoint. Then the whole chain is
-   restored twice, each time into an empty datadir up to a started server
+   restored by each method (alternating, ``--rto-repeats`` times), each time into an empty datadir up to a started server
    (``SandboxServer.on_datadir(...).start()`` is inside both clocks):
 
    (ours)     ``core.restore.restore()``: the 7 objects fetched in parallel with ranged GETs and
@@ -630,6 +630,14 @@ def prepare_runs(
             C.log(f"    {m.seconds:.1f}s wall, {m.cpu_seconds:.1f}s CPU; {batches} recovery batch(es)")
 
 
+_PAGES = re.compile(r"To recover: (?:LSN \d+/\d+; )?(\d+) pages")
+
+
+def _batch_pages(recovery_lines: list[str]) -> list[int]:
+    """Pages per recovery batch, from the "To recover: ..." lines."""
+    return [int(m.group(1)) for line in recovery_lines if (m := _PAGES.search(line))]
+
+
 def _abridge(lines: list[str], head: int = 5, tail: int = 2) -> list[str]:
     if len(lines) <= head + tail + 1:
         return lines
@@ -662,6 +670,7 @@ def report(
     rto_error: str | None,
     mem: MemoryResult | None,
     redo_target: int,
+    stock_moto: bool = False,
 ) -> str:
     lines: list[str] = [
         "## Restore RTO and prepare memory",
@@ -674,7 +683,14 @@ def report(
         + (f", loaded in {dataset.seconds:.0f} s." if dataset.seconds else " (reused)."),
         f"- Machine: {facts['cpus']} CPUs, {facts['memory']}, {facts['os']}; mariabackup {facts['mariabackup']}; "
         f"{facts['zstd']}; {facts['gpg']}; Python {facts['python']}. S3 is moto's `ThreadedMotoServer` over "
-        "HTTP on 127.0.0.1, in a child process.",
+        "HTTP on 127.0.0.1, in a child process"
+        + (
+            " (stock: every ranged GET copies the whole object)."
+            if stock_moto
+            else "; stock moto reads and copies the whole object for every ranged GET (a 256 MiB object "
+            "read as 8 MiB ranges took 6.0 s against 0.3 s for one GET, measured once while writing this "
+            "bench), so the bench's moto serves a range by reading only that range, as S3 does."
+        ),
         f"- Load average (1/5/15 min) before: {loads[0]}; after: {loads[1]}.",
         "",
         "### 1. RTO: full + 6 incrementals, encrypted in S3, to a started server",
@@ -690,7 +706,10 @@ def report(
         rows.append(["total", "", C.fmt_bytes(total_raw), C.fmt_bytes(total_stored), ""])
         lines += [
             "The chain (`run_backup()`: mariabackup -> zstd -3 -> gpg -> S3 multipart). Before each "
-            f"incremental: {chain[1].change if len(chain) > 1 else ''}.",
+            f"incremental: {chain[1].change if len(chain) > 1 else ''}; then the source flushes its dirty "
+            "pages and checkpoints (`_common.checkpoint`), as a page cleaner would have between two backups "
+            "taken hours apart, so each incremental carries page deltas (without it, MariaDB's idle page "
+            "cleaner leaves the checkpoint where it was and every incremental re-copies all the redo since).",
             "",
             C.markdown_table(["Backup", "Kind", "Raw (xbstream)", "Stored", "Backup s"], rows),
             "",
@@ -737,27 +756,41 @@ def report(
             C.markdown_table(["Step", "ours", "baseline"], step_rows),
             "",
         ]
+    o = C.median([r.seconds for r in ours]) if ours else None
+    b = C.median([r.seconds for r in base]) if base else None
+    rto_ratio = _ratio(b, o)
+    data_ok = all(r.data_ok for r in runs_all) if ours and base else None
+    if runs_all:
+        if rto_ratio is not None:
+            lines.append(
+                f"- **baseline / ours = {rto_ratio:.2f}** (medians of {len(base)} and {len(ours)} runs: "
+                f"{b:.2f} s / {o:.2f} s)."
+            )
         if ours:
             argv = ours[0].prepare_argv[0] if ours[0].prepare_argv else []
             mem_flag = next((a for a in argv if a.startswith("--use-memory")), "(none)")
             fetch = ", ".join(f"{s:.1f}" for s in ours[0].fetch_seconds)
             lines.append(
-                f"- ours: prepare ran with `{mem_flag}`; per-object stream times (in parallel, "
-                f"{PARALLEL_DOWNLOADS} at a time): {fetch} s."
+                f"- ours: `fetch+...` includes the throwaway GNUPGHOME and the private key's import; per-object "
+                f"stream times ({PARALLEL_DOWNLOADS} objects at a time, in completion order): {fetch} s, the "
+                f"full being the critical path. Prepare ran with `{mem_flag}` (sized from the small redo of "
+                "these backups). `scratch cleanup` removes the extracted incrementals after move-back, before "
+                "`restore()` returns."
             )
         if base:
             lines.append(
                 f"- baseline staged {C.fmt_bytes(base[0].intermediate_bytes)} of intermediate files "
-                "(download, decrypted, decompressed) besides the extracted directories."
+                "(downloaded, decrypted, decompressed) besides the extracted directories."
+            )
+        if VARIANT_SERIAL in rto or VARIANT_COPY in rto:
+            lines.append(
+                f"- `{VARIANT_SERIAL}`: ours fetching one object at a time (each still with parallel ranged "
+                f"GETs); `{VARIANT_COPY}`: ours with `move_back=False`. One run each, to see what parallel "
+                "objects and move-back are worth."
             )
         lines.append("")
     if rto_error:
         lines += [f"- RTO failed: `{rto_error[:800]}`", ""]
-
-    o = C.median([r.seconds for r in ours]) if ours else None
-    b = C.median([r.seconds for r in base]) if base else None
-    rto_ratio = _ratio(b, o)
-    data_ok = all(r.data_ok for r in ours + base) if ours and base else None
 
     lines += ["### 2. Prepare time against `--use-memory`", ""]
     mem_ratio = None
@@ -823,12 +856,17 @@ def report(
         sized_runs = [r for r in mem.runs if r.variant == "sized"]
         if default_runs and sized_runs:
             d, s = default_runs[0], sized_runs[0]
+            d_pages = _batch_pages(d.recovery_lines)
+            s_pages = _batch_pages(s.recovery_lines)
+            per_batch = int(C.median(d_pages[:-1] or d_pages) or 0)
             lines += [
-                f"- Why: with {d.use_memory // C.MiB} MiB the parsed redo does not fit, so recovery runs in "
-                f"{d.batches} batches; each batch re-reads and re-applies the pages it touches, and scattered "
-                f"updates touch almost the whole table in every batch. With {C.fmt_bytes(s.use_memory)} "
-                f"the whole redo is parsed once and applied in {s.batches} batch(es). Recovery lines of the "
-                "first default and sized runs (mariabackup's stderr, abridged):",
+                f"- Why: with {d.use_memory // C.MiB} MiB the parsed redo does not fit, so recovery ran in "
+                f'{d.batches} batches (one "To recover:" line each). The scattered updates make every batch '
+                f"touch ~{per_batch:,} pages ({C.fmt_bytes(per_batch * 16 * C.KiB)}, more than the buffer pool), "
+                f"so each batch reads those pages back from the data files and writes them out again: "
+                f"{sum(d_pages):,} page applications in all. With {C.fmt_bytes(s.use_memory)} the whole redo "
+                f"was parsed once and applied in {s.batches} batch(es) to {sum(s_pages):,} pages. Recovery "
+                "lines of the first default and sized runs (mariabackup's stderr, abridged):",
                 "",
                 "```",
                 *_abridge(d.recovery_lines),
@@ -906,7 +944,7 @@ def main(argv: list[str] | None = None) -> int:
         "--redo-mb", type=int, default=1024, help="MiB of copied redo part 2 needs at least (default 1024)"
     )
     parser.add_argument(
-        "--rto-repeats", type=int, default=1, help="restores per method, alternating (default 1)"
+        "--rto-repeats", type=int, default=2, help="restores per method, alternating (default 2)"
     )
     parser.add_argument(
         "--prepare-repeats", type=int, default=2, help="prepares per memory setting (default 2)"
@@ -932,7 +970,7 @@ def main(argv: list[str] | None = None) -> int:
 
     command = f".venv/bin/python bench/restore_rto.py --size-mb {args.size_mb} --redo-mb {args.redo_mb}"
     for flag, value, default in (
-        ("--rto-repeats", args.rto_repeats, 1),
+        ("--rto-repeats", args.rto_repeats, 2),
         ("--prepare-repeats", args.prepare_repeats, 2),
     ):
         if value != default:
@@ -1018,6 +1056,7 @@ def main(argv: list[str] | None = None) -> int:
         rto_error=rto_error,
         mem=mem,
         redo_target=redo_target,
+        stock_moto=args.stock_moto,
     )
     text += f"\nWhole benchmark: {time.monotonic() - started:.0f} s including the dataset load.\n"
     print(text)

@@ -36,11 +36,11 @@ from faultkit import (
 from helpers import add_orders
 from xtrabackup_provider.core.backup import BackupRequest, run_backup
 from xtrabackup_provider.core.catalog import Catalog, Manifest
-from xtrabackup_provider.core.lock import LOCK_NAME, HostLockBusy
+from xtrabackup_provider.core.lock import LOCK_NAME, HostLock, HostLockBusy
 from xtrabackup_provider.core.pipeline import PipelineError
 from xtrabackup_provider.core.restore import RestoreRequest, restore
 from xtrabackup_provider.core.sandbox import SandboxServer, table_checksums
-from xtrabackup_provider.core.storage import StorageError
+from xtrabackup_provider.core.storage import LocalStore, StorageError
 
 PREFIX = "backups/c1/db1/"
 
@@ -487,3 +487,32 @@ def test_a_live_lock_of_another_worker_blocks_and_an_expired_one_is_taken_over(
     manifest = run_backup(_request(catalog, server, gpg_keys))
     assert catalog.backup_ids() == [manifest.backup_id]
     assert catalog.store.head(key) is None, "the taken-over lock was not released"
+
+
+def test_a_directory_store_gets_the_same_host_lock(tmp_path):
+    """The CLI's --local-path store: a second holder is refused, a dead holder's lock is taken over."""
+    catalog = Catalog(LocalStore(tmp_path / "store"), "backups", "c1", "db1")
+    busy = rf"another backup of c1/db1 is running: .*pid {os.getpid()}"
+    with HostLock(catalog), pytest.raises(HostLockBusy, match=busy):
+        HostLock(catalog).acquire()
+    assert not (tmp_path / "store" / PREFIX / LOCK_NAME).exists(), "the lock was not released"
+
+    # A lock left by a process of this machine that is gone is taken over at once.
+    dead = subprocess.run(
+        [sys.executable, "-c", _HOLD_AND_DIE, str(tmp_path / "store")], capture_output=True, text=True
+    )
+    assert dead.returncode == -signal.SIGKILL, dead.stderr
+    assert (tmp_path / "store" / PREFIX / LOCK_NAME).exists()
+    with HostLock(catalog):
+        pass
+    assert not (tmp_path / "store" / PREFIX / LOCK_NAME).exists()
+
+
+_HOLD_AND_DIE = """
+import os, signal, sys
+from xtrabackup_provider.core.catalog import Catalog
+from xtrabackup_provider.core.lock import HostLock
+from xtrabackup_provider.core.storage import LocalStore
+HostLock(Catalog(LocalStore(sys.argv[1]), "backups", "c1", "db1")).acquire()
+os.kill(os.getpid(), signal.SIGKILL)
+"""

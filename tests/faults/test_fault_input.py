@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from xtrabackup_provider.core.backup import BackupRequest, run_backup
 from xtrabackup_provider.core.catalog import MAX_MANIFEST_BYTES, Catalog, CatalogError, Manifest
 from xtrabackup_provider.core.crypto import GpgError
 from xtrabackup_provider.core.restore import RestoreRequest, restore
+from xtrabackup_provider.core.restore_test import RestoreTestRequest, run_restore_test
 from xtrabackup_provider.core.sandbox import SandboxServer, table_checksums
 
 HOSTILE_ID = "20991231T235959Z-inc"  # newer than any real backup: "latest" would pick it
@@ -261,6 +261,44 @@ def test_forged_chain_is_refused_before_any_download(
     _assert_nothing_written(tmp_path)
 
 
+def test_hostile_names_in_the_data_and_the_manifest_are_only_ever_names(
+    seeded, s3_server, bucket, gpg_keys, tmp_path
+):
+    """Table names reach SQL in the restore test: from the restored data (any user with CREATE can
+    pick them) and from the manifest's row counts (anyone who can write to the bucket)."""
+    server, _db = seeded
+    server.execute_script(
+        "CREATE DATABASE `odd``db`; CREATE TABLE `odd``db`.`t``1` (id INT PRIMARY KEY) ENGINE=InnoDB;"
+        " CREATE TABLE `odd``db`.`a.b c` (id INT PRIMARY KEY) ENGINE=InnoDB; INSERT INTO `odd``db`.`t``1` VALUES (1);"
+    )
+    catalog = s3_catalog(s3_server.endpoint_url, bucket)
+    manifest = run_backup(
+        BackupRequest(catalog=catalog, target=target(server), public_keys=[gpg_keys.public_key])
+    )
+    outfile = tmp_path / "written-by-the-sandbox"
+    injected = f"mysql.db` INTO OUTFILE '{outfile}' -- "
+    body = json.loads(catalog.store.get_bytes(catalog.manifest_key(manifest.backup_id)))
+    body["table_rows"] = {injected: 1}
+    catalog.store.put_bytes(catalog.manifest_key(manifest.backup_id), json.dumps(body).encode())
+
+    report = run_restore_test(
+        RestoreTestRequest(
+            catalog,
+            tmp_path / "rt",
+            manifest.backup_id,
+            private_key=gpg_keys.private_key,
+            passphrase=gpg_keys.passphrase,
+            level="full",
+        )
+    )
+    assert not outfile.exists(), "a name from the manifest ran as SQL in the restore sandbox"
+    assert report.verdict == "fail"
+    # CHECK TABLE went through the odd names, and the injected one was looked up as a name.
+    assert report.checks["tables_checked"] == report.checks["tables"] > 2
+    assert len(report.reasons) == 1 and "db` INTO OUTFILE" in report.reasons[0], report.reasons
+    assert "Incorrect table name" in report.reasons[0] or "doesn't exist" in report.reasons[0], report.reasons
+
+
 # -- config errors ----------------------------------------------------------------------------------------
 
 
@@ -386,4 +424,3 @@ def test_restore_with_another_servers_key_names_the_recipients(
     assert gpg_keys.fingerprint in str(excinfo.value) and other_gpg_keys.fingerprint in str(excinfo.value)
     assert reads.backup_objects == []
     assert not (tmp_path / "restore" / "data").exists()
-    assert os.environ.get("XTRABACKUP_GPG_PASSPHRASE") is None

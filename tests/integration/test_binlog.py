@@ -18,7 +18,7 @@ from xtrabackup_provider.core.binlog_catalog import BinlogCatalog, BinlogGapErro
 from xtrabackup_provider.core.binlog_stream import ship_continuous
 from xtrabackup_provider.core.catalog import Catalog
 from xtrabackup_provider.core.mysql import MySQLTarget, server_facts
-from xtrabackup_provider.core.pitr import PitrError, PitrTarget, make_plan
+from xtrabackup_provider.core.pitr import PitrError, PitrRequest, PitrTarget, fetch_binlogs, make_plan
 from xtrabackup_provider.core.storage import S3Store, make_s3_client
 
 
@@ -163,7 +163,7 @@ def test_purged_binlog_is_detected_recorded_and_pitr_refuses_to_cross_it(
 
 
 def test_continuous_mode_ships_the_open_binlog_within_seconds_and_resumes(
-    mariadb, s3_server, bucket, gpg_keys
+    mariadb, s3_server, bucket, gpg_keys, tmp_path
 ):
     db = _table(mariadb)
     catalog = _catalog(s3_server, bucket)
@@ -221,6 +221,20 @@ def test_continuous_mode_ships_the_open_binlog_within_seconds_and_resumes(
     assert [s.object.key for s in after.segments][: len(before)] == before
     assert len(after.segments) > len(before) and report.open_binlog == current
     assert is_shipped(catalog, lag_target(target, gtid))
+
+    # The segments, fetched and decrypted as PITR does, are the server's binlog up to that size.
+    request = PitrRequest(
+        catalog,
+        tmp_path / "unused",
+        PitrTarget.at_gtid(gtid),
+        private_key=gpg_keys.private_key,
+        passphrase=gpg_keys.passphrase,
+    )
+    (copy,) = fetch_binlogs(request, [after], tmp_path / "fetched")
+    # The server sends an open binlog with its "in use" flag (byte 21, in the format event) cleared.
+    fetched, original = copy.read_bytes(), (mariadb.datadir / current).read_bytes()[: after.size]
+    assert original[21] == 1 and fetched[21] == 0
+    assert fetched[:21] + fetched[22:] == original[:21] + original[22:]
 
 
 def test_cli_ships_and_lists_binlogs_without_airflow(mariadb, tmp_path, capsys):

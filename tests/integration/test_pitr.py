@@ -151,7 +151,6 @@ def _pitr(history: History, gpg_keys, tmp_path: Path, target: PitrTarget):
         )
     )
     assert not list(datadir.glob("mysql-bin.*")), "the replay leaves no binlog of its own in the datadir"
-    print("timings", report.timings)
     ids, accounts = _restored_ids(datadir, tmp_path / "sb", history.db)
     return report, ids, accounts
 

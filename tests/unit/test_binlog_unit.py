@@ -24,7 +24,15 @@ from xtrabackup_provider.core.binlog_catalog import (
 )
 from xtrabackup_provider.core.binlog_stream import default_replica_server_id
 from xtrabackup_provider.core.config import ConfigError, parse_config
-from xtrabackup_provider.core.pitr import PitrError, PitrPlan, PitrTarget, choose_backup, plan_binlogs
+from xtrabackup_provider.core.pitr import (
+    PitrError,
+    PitrPlan,
+    PitrReport,
+    PitrTarget,
+    choose_backup,
+    plan_binlogs,
+    where_replay_stops,
+)
 
 T0 = 1_800_000_000  # an epoch second
 UUID = "mariadb-db1-3306-7"
@@ -307,6 +315,32 @@ def test_plan_takes_the_binlogs_from_the_backup_to_the_target():
         two_domains = _manifest(2)
         two_domains = two_domains.model_copy(update={"gtid_last": "0-7-29,1-7-3"})
         plan_binlogs(_index(_manifest(1), two_domains), full, PitrTarget.at_gtid("0-7-25"))
+
+
+def test_a_domain_without_transactions_after_the_backup_need_not_be_named():
+    full, _ = _backups()
+    old_domain = full.model_copy(update={"gtid": "0-7-12,1-7-3"})
+    two_domains = _manifest(2).model_copy(update={"gtid_last": "0-7-29,1-7-3"})
+    chain = plan_binlogs(_index(_manifest(1), two_domains), old_domain, PitrTarget.at_gtid("0-7-25"))
+    assert [m.number for m in chain] == [1, 2]
+
+
+def test_the_report_says_where_the_replay_stops_and_whether_there_is_anything_to_replay(tmp_path):
+    path = _sample(tmp_path / "mysql-bin.000001")
+    with open(path, "rb") as fh:
+        first_gtid = next(e.offset for e, _ in ev.iter_events(fh) if e.gtid is not None)
+    backup = make_manifest(
+        "20261101T100000Z-full", binlog_file=path.name, binlog_position=first_gtid, gtid="0-7-4"
+    )
+    report = PitrReport(backup.backup_id, [], "", "", [], "")
+    assert where_replay_stops(PitrPlan(backup, [], PitrTarget.at_time(_iso(T0 + 2))), [path], report)
+    assert report.reached_gtid == "0-7-6"
+    assert not where_replay_stops(PitrPlan(backup, [], PitrTarget.at_time(_iso(T0))), [path], report)
+    assert not where_replay_stops(PitrPlan(backup, [], PitrTarget.at_gtid("0-7-4")), [path], report), (
+        "already there"
+    )
+    assert where_replay_stops(PitrPlan(backup, [], PitrTarget.at_gtid("0-7-5")), [path], report)
+    assert report.reached_gtid == "0-7-5"
 
 
 def test_replay_arguments_per_target_kind():

@@ -109,20 +109,15 @@ def request_restores(
         raise GlacierError(f"objects named by the manifests are missing from {store.location}: {missing}")
     todo = [s for s in states if s.state == "archived"]
     check_tier(tier, todo)
-    if todo and not isinstance(store, S3Store):
+    if not todo:
+        return states
+    if not isinstance(store, S3Store):
         raise GlacierError(f"{store.location} cannot restore archived objects")
     for s in todo:
-        assert isinstance(store, S3Store)
         started = store.restore_object(s.key, days, tier)
-        log.info(
-            "%s restore of %s/%s (%s) for %d days",
-            "requested" if started else "already running:",
-            store.location,
-            s.key,
-            tier,
-            days,
-        )
-    return key_states(store, [s.key for s in states]) if todo else states
+        verb = "requested" if started else "already running:"
+        log.info("%s restore of %s/%s (%s tier, %d days)", verb, store.location, s.key, tier, days)
+    return key_states(store, [s.key for s in states])
 
 
 def lost_restores(states: Iterable[ObjectState]) -> list[str]:

@@ -28,10 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 import shutil
-import subprocess
-import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -50,14 +47,11 @@ from .binlog_events import (
 )
 from .catalog import Catalog, Manifest
 from .crypto import GpgError, GpgHome, passphrase_pipe
-from .mysql import MySQLTarget, connect, defaults_file
-from .pipeline import PipelineError, _Proc, stream_from_store
+from .pipeline import stream_from_store
+from .pitr_replay import replay
 from .restore import RestoreRequest, _empty_dir, check_target, plan_chain, restore
-from .sandbox import SandboxServer
 
 log = logging.getLogger(__name__)
-PITR_SERVER_ID = 4_100_000_000
-_MAX_PACKET = "--max-allowed-packet=1G"
 
 
 class PitrError(RuntimeError):
@@ -196,7 +190,7 @@ def plan_binlogs(index: BinlogIndex, backup: Manifest, target: PitrTarget) -> li
     for m in chain:
         needed.append(m)
         if _reaches(m, target):
-            _check_reach(m, target, needed)
+            _check_reach(m, target, needed, parse_gtid_pos(backup.gtid))
             return needed
     last = chain[-1]
     until = last.covers_until or last.last_event_time
@@ -208,13 +202,21 @@ def plan_binlogs(index: BinlogIndex, backup: Manifest, target: PitrTarget) -> li
     )
 
 
-def _check_reach(last: BinlogManifest, target: PitrTarget, needed: list[BinlogManifest]) -> None:
+def _check_reach(
+    last: BinlogManifest, target: PitrTarget, needed: list[BinlogManifest], backup_gtid: GtidPos
+) -> None:
     if target.kind == "position" and target.position is not None and last.size < target.position:
         raise PitrError(
             f"{target.file} is shipped only up to byte {last.size}, before {target.describe()}; ship binlogs first"
         )
     if target.kind == "gtid":
-        domains = {d for m in needed for d in parse_gtid_pos(m.gtid_last)}
+        # Domains with transactions after the backup: the stop position must bound each of them.
+        domains = {
+            d
+            for m in needed
+            for d, g in parse_gtid_pos(m.gtid_last).items()
+            if d not in backup_gtid or g.seq > backup_gtid[d].seq
+        }
         missing = sorted(domains - set(target.gtid_pos()))
         if missing:
             raise PitrError(
@@ -225,6 +227,11 @@ def _check_reach(last: BinlogManifest, target: PitrTarget, needed: list[BinlogMa
 
 def make_plan(catalog: Catalog, target: PitrTarget, backup_id: str | None = None) -> PitrPlan:
     backup = choose_backup(catalog.manifests(), target, backup_id)
+    if backup.engine_flavour != "mariabackup":
+        raise PitrError(
+            f"backup {backup.backup_id} was taken with {backup.engine_flavour}: the replay runs in a MariaDB "
+            "sandbox, so point-in-time recovery supports MariaDB backups only; restore it and replay by hand"
+        )
     index = BinlogCatalog(catalog, backup.server_uuid).index()
     for problem in index.problems:
         log.warning("ignoring unreadable binlog manifest: %s", problem)
@@ -312,8 +319,15 @@ def point_in_time_restore(req: PitrRequest) -> PitrReport:
         report.chain = restored.chain
         report.timings.update(restored.timings)
         t0 = time.monotonic()
-        _reached(plan, files, report)
-        replay(plan, files, req)
+        if where_replay_stops(plan, files, report):
+            replay(
+                req.target_datadir,
+                [*plan.replay_args(), *map(str, files)],
+                req.binlog_binary,
+                req.client_binary,
+            )
+        else:
+            log.info("backup %s is already at %s: nothing to replay", backup.backup_id, report.target)
         report.timings["replay"] = time.monotonic() - t0
     except BaseException:
         if req.target_datadir.exists() and any(req.target_datadir.iterdir()):
@@ -334,8 +348,9 @@ def point_in_time_restore(req: PitrRequest) -> PitrReport:
     return report
 
 
-def _reached(plan: PitrPlan, files: list[Path], report: PitrReport) -> None:
-    """Where the replay will stop, computed from the binlogs themselves (for the report)."""
+def where_replay_stops(plan: PitrPlan, files: list[Path], report: PitrReport) -> bool:
+    """Where the replay will stop, computed from the binlogs themselves (for the report);
+    False when the backup is already there (the tool refuses a GTID range that is empty)."""
     target = plan.target
     end = replay_end(
         files,
@@ -348,6 +363,10 @@ def _reached(plan: PitrPlan, files: list[Path], report: PitrReport) -> None:
     gtid.update(end.last_gtid)
     report.reached_file, report.reached_position = end.file, end.position
     report.reached_gtid = format_gtid_pos(gtid)
+    start = (plan.backup.binlog_file, plan.backup.binlog_position or 0)
+    if target.kind == "gtid":
+        return not gtid_reached(parse_gtid_pos(plan.backup.gtid), target.gtid_pos())
+    return bool(end.last_gtid) or (end.file, end.position) > start
 
 
 def fetch_binlogs(req: PitrRequest, binlogs: list[BinlogManifest], dest: Path) -> list[Path]:
@@ -409,78 +428,3 @@ def _import_key(gpg: GpgHome, req: PitrRequest, binlogs: list[BinlogManifest]) -
                     f"binlog {m.name} is encrypted for {', '.join(seg.object.recipients)}, but the private key "
                     f"given is {', '.join(sorted(have)) or 'none'}; supply the matching private key"
                 )
-
-
-# ---------------------------------------------------------------------------------------------
-# replay
-
-
-def replay(plan: PitrPlan, files: list[Path], req: PitrRequest) -> None:
-    """Start a socket-only sandbox on the restored datadir and pipe the binlogs into it."""
-    basedir = Path(tempfile.mkdtemp(prefix="xbp-pitr-", dir="/tmp"))  # 0700; short socket path
-    server = SandboxServer.on_datadir(
-        req.target_datadir, basedir, server_id=PITR_SERVER_ID, log_bin=False, extra_args=[_MAX_PACKET]
-    )
-    try:
-        server.start()
-        user, password = replay_account(server)
-        account = MySQLTarget(host=None, socket=str(server.socket), user=user, password=password)
-        with defaults_file(account) as creds:
-            run_replay(
-                [req.binlog_binary, "--no-defaults", *plan.replay_args(), *map(str, files)],
-                [
-                    req.client_binary,
-                    f"--defaults-extra-file={creds}",
-                    "--binary-mode",
-                    "--batch",
-                    _MAX_PACKET,
-                ],
-            )
-        _drop_account(account)
-    finally:
-        server.stop()
-        shutil.rmtree(basedir, ignore_errors=True)
-
-
-def replay_account(server: SandboxServer) -> tuple[str, str]:
-    """Turn the grant tables on and create a throwaway all-privileges account (see the module doc)."""
-    user, password = f"xbp_pitr_{secrets.token_hex(4)}", secrets.token_urlsafe(24)
-    conn = server.connect()
-    try:
-        cur = conn.cursor()
-        cur.execute("FLUSH PRIVILEGES")  # this session keeps the privileges it was given
-        cur.execute("CREATE USER %s@'localhost' IDENTIFIED BY %s", (user, password))
-        cur.execute("GRANT ALL PRIVILEGES ON *.* TO %s@'localhost' WITH GRANT OPTION", (user,))
-    finally:
-        conn.close()
-    return user, password
-
-
-def _drop_account(account: MySQLTarget) -> None:
-    conn = connect(account)
-    try:
-        conn.cursor().execute("DROP USER %s@'localhost'", (account.user,))
-    finally:
-        conn.close()
-
-
-def run_replay(reader_argv: list[str], client_argv: list[str]) -> None:
-    """reader | client, both exit statuses checked; the client's error is the one that explains."""
-    env = dict(os.environ, TZ="UTC")  # --stop-datetime is read in the tool's local time zone
-    reader = _Proc("mariadb-binlog", reader_argv, stdin=subprocess.DEVNULL, env=env)
-    client: _Proc | None = None
-    try:
-        client = _Proc(
-            "mariadb client (replay)", client_argv, stdin=reader.popen.stdout, stdout=subprocess.DEVNULL
-        )
-        assert reader.popen.stdout is not None
-        reader.popen.stdout.close()  # the client holds the pipe now: the reader sees it close
-        try:
-            client.check()
-        except PipelineError as exc:
-            raise PitrError(f"replaying the binlogs failed: {exc}") from exc
-        reader.check()
-    finally:
-        reader.close()
-        if client is not None:
-            client.close()

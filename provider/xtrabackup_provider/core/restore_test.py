@@ -21,7 +21,7 @@ from . import engine
 from .catalog import Catalog, Manifest
 from .mysql import HEARTBEAT_TABLE
 from .restore import RestoreRequest, plan_chain, restore
-from .sandbox import SandboxServer
+from .sandbox import SandboxServer, _quote_ident
 
 log = logging.getLogger(__name__)
 REPORT_NAME = "restore-report.json"
@@ -122,7 +122,7 @@ def verify(
     """Every failed check as a sentence; an empty list means the restore is good."""
     reasons: list[str] = []
     tables = [
-        f"`{s}`.`{t}`"
+        f"{_quote_ident(s)}.{_quote_ident(t)}"  # names come from the restored data: quote them
         for s, t in server.query(
             "SELECT table_schema, table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE'"
             f" AND table_schema NOT IN ({', '.join(repr(s) for s in SYSTEM_SCHEMAS)})"
@@ -168,7 +168,8 @@ def _check_row_counts(server: SandboxServer, manifest: Manifest, checks: dict[st
     wrong = []
     for name, expected in manifest.table_rows.items():
         schema, _, table = name.partition(".")
-        got = server.query(f"SELECT COUNT(*) FROM `{schema}`.`{table}`")[0][0]
+        # Names come from the manifest, which anyone with write access to the bucket can edit.
+        got = server.query(f"SELECT COUNT(*) FROM {_quote_ident(schema)}.{_quote_ident(table)}")[0][0]
         if got != expected:
             wrong.append(f"{name}: {got} rows, {expected} at backup time")
     checks["row_counts_compared"] = len(manifest.table_rows)

@@ -101,8 +101,9 @@ class BinlogItem:
 
     `name` is the server's file name (mysql-bin.000042): files of one server with the same base
     name are ordered by the numeric suffix. Times are UTC. `marker_keys` are deleted before
-    `key` (put the binlog's manifest or index entry there, so an interrupted run never leaves an
-    entry naming a deleted file). `lock_until` is its Object Lock retain-until, if known.
+    `key` and `segment_keys` (put the binlog's manifest or index entry there, so an interrupted
+    run never leaves an entry naming a deleted file); `segment_keys` are further data objects of
+    the same binlog. `lock_until` is its Object Lock retain-until, if known.
     """
 
     server_uuid: str
@@ -114,6 +115,7 @@ class BinlogItem:
     key: str
     marker_keys: tuple[str, ...] = ()
     lock_until: datetime | None = None
+    segment_keys: tuple[str, ...] = ()
 
 
 Action = Literal["keep", "delete"]
@@ -472,7 +474,7 @@ def _unreadable_items(ctx: _Context, backups: _Backups) -> list[PlanItem]:
 def _binlog_items(binlogs: Sequence[BinlogItem], ctx: _Context, cut: _Cut) -> list[PlanItem]:
     items = []
     for b in binlogs:
-        keys = (*b.marker_keys, b.key)
+        keys = (*b.marker_keys, b.key, *b.segment_keys)
         item = PlanItem("binlog", f"{b.server_uuid}/{b.name}", "keep", "", keys, b.size, b.storage_class)
         item.created, item.markers = _utc(b.last_event_time), len(b.marker_keys)
         item.reason = _binlog_keep_reason(b, ctx, cut) or ""
@@ -491,7 +493,7 @@ def _binlog_keep_reason(b: BinlogItem, ctx: _Context, cut: _Cut) -> str | None:
     policy = ctx.policy
     if not policy.configured:
         return NOT_CONFIGURED
-    if lock := ctx.locked([b.key, *b.marker_keys], [b.lock_until]):
+    if lock := ctx.locked([b.key, *b.marker_keys, *b.segment_keys], [b.lock_until]):
         return lock
     if (ctx.age_days(b.last_event_time) or 0.0) < policy.min_age_days:
         return f"younger than min_age_days ({policy.min_age_days:g})"

@@ -68,27 +68,34 @@ class VerifyRequest:
 
 def verify(req: VerifyRequest) -> list[VerifyReport]:
     """A report per backup; a manifest that cannot be read is a report with that problem."""
-    catalog = req.catalog
     unreadable: list[str] = []
-    by_id = {m.backup_id: m for m in catalog.manifests(unreadable)}
-    ids = req.backup_ids if req.backup_ids is not None else catalog.backup_ids()
-    with GpgHome() as gpg:
-        key_problem = _import_key(gpg, req) if req.mode == "deep" else None
-        reports = []
-        for backup_id in ids:
-            t0 = time.monotonic()
-            report = VerifyReport(catalog.cluster, catalog.host, backup_id, req.mode)
-            manifest = by_id.get(backup_id)
-            if manifest is None:
-                report.problems.append(_unreadable(catalog, backup_id, unreadable))
-            else:
-                _check_backup(
-                    catalog, manifest, by_id, report, gpg if req.mode == "deep" else None, key_problem
-                )
-            report.seconds = time.monotonic() - t0
-            _log(report)
-            reports.append(report)
-    return reports
+    by_id = {m.backup_id: m for m in req.catalog.manifests(unreadable)}
+    ids = req.backup_ids if req.backup_ids is not None else req.catalog.backup_ids()
+    if req.mode != "deep":
+        return [_verify_one(req.catalog, backup_id, by_id, unreadable, None, None) for backup_id in ids]
+    with GpgHome() as gpg:  # deep mode decrypts: a private keyring for this run only
+        key_problem = _import_key(gpg, req)
+        return [_verify_one(req.catalog, backup_id, by_id, unreadable, gpg, key_problem) for backup_id in ids]
+
+
+def _verify_one(
+    catalog: Catalog,
+    backup_id: str,
+    by_id: dict[str, Manifest],
+    unreadable: list[str],
+    gpg: GpgHome | None,
+    key_problem: str | None,
+) -> VerifyReport:
+    t0 = time.monotonic()
+    report = VerifyReport(catalog.cluster, catalog.host, backup_id, "deep" if gpg else "quick")
+    manifest = by_id.get(backup_id)
+    if manifest is None:
+        report.problems.append(_unreadable(catalog, backup_id, unreadable))
+    else:
+        _check_backup(catalog, manifest, by_id, report, gpg, key_problem)
+    report.seconds = time.monotonic() - t0
+    _log(report)
+    return report
 
 
 def _import_key(gpg: GpgHome, req: VerifyRequest) -> str | None:

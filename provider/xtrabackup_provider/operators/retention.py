@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator
+
+log = logging.getLogger(__name__)
 
 
 class ApplyRetentionOperator(BaseOperator):
@@ -56,9 +59,9 @@ class ApplyRetentionOperator(BaseOperator):
         )
         plan = plan_host(catalog, policy)
         for problem in plan.problems:
-            self.log.warning("unreadable manifest (its backup is kept): %s", problem)
+            log.warning("unreadable manifest (its backup is kept): %s", problem)
         mode = "deleting" if self.confirm else "DRY RUN (set retention.confirm: true to delete)"
-        self.log.info(
+        log.info(
             "retention of %s/%s, %s:\n%s",
             self.cluster,
             self.host,
