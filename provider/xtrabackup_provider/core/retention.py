@@ -243,21 +243,36 @@ def _listing_dirs(listing: Sequence[ObjectInfo], prefix: str) -> dict[str, list[
 
 
 class _Backups:
-    """The manifests of one host and the keep reason of each."""
+    """The manifests of one host and the keep reason of each (keyed by backup id)."""
 
     def __init__(self, manifests: Sequence[Manifest], ctx: _Context) -> None:
         self.ctx = ctx
         self.by_id = {m.backup_id: m for m in manifests}
-        for m in manifests if ctx.prefix else ():
-            if not m.backup_object.key.startswith(f"{ctx.prefix}{m.backup_id}/"):
-                raise ValueError(f"manifest {m.backup_id} names {m.backup_object.key}, outside {ctx.prefix}")
+        self.start = {bid: _utc(m.started_at) for bid, m in self.by_id.items()}
+        self.finish = {bid: _utc(m.finished_at) for bid, m in self.by_id.items()}
+        self.keys = {bid: self._keys(m) for bid, m in self.by_id.items()}
         self.reason: dict[str, str] = {}
-        self.errors = _chain_errors(self.by_id)
-        self.restorable = sorted(
-            (m for bid, m in self.by_id.items() if self.errors[bid] is None),
-            key=lambda m: (_utc(m.started_at), m.backup_id),
+        self.errors, self.depth = _chain_info(self.by_id)
+        self.restorable = sorted(  # newest first
+            (bid for bid, error in self.errors.items() if error is None),
+            key=lambda bid: (self.start[bid], bid),
             reverse=True,
         )
+        self.unreadable = sorted(  # directories holding a manifest.json the caller could not read
+            bid
+            for bid, infos in ctx.dirs.items()
+            if bid and bid not in self.by_id and any(i.key.endswith("/" + MANIFEST_NAME) for i in infos)
+        )
+
+    def _keys(self, m: Manifest) -> tuple[str, ...]:
+        """Manifest first, then its objects, then anything else in its directory."""
+        directory = m.backup_object.key.rsplit("/", 1)[0]
+        if self.ctx.prefix and directory != self.ctx.prefix + m.backup_id:
+            raise ValueError(f"manifest {m.backup_id} names {m.backup_object.key}, outside {self.ctx.prefix}")
+        keys = [f"{directory}/{MANIFEST_NAME}", *(o.key for o in m.objects)]
+        if listed := self.ctx.dirs.get(m.backup_id):
+            keys += sorted({i.key for i in listed} - set(keys))
+        return tuple(keys)
 
     def keep(self, bid: str, reason: str) -> None:
         self.reason.setdefault(bid, reason)
@@ -275,31 +290,32 @@ class _Backups:
         self._gfs()
         self._pitr(policy.pitr_days)
         young = self.ctx.now - policy.min_age_days * DAY
-        for bid, m in self.by_id.items():
-            if _utc(m.finished_at) > young:
+        for bid, finished in self.finish.items():
+            if finished > young:
                 self.keep(bid, f"younger than min_age_days ({policy.min_age_days:g})")
         self._close_over_parents()
 
     def _start_key(self, bid: str) -> tuple[datetime, str]:
-        return _utc(self.by_id[bid].started_at), bid
+        return self.start[bid], bid
 
     def _locked_and_broken(self) -> None:
+        any_lock = bool(self.ctx.locks)
         for bid, m in self.by_id.items():
-            known = [o.object_lock_until for o in m.objects]
-            if reason := self.ctx.locked(self.keys(m), known):
+            known = [o.object_lock_until for o in m.objects if o.object_lock_until is not None]
+            if (any_lock or known) and (reason := self.ctx.locked(self.keys[bid], known)):
                 self.keep(bid, reason)
             elif error := self.errors[bid]:
                 self.keep(bid, f"chain does not validate, kept for a human to check: {error}")
 
     def _newest_chains(self, count: int) -> None:
         kept: dict[str, int] = {}  # chain root -> rank, newest chain first
-        for m in self.restorable:  # newest first
+        for bid in self.restorable:
             if len(kept) >= count:
                 break
-            kept.setdefault(m.chain_root, len(kept) + 1)
-        for m in self.restorable:
-            if m.chain_root in kept:
-                self.keep(m.backup_id, f"in the newest {count} chain(s) (#{kept[m.chain_root]})")
+            kept.setdefault(self.by_id[bid].chain_root, len(kept) + 1)
+        for bid in self.restorable:
+            if (rank := kept.get(self.by_id[bid].chain_root)) is not None:
+                self.keep(bid, f"in the newest {count} chain(s) (#{rank})")
 
     def _gfs(self) -> None:
         policy = self.ctx.policy
@@ -311,24 +327,24 @@ class _Backups:
         ]
         for name, count, period in slots:
             seen: set[Hashable] = set()
-            for m in self.restorable:
+            for bid in self.restorable:
                 if len(seen) >= count:
                     break
-                bucket = period(_utc(m.started_at))
+                bucket = period(self.start[bid])
                 if bucket not in seen:
                     seen.add(bucket)
-                    self.keep(m.backup_id, f"{name} slot {len(seen)}/{count}")
+                    self.keep(bid, f"{name} slot {len(seen)}/{count}")
 
     def _pitr(self, days: float) -> None:
         if days <= 0:
             return
         start = self.ctx.now - days * DAY
-        for bid, m in self.by_id.items():
-            if _utc(m.finished_at) >= start:
+        for bid, finished in self.finish.items():
+            if finished >= start:
                 self.keep(bid, f"inside the {days:g}-day PITR window")
-        base = next((m for m in self.restorable if _utc(m.finished_at) < start), None)
+        base = next((bid for bid in self.restorable if self.finish[bid] < start), None)
         if base is not None:
-            self.keep(base.backup_id, f"base of the {days:g}-day PITR window")
+            self.keep(base, f"base of the {days:g}-day PITR window")
 
     def _close_over_parents(self) -> None:
         for bid in list(self.reason):
@@ -339,76 +355,47 @@ class _Backups:
 
     # -- output ---------------------------------------------------------------------------------
 
-    def keys(self, m: Manifest) -> tuple[str, ...]:
-        """Manifest first, then its objects, then anything else in its directory."""
-        directory = m.backup_object.key.rsplit("/", 1)[0]
-        keys = [f"{directory}/{MANIFEST_NAME}", *(o.key for o in m.objects)]
-        listed = self.ctx.dirs.get(m.backup_id, ())
-        if listed:
-            keys += sorted({i.key for i in listed} - set(keys))
-        return tuple(keys)
-
     def items(self) -> list[PlanItem]:
-        depth = self._depths()
-        items = []
-        for bid, m in self.by_id.items():
-            item = self._item(m, self.reason.get(bid))
-            item.depth = depth[bid]
-            items.append(item)
-        return items
+        return [self._item(bid, m, self.reason.get(bid)) for bid, m in self.by_id.items()]
 
-    def _item(self, m: Manifest, reason: str | None) -> PlanItem:
-        listed = {i.key: i for i in self.ctx.dirs.get(m.backup_id, ())}
-        declared = {o.key: o for o in m.objects}
-        keys = self.keys(m)
-        main = listed.get(m.backup_object.key)
-        cls = main.storage_class if main else m.backup_object.storage_class
-        item = PlanItem("backup", m.backup_id, "keep", reason or "", keys, 0, cls, _utc(m.finished_at), 1)
-        charge = 0.0
-        for key in keys:
-            info, obj = listed.get(key), declared.get(key)
-            size = info.size if info else obj.size if obj else 0
-            item.size += size
-            if reason is None:
-                klass = info.storage_class if info else obj.storage_class if obj else "STANDARD"
-                created = info.last_modified if info and info.last_modified else m.finished_at
-                charge += early_deletion_usd(klass, size, _utc(created), self.ctx.now)
+    def _item(self, bid: str, m: Manifest, reason: str | None) -> PlanItem:
+        stored = self._stored(m)
+        main = stored[m.backup_object.key]
+        item = PlanItem("backup", bid, "keep", reason or "", self.keys[bid], 0, main[1], self.finish[bid], 1)
+        item.depth = self.depth[bid]
+        item.size = sum(size for size, _cls, _created in stored.values())
         if reason is None:
+            now = self.ctx.now
+            charge = sum(
+                early_deletion_usd(c, size, t, now) for size, c, t in stored.values() if c in MIN_STORAGE
+            )
+            age = (now - self.finish[bid]) / DAY
             item.action, item.early_delete_usd = "delete", charge
-            item.reason = self._delete_reason(m) + _charge_note(charge)
+            item.reason = (
+                f"outside the policy: chain {m.chain_root} is not among the newest "
+                f"{self.ctx.policy.keep_last_chains}, no GFS slot, {age:.1f} days old" + _charge_note(charge)
+            )
         return item
 
-    def _delete_reason(self, m: Manifest) -> str:
-        policy = self.ctx.policy
-        age = self.ctx.age_days(m.finished_at) or 0.0
-        return (
-            f"outside the policy: chain {m.chain_root} is not among the newest {policy.keep_last_chains}, "
-            f"no GFS slot, {age:.1f} days old"
-        )
-
-    def _depths(self) -> dict[str, int]:
-        depth: dict[str, int] = {}
-        for bid in self.by_id:
-            path: list[str] = []
-            cur: str | None = bid
-            while cur in self.by_id and cur not in depth and len(path) <= len(self.by_id):
-                path.append(cur)
-                cur = self.by_id[cur].parent_id
-            base = depth.get(cur, -1) if cur is not None else -1
-            for n, node in enumerate(reversed(path), start=1):
-                depth[node] = base + n
-        return depth
+    def _stored(self, m: Manifest) -> dict[str, tuple[int, str, datetime]]:
+        """key -> (size, storage class, upload time): the listing where it has the key, else the manifest."""
+        finished = self.finish[m.backup_id]
+        stored = {o.key: (o.size, o.storage_class, finished) for o in m.objects}
+        for info in self.ctx.dirs.get(m.backup_id, ()):
+            created = _utc(info.last_modified) if info.last_modified else finished
+            stored[info.key] = (info.size, info.storage_class, created)
+        return stored
 
     def binlog_cut(self) -> _Cut:
-        kept = [self.by_id[b] for b in self.reason]
-        cut = _Cut(kept=bool(kept) or bool(self.unreadable_dirs()))
+        kept = sorted(self.reason, key=self._start_key)  # oldest first
+        cut = _Cut(kept=bool(kept) or bool(self.unreadable))
         if kept:
-            oldest = min(kept, key=lambda m: _utc(m.started_at))
-            cut.time, cut.backup_id = _utc(oldest.started_at), oldest.backup_id
-        for m in sorted(kept, key=lambda m: _utc(m.started_at), reverse=True):
+            cut.time, cut.backup_id = self.start[kept[0]], kept[0]
+        for bid in reversed(kept):  # the oldest kept backup of each server wins
+            m = self.by_id[bid]
             if m.binlog_file and (seq := _binlog_seq(m.binlog_file)):
-                cut.files[(m.server_uuid, seq[0])] = (seq[1], m.backup_id)
-        for bid in self.unreadable_dirs():
+                cut.files[(m.server_uuid, seq[0])] = (seq[1], bid)
+        for bid in self.unreadable:
             times = [i.last_modified for i in self.ctx.dirs[bid]]
             first = None if any(t is None for t in times) else min(_utc(t) for t in times if t)
             if first is None or cut.time is None or first < cut.time:
@@ -417,22 +404,15 @@ class _Backups:
                     break
         return cut
 
-    def unreadable_dirs(self) -> list[str]:
-        """Directories holding a manifest.json that the caller could not read."""
-        return sorted(
-            bid
-            for bid, infos in self.ctx.dirs.items()
-            if bid and bid not in self.by_id and any(i.key.endswith("/" + MANIFEST_NAME) for i in infos)
-        )
 
-
-def _chain_errors(by_id: dict[str, Manifest]) -> dict[str, str | None]:
-    """backup id -> None when its chain validates, else why not. Each chain is validated once,
-    from its newest member; members of a broken chain are then checked on their own."""
+def _chain_info(by_id: dict[str, Manifest]) -> tuple[dict[str, str | None], dict[str, int]]:
+    """backup id -> None when its chain validates, else why not; and its depth in its chain.
+    Each chain is validated once, from its newest member; members of a broken chain are then
+    checked on their own."""
     has_child = {m.parent_id for m in by_id.values() if m.parent_id}
     errors: dict[str, str | None] = {}
-    leaves = [bid for bid in by_id if bid not in has_child]
-    for bid in [*leaves, *by_id]:
+    depth: dict[str, int] = {}
+    for bid in [*(b for b in by_id if b not in has_child), *by_id]:
         if bid in errors:
             continue
         try:
@@ -440,9 +420,18 @@ def _chain_errors(by_id: dict[str, Manifest]) -> dict[str, str | None]:
         except CatalogError as exc:
             errors[bid] = str(exc)
             continue
-        for m in chain:
-            errors[m.backup_id] = None
-    return errors
+        for n, m in enumerate(chain):
+            errors[m.backup_id], depth[m.backup_id] = None, n
+    for bid in by_id:  # broken chains: count the links that exist
+        path: list[str] = []
+        cur: str | None = bid
+        while cur in by_id and cur not in depth and len(path) <= len(by_id):
+            path.append(cur)
+            cur = by_id[cur].parent_id
+        base = depth.get(cur, -1) if cur is not None else -1
+        for n, node in enumerate(reversed(path), start=1):
+            depth[node] = base + n
+    return errors, depth
 
 
 @dataclass
@@ -462,7 +451,7 @@ def _binlog_seq(name: str) -> tuple[str, int] | None:
 
 def _unreadable_items(ctx: _Context, backups: _Backups) -> list[PlanItem]:
     items = []
-    for bid in backups.unreadable_dirs():
+    for bid in backups.unreadable:
         infos = ctx.dirs[bid]
         reason = "its manifest.json cannot be read: fix or remove it by hand"
         if ctx.policy.configured and (lock := ctx.locked([i.key for i in infos])):
@@ -512,7 +501,7 @@ def _binlog_keep_reason(b: BinlogItem, ctx: _Context, cut: _Cut) -> str | None:
 
 def _debris_items(ctx: _Context, backups: _Backups) -> list[PlanItem]:
     items = []
-    unreadable = set(backups.unreadable_dirs())
+    unreadable = set(backups.unreadable)
     for bid, infos in sorted(ctx.dirs.items()):
         if bid in backups.by_id or bid in unreadable:
             continue
