@@ -20,6 +20,8 @@ $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@$(VENV)/bin/pip install -q uv
 	$(VENV)/bin/uv pip install -q --python $(PY) -c constraints.txt -e '.[test]'
+	@# Byte-compile once: with PYTHONDONTWRITEBYTECODE set, every process would recompile Airflow.
+	@$(PY) -m compileall -q -j0 $(VENV)/lib > /dev/null || true
 	@touch $@
 
 lint: setup
