@@ -26,6 +26,11 @@ def _storage_args(config: FleetConfig) -> dict[str, Any]:
     return {"bucket": s.bucket, "local_path": s.local_path, "prefix": s.prefix, "aws_conn_id": s.aws_conn_id}
 
 
+def _backup_pool(config: FleetConfig, cluster: ClusterConfig) -> str | None:
+    pool = config.backup_pool(cluster)  # the cluster's pool, else the storage target's
+    return pool.name if pool else None
+
+
 def _policy_args(config: FleetConfig) -> dict[str, Any]:
     p = config.policy
     return {
@@ -61,6 +66,7 @@ def _host_group(config: FleetConfig, cluster: ClusterConfig, host: HostConfig) -
             binary=host.binary,
             datadir=host.datadir,
             queue=host.queue,
+            pool=_backup_pool(config, cluster),
             gpg_conn_id=config.encryption.gpg_conn_id if config.encryption.enabled else None,
             compression_level=config.policy.compression_level,
             zstd_threads=config.policy.zstd_threads,
@@ -100,6 +106,7 @@ def _retention_branch(dag: DAG, config: FleetConfig, cluster: ClusterConfig) -> 
                 policy=policy,
                 confirm=config.retention.confirm,
                 trigger_rule="none_failed_min_one_success",
+                pool=config.storage.pool.name if config.storage.pool else None,  # storage API work only
                 **_storage_args(config),
             )
             backups = [dag.get_task(f"{group_id}.{kind}_backup") for kind in ("full", "incremental")]

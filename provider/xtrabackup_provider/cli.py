@@ -108,6 +108,18 @@ def _add_s3_parsers(sub: Any) -> None:
     p.add_argument("--json", action="store_true")
 
 
+def _add_fleet_parsers(sub: Any) -> None:
+    """`report` (a cluster) and `pools` (the fleet): settings from the fleet config alone."""
+    p = sub.add_parser(
+        "report", help="write a self-contained HTML page of a cluster's backups (exit 1 on warnings)"
+    )
+    p.add_argument("--config", help="fleet config YAML (default: $XTRABACKUP_FLEET_CONFIG)")
+    p.add_argument("--cluster", required=True)
+    p.add_argument("--out", required=True, type=Path, help="the HTML file to write")
+    p = sub.add_parser("pools", help="print the `airflow pools set` commands for the config's pools")
+    p.add_argument("--config", help="fleet config YAML (default: $XTRABACKUP_FLEET_CONFIG)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="xtrabackup-provider", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -149,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_retention_parser(sub)
     _add_s3_parsers(sub)
     add_binlog_parsers(sub, _add_common)
+    _add_fleet_parsers(sub)
 
     p = sub.add_parser("keygen", help="create a GPG key pair for backups (passphrase from the environment)")
     p.add_argument("--uid", required=True, help='e.g. "MySQL backups <dba@example.com>"')
@@ -405,6 +418,39 @@ COMMANDS["verify"] = cmd_verify
 COMMANDS["binlogs"] = cmd_binlogs
 
 
+def cmd_report(args: argparse.Namespace, config: FleetConfig) -> int:
+    from .core.report import fmt_seconds, write_report
+
+    report = write_report(config, args.cluster, args.out)
+    for h in report.hosts:
+        verified = h.last_verified.backup_id if h.last_verified else "never"
+        lag = fmt_seconds(h.binlog.lag_seconds) if h.binlog else "n/a"
+        print(f"{h.host}\t{len(h.backups)} backup(s)\tlast verified restore: {verified}\tbinlog lag: {lag}")
+        for problem in h.problems:
+            print(f"WARNING: {h.host}: {problem}", file=sys.stderr)
+    print(f"wrote {args.out}")
+    return 1 if any(h.problems for h in report.hosts) else 0
+
+
+def cmd_pools(args: argparse.Namespace, config: FleetConfig) -> int:
+    """One `airflow pools set` line per pool, with a description naming the tasks that use it."""
+    import shlex
+
+    for pool in config.pools():
+        users = [c.name for c in config.clusters if (p := config.backup_pool(c)) and p.name == pool.name]
+        uses = [f"backups of cluster(s) {', '.join(users)}"] if users else []
+        if config.storage.pool and config.storage.pool.name == pool.name:
+            uses.append("retention")
+        text = pool.description or "xtrabackup-provider: " + "; ".join(uses)
+        print(shlex.join(["airflow", "pools", "set", pool.name, str(pool.slots), text]))
+    if not config.pools():
+        print(f"# {config.source}: no pools set (clusters[].backup_pool, storage.pool)", file=sys.stderr)
+    return 0
+
+
+FLEET_COMMANDS = {"report": cmd_report, "pools": cmd_pools}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -415,6 +461,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "keygen":
             return cmd_keygen(args)
+        if args.command in FLEET_COMMANDS:
+            return FLEET_COMMANDS[args.command](args, cfg.load_config(args.config))
         return COMMANDS[args.command](args, load(args))
     except USER_ERRORS as exc:
         print(f"error: {exc}", file=sys.stderr)

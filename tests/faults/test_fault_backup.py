@@ -33,7 +33,7 @@ from faultkit import (
     wait_next_second,
 )
 
-from helpers import add_orders
+from helpers import add_orders, wait_for
 from xtrabackup_provider.core.backup import BackupRequest, run_backup
 from xtrabackup_provider.core.catalog import Catalog, Manifest
 from xtrabackup_provider.core.lock import LOCK_NAME, HostLock, HostLockBusy
@@ -516,3 +516,17 @@ from xtrabackup_provider.core.storage import LocalStore
 HostLock(Catalog(LocalStore(sys.argv[1]), "backups", "c1", "db1")).acquire()
 os.kill(os.getpid(), signal.SIGKILL)
 """
+
+
+def test_the_lease_is_renewed_while_the_run_lives_and_released_after(s3_server, bucket):
+    catalog = s3_catalog(s3_server.endpoint_url, bucket)
+    key = f"{PREFIX}{LOCK_NAME}"
+
+    def expires() -> str:
+        return json.loads(catalog.store.get_bytes(key))["expires_at"]
+
+    with HostLock(catalog, lease=timedelta(seconds=0.6)):
+        first = expires()
+        wait_for(lambda: expires() > first, timeout=20, what="a renewed lease")
+    # Release deletes the lock only while it holds the current version: renewals kept track of it.
+    assert catalog.store.head(key) is None, "a renewed lock was not released"

@@ -51,6 +51,26 @@ class ObjectLockConfig(_Model):
     retain_days: int = Field(ge=1, le=36500)
 
 
+class PoolConfig(_Model):
+    """An Airflow pool (`airflow pools set NAME SLOTS DESC`; `xtrabackup-provider pools` prints them)."""
+
+    name: str = Field(pattern=NAME)
+    slots: int = Field(2, ge=1, le=10_000)
+    description: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_name(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value  # `pool: s3_backups` is enough
+
+    @field_validator("name")
+    @classmethod
+    def _not_default(cls, value: str) -> str:
+        if value == "default_pool":
+            raise ValueError("default_pool is Airflow's shared pool; name a pool of its own")
+        return value
+
+
 class StorageConfig(_Model):
     bucket: str | None = None
     local_path: str | None = None  # a directory instead of S3 (tests, air-gapped hosts)
@@ -67,6 +87,7 @@ class StorageConfig(_Model):
     glacier_restore_tier: Literal["Standard", "Bulk", "Expedited"] = "Standard"
     glacier_restore_days: int = Field(3, ge=1, le=365)  # how long restored copies stay readable
     glacier_poll_seconds: float = Field(600, ge=1)  # GlacierRestoreSensor / trigger poll interval
+    pool: PoolConfig | None = None  # caps concurrent uploads to this storage target, across clusters
 
     @field_validator("storage_class")
     @classmethod
@@ -202,6 +223,7 @@ class ClusterConfig(_Model):
     name: str = Field(pattern=NAME)
     schedule: str | None = "@daily"
     max_parallel_backups: int = Field(2, ge=1)
+    backup_pool: PoolConfig | None = None  # caps concurrent backups; slots default: max_parallel_backups
     restore_test_schedule: str | None = "@weekly"
     restore_workdir: str = "/tmp"  # scratch for restore tests on the restore worker
     hosts: list[HostConfig] = Field(min_length=1)
@@ -215,6 +237,12 @@ class ClusterConfig(_Model):
             if host.name in seen:
                 raise ValueError(f"host {host.name!r} appears twice in cluster {self.name!r}")
             seen.add(host.name)
+        return self
+
+    @model_validator(mode="after")
+    def _pool_slots(self) -> ClusterConfig:
+        if self.backup_pool and "slots" not in self.backup_pool.model_fields_set:
+            self.backup_pool.slots = self.max_parallel_backups
         return self
 
     @model_validator(mode="after")
@@ -246,6 +274,31 @@ class FleetConfig(_Model):
         if dup := {n for n in names if names.count(n) > 1}:
             raise ValueError(f"cluster names must be unique; repeated: {sorted(dup)}")
         return self
+
+    @model_validator(mode="after")
+    def _consistent_pools(self) -> FleetConfig:
+        self.pools()
+        return self
+
+    def pools(self) -> list[PoolConfig]:
+        """Every pool the DAGs use, once; a name given two sizes is an error naming both places."""
+        found: dict[str, tuple[PoolConfig, str]] = {}
+        named = [(c.backup_pool, f"clusters[{c.name}].backup_pool") for c in self.clusters]
+        for pool, where in [*named, (self.storage.pool, "storage.pool")]:
+            if pool is None:
+                continue
+            seen = found.setdefault(pool.name, (pool, where))
+            if seen[0].slots != pool.slots:
+                raise ValueError(
+                    f"pool {pool.name!r} has {seen[0].slots} slots in {seen[1]} but {pool.slots} in {where}; "
+                    "give it one size, or use another name"
+                )
+        return [pool for pool, _ in found.values()]
+
+    def backup_pool(self, cluster: ClusterConfig) -> PoolConfig | None:
+        """A task has one pool: backups take the cluster's (it caps the database side), else the
+        storage target's. None leaves them in Airflow's default_pool."""
+        return cluster.backup_pool or self.storage.pool
 
     def cluster(self, name: str) -> ClusterConfig:
         for cluster in self.clusters:

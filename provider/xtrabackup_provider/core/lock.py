@@ -82,7 +82,7 @@ class Holder:
             return self.pid != os.getpid() and _start_ticks(self.pid) == self.pid_start
         try:
             return now < datetime.fromisoformat(self.expires_at)
-        except ValueError:
+        except (ValueError, TypeError):  # not a time, or one without a zone: nothing to honour
             return False
 
     def describe(self) -> str:

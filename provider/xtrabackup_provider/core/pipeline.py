@@ -203,8 +203,11 @@ def stream_from_store(
     expected_sha256: str | None = None,
     object_name: str = "object",
     consumer_name: str = "extractor",
+    progress: ProgressFn | None = None,
 ) -> RestoreStreamResult:
-    """Feed stored bytes through gpg -d | zstd -d | consumer; check sha256 and every exit status."""
+    """Feed stored bytes through gpg -d | zstd -d | consumer; check sha256 and every exit status.
+
+    `progress` gets the stored bytes read so far, after each chunk (it throttles itself)."""
     import zstandard
 
     started = time.monotonic()
@@ -231,6 +234,8 @@ def stream_from_store(
                     digest.update(chunk)
                     counts["stored"] += len(chunk)
                     emit(chunk)
+                    if progress:
+                        progress(counts["stored"])
             finally:
                 if gpg and gpg.popen.stdin:
                     _close_quietly(gpg.popen.stdin)

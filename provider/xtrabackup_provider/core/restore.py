@@ -20,6 +20,7 @@ from . import engine, prepare
 from .catalog import Catalog, Manifest
 from .crypto import GpgError, GpgHome, passphrase_pipe
 from .pipeline import stream_from_store
+from .progress import ProgressLogger
 from .storage import ARCHIVE_CLASSES
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,7 @@ class RestoreRequest:
     use_memory: int | None = None
     max_free_memory_pct: int = 50
     keep_scratch: bool = False
+    progress_seconds: float = 10.0  # fetch progress (bytes, rate, ETA) is logged at most this often
 
 
 @dataclass
@@ -163,7 +165,8 @@ def fetch_chain(
         workers = max(1, min(req.parallel_downloads, len(chain)))
         with ThreadPoolExecutor(workers, thread_name_prefix="fetch") as pool:
             futures = [
-                pool.submit(fetch_one, req.catalog, m, tool, d, gpg) for m, d in zip(chain, dirs, strict=True)
+                pool.submit(fetch_one, req.catalog, m, tool, d, gpg, req.progress_seconds)
+                for m, d in zip(chain, dirs, strict=True)
             ]
             for m, fut in zip(chain, futures, strict=True):
                 stored, raw = fut.result()
@@ -193,10 +196,18 @@ def import_private_for(gpg: GpgHome, private_key: str, passphrase: str | None, c
 
 
 def fetch_one(
-    catalog: Catalog, m: Manifest, tool: engine.ToolVersion, dest: Path, gpg: GpgHome
+    catalog: Catalog,
+    m: Manifest,
+    tool: engine.ToolVersion,
+    dest: Path,
+    gpg: GpgHome,
+    progress_seconds: float = 10.0,
 ) -> tuple[int, int]:
     """Stream one backup object through sha256 check, gpg, zstd and the extractor into `dest`."""
     obj = m.backup_object
+    progress = ProgressLogger(
+        log, f"fetch of {m.backup_id}", obj.size, progress_seconds, "the manifest's size"
+    )
     fd = passphrase_pipe(gpg.passphrase) if obj.encryption == "gpg" and gpg.passphrase is not None else None
     try:
         result = stream_from_store(
@@ -207,6 +218,7 @@ def fetch_one(
             expected_sha256=obj.sha256,
             object_name=f"{catalog.store.location}/{obj.key}",
             consumer_name=f"{tool.stream_tool()} -x into {dest}",
+            progress=progress,
         )
     finally:
         if fd is not None:

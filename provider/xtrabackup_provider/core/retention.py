@@ -45,7 +45,7 @@ from collections import defaultdict
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -243,14 +243,22 @@ def _listing_dirs(listing: Sequence[ObjectInfo], prefix: str) -> dict[str, list[
 
 
 class _Backups:
-    """The manifests of one host and the keep reason of each (keyed by backup id)."""
+    """The manifests of one host and the keep reason of each (keyed by backup id).
+
+    Built for 100,000 manifests in well under a second: one pass over the manifests up front,
+    then dictionary lookups; the listing of a backup's directory is read once.
+    """
 
     def __init__(self, manifests: Sequence[Manifest], ctx: _Context) -> None:
         self.ctx = ctx
-        self.by_id = {m.backup_id: m for m in manifests}
-        self.start = {bid: _utc(m.started_at) for bid, m in self.by_id.items()}
-        self.finish = {bid: _utc(m.finished_at) for bid, m in self.by_id.items()}
-        self.keys = {bid: self._keys(m) for bid, m in self.by_id.items()}
+        self.by_id: dict[str, Manifest] = {}
+        self.start: dict[str, datetime] = {}
+        self.finish: dict[str, datetime] = {}
+        self.stored: dict[str, _Stored] = {}
+        for m in manifests:
+            bid = m.backup_id
+            self.by_id[bid], self.start[bid], self.finish[bid] = m, _utc(m.started_at), _utc(m.finished_at)
+            self.stored[bid] = self._stored(m, self.finish[bid])
         self.reason: dict[str, str] = {}
         self.errors, self.depth = _chain_info(self.by_id)
         self.restorable = sorted(  # newest first
@@ -264,15 +272,32 @@ class _Backups:
             if bid and bid not in self.by_id and any(i.key.endswith("/" + MANIFEST_NAME) for i in infos)
         )
 
-    def _keys(self, m: Manifest) -> tuple[str, ...]:
-        """Manifest first, then its objects, then anything else in its directory."""
-        directory = m.backup_object.key.rsplit("/", 1)[0]
+    def _stored(self, m: Manifest, finished: datetime) -> _Stored:
+        """Keys (manifest first, then its objects, then anything else in its directory), bytes,
+        storage class, and the objects a minimum storage duration applies to. The listing says
+        what is stored now (a lifecycle rule may have moved an object); the manifest fills in."""
+        main = m.backup_object
+        directory = main.key[: main.key.rindex("/")]
         if self.ctx.prefix and directory != self.ctx.prefix + m.backup_id:
-            raise ValueError(f"manifest {m.backup_id} names {m.backup_object.key}, outside {self.ctx.prefix}")
+            raise ValueError(f"manifest {m.backup_id} names {main.key}, outside {self.ctx.prefix}")
         keys = [f"{directory}/{MANIFEST_NAME}", *(o.key for o in m.objects)]
-        if listed := self.ctx.dirs.get(m.backup_id):
-            keys += sorted({i.key for i in listed} - set(keys))
-        return tuple(keys)
+        size, klass, aged = 0, main.storage_class, []
+        seen = set()
+        for info in self.ctx.dirs.get(m.backup_id, ()):
+            seen.add(info.key)
+            size += info.size
+            if info.key == main.key:
+                klass = info.storage_class
+            if info.storage_class in MIN_STORAGE:
+                aged.append((info.storage_class, info.size, _utc(info.last_modified or finished)))
+        for o in m.objects:
+            if o.key not in seen:  # not listed: as the manifest says
+                size += o.size
+                if o.storage_class in MIN_STORAGE:
+                    aged.append((o.storage_class, o.size, finished))
+        if extra := seen.difference(keys):
+            keys += sorted(extra)
+        return _Stored(tuple(keys), size, klass, aged)
 
     def keep(self, bid: str, reason: str) -> None:
         self.reason.setdefault(bid, reason)
@@ -302,7 +327,7 @@ class _Backups:
         any_lock = bool(self.ctx.locks)
         for bid, m in self.by_id.items():
             known = [o.object_lock_until for o in m.objects if o.object_lock_until is not None]
-            if (any_lock or known) and (reason := self.ctx.locked(self.keys[bid], known)):
+            if (any_lock or known) and (reason := self.ctx.locked(self.stored[bid].keys, known)):
                 self.keep(bid, reason)
             elif error := self.errors[bid]:
                 self.keep(bid, f"chain does not validate, kept for a human to check: {error}")
@@ -356,35 +381,47 @@ class _Backups:
     # -- output ---------------------------------------------------------------------------------
 
     def items(self) -> list[PlanItem]:
-        return [self._item(bid, m, self.reason.get(bid)) for bid, m in self.by_id.items()]
-
-    def _item(self, bid: str, m: Manifest, reason: str | None) -> PlanItem:
-        stored = self._stored(m)
-        main = stored[m.backup_object.key]
-        item = PlanItem("backup", bid, "keep", reason or "", self.keys[bid], 0, main[1], self.finish[bid], 1)
-        item.depth = self.depth[bid]
-        item.size = sum(size for size, _cls, _created in stored.values())
-        if reason is None:
-            now = self.ctx.now
-            charge = sum(
-                early_deletion_usd(c, size, t, now) for size, c, t in stored.values() if c in MIN_STORAGE
+        now, count = self.ctx.now, self.ctx.policy.keep_last_chains
+        items = []
+        for bid, m in self.by_id.items():
+            st, finished, reason = self.stored[bid], self.finish[bid], self.reason.get(bid)
+            if reason is not None:
+                items.append(
+                    PlanItem(
+                        "backup",
+                        bid,
+                        "keep",
+                        reason,
+                        st.keys,
+                        st.size,
+                        st.klass,
+                        finished,
+                        1,
+                        self.depth[bid],
+                    )
+                )
+                continue
+            charge = sum(early_deletion_usd(c, n, t, now) for c, n, t in st.aged) if st.aged else 0.0
+            reason = (
+                f"outside the policy: chain {m.chain_root} is not among the newest {count}, "
+                f"no GFS slot, {(now - finished) / DAY:.1f} days old{_charge_note(charge)}"
             )
-            age = (now - self.finish[bid]) / DAY
-            item.action, item.early_delete_usd = "delete", charge
-            item.reason = (
-                f"outside the policy: chain {m.chain_root} is not among the newest "
-                f"{self.ctx.policy.keep_last_chains}, no GFS slot, {age:.1f} days old" + _charge_note(charge)
+            items.append(
+                PlanItem(
+                    "backup",
+                    bid,
+                    "delete",
+                    reason,
+                    st.keys,
+                    st.size,
+                    st.klass,
+                    finished,
+                    1,
+                    self.depth[bid],
+                    charge,
+                )
             )
-        return item
-
-    def _stored(self, m: Manifest) -> dict[str, tuple[int, str, datetime]]:
-        """key -> (size, storage class, upload time): the listing where it has the key, else the manifest."""
-        finished = self.finish[m.backup_id]
-        stored = {o.key: (o.size, o.storage_class, finished) for o in m.objects}
-        for info in self.ctx.dirs.get(m.backup_id, ()):
-            created = _utc(info.last_modified) if info.last_modified else finished
-            stored[info.key] = (info.size, info.storage_class, created)
-        return stored
+        return items
 
     def binlog_cut(self) -> _Cut:
         kept = sorted(self.reason, key=self._start_key)  # oldest first
@@ -432,6 +469,13 @@ def _chain_info(by_id: dict[str, Manifest]) -> tuple[dict[str, str | None], dict
         for n, node in enumerate(reversed(path), start=1):
             depth[node] = base + n
     return errors, depth
+
+
+class _Stored(NamedTuple):
+    keys: tuple[str, ...]
+    size: int
+    klass: str  # the backup object's storage class
+    aged: list[tuple[str, int, datetime]]  # (class, size, uploaded) of objects with a minimum duration
 
 
 @dataclass

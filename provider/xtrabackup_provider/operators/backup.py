@@ -8,6 +8,8 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from . import _metrics
+
 log = logging.getLogger(__name__)
 
 
@@ -127,7 +129,12 @@ class XtraBackupOperator(BaseOperator):
                 for gate in context["ti"].xcom_pull(task_ids=task_id) or []
             ],
         )
-        manifest = run_backup(request)
+        try:
+            manifest = run_backup(request)
+        except Exception:
+            _metrics.emit("backup", self.cluster, self.host, counters=("failed",))
+            raise
+        _metrics.backup_done(self.cluster, self.host, manifest)
         return {
             "backup_id": manifest.backup_id,
             "kind": manifest.kind,

@@ -8,6 +8,8 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from . import _metrics
+
 log = logging.getLogger(__name__)
 
 
@@ -100,6 +102,7 @@ class BinlogShipOperator(BaseOperator):
             # A retry would find the gap recorded and pass: fail for good so someone sees it.
             raise AirflowFailException(str(exc)) from exc
         summary = report.summary()
+        _metrics.binlogs_shipped(self.cluster, self.host, summary, request.catalog)
         log.info(
             "%s/%s: shipped %d binlog(s), %d already stored, open binlog %s",
             self.cluster,

@@ -7,6 +7,8 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from . import _metrics
+
 
 class RestoreTestFailed(RuntimeError):
     """The restored backup did not pass verification; the reasons are in the message and the report."""
@@ -87,6 +89,7 @@ class RestoreTestOperator(BaseOperator):
             )
         )
         self.log.info("phase timings (s): %s", {k: round(v, 2) for k, v in report.timings.items()})
+        _metrics.restore_test_done(self.cluster, self.host, report.passed, report.timings)
         if not report.passed:
             raise RestoreTestFailed(
                 f"restore test of {self.cluster}/{self.host} {report.backup_id} failed: "
