@@ -23,6 +23,7 @@ from .restore_test import REPORT_NAME, read_report
 from .storage import ObjectStore, StorageError
 
 CHART_BACKUPS = 200  # the charts show the newest this many backups; the table shows them all
+RESTORE_ROWS = 10  # restore tests listed per host, newest first
 RESTORE_PHASES = ("fetch_extract", "prepare", "copy_back")
 FULL, INCREMENTAL, RAW, STORED = "#1f5f99", "#7fb2de", "#c5d3e0", "#1f5f99"
 PASS, FAIL, MUTED = "#1e7b34", "#b3261e", "#6b7280"
@@ -269,6 +270,11 @@ def _e(value: Any) -> str:
 # ---------------------------------------------------------------------------------------------
 # SVG charts
 
+Unit = tuple[float, str]
+BYTES: list[Unit] = [(1, "B"), (1024, "KiB"), (1024**2, "MiB"), (1024**3, "GiB"), (1024**4, "TiB")]
+SECONDS: list[Unit] = [(1, "s"), (60, "min"), (3600, "h"), (86400, "d")]
+COUNT: list[Unit] = [(1, "")]
+
 
 @dataclass
 class Bars:
@@ -286,29 +292,34 @@ class Chart:
     labels: list[str]  # x: one per category
     tips: list[str]  # hover text per category
     bars: list[Bars]  # drawn in order: the first is behind
-    fmt: Callable[[float], str]
+    units: list[Unit]
+    tip: Callable[[float], str]  # a value in a tooltip
     legend: list[tuple[str, str]] = field(default_factory=list)
     marks: list[bool] = field(default_factory=list)  # a check mark above the category
     limit: tuple[float, str] | None = None  # a dashed reference line and its label
     log: bool = False
-    height: int = 230
+    height: int = 240
 
 
-W, LEFT, RIGHT, TOP, BOTTOM = 900, 76, 14, 34, 40
+W, LEFT, RIGHT, TOP, BOTTOM = 900, 76, 14, 48, 40
+MAX_BAR = 56  # px: a handful of backups must not become slabs
 
 
 def svg_chart(c: Chart) -> str:
     n = len(c.labels)
-    values = [v for b in c.bars for v in b.values] + ([c.limit[0]] if c.limit else [])
-    ticks = _log_ticks(values) if c.log else _linear_ticks(max(values, default=0))
+    # Headroom above a reference line, so its label clears the legend.
+    values = [v for b in c.bars for v in b.values] + ([c.limit[0] * 1.2] if c.limit else [])
+    if c.log:
+        ticks, fmt = _log_ticks(values), lambda v: _in_unit(v, _unit_of(v, c.units, 1))
+    else:
+        ticks, fmt = _ticks(max(values, default=0), c.units)
     lo, hi = ticks[0], ticks[-1]
     ph, pw = c.height - TOP - BOTTOM, W - LEFT - RIGHT
     band = pw / max(n, 1)
 
     def y(v: float) -> float:
         if c.log:
-            v = max(v, lo)
-            frac = (math.log(v) - math.log(lo)) / (math.log(hi) - math.log(lo))
+            frac = (math.log(max(v, lo)) - math.log(lo)) / (math.log(hi) - math.log(lo))
         else:
             frac = (v - lo) / (hi - lo)
         return TOP + ph - frac * ph
@@ -319,21 +330,20 @@ def svg_chart(c: Chart) -> str:
     ]
     for t in ticks:
         out.append(f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{y(t):.1f}" y2="{y(t):.1f}" class="grid"/>')
-        out.append(f'<text x="{LEFT - 6}" y="{y(t) + 4:.1f}" class="yl">{_e(c.fmt(t))}</text>')
+        out.append(f'<text x="{LEFT - 6}" y="{y(t) + 4:.1f}" class="yl">{_e(fmt(t))}</text>')
     for b in c.bars:
-        width = max(band * b.width, 1.0)
+        width = min(max(band * b.width, 1.0), MAX_BAR * b.width / 0.8)
         for i, v in enumerate(b.values):
             x = LEFT + band * i + (band - width) / 2
-            top = y(v)
+            top = min(y(v), y(lo) - 2)  # a zero still shows, as a sliver on the axis
             out.append(
-                f'<rect x="{x:.1f}" y="{top:.1f}" width="{width:.1f}" height="{max(y(lo) - top, 0):.1f}" '
-                f'fill="{b.colors[i]}"><title>{_e(c.tips[i])}\n{_e(b.name)}: {_e(c.fmt(v))}</title></rect>'
+                f'<rect x="{x:.1f}" y="{top:.1f}" width="{width:.1f}" height="{y(lo) - top:.1f}" '
+                f'fill="{b.colors[i]}"><title>{_e(c.tips[i])}\n{_e(b.name)}: {_e(c.tip(v))}</title></rect>'
             )
     for i, marked in enumerate(c.marks):
         if marked:
             top = min(y(b.values[i]) for b in c.bars)
-            x = LEFT + band * (i + 0.5)
-            out.append(f'<text x="{x:.1f}" y="{top - 4:.1f}" class="mark">✓</text>')
+            out.append(f'<text x="{LEFT + band * (i + 0.5):.1f}" y="{top - 4:.1f}" class="mark">✓</text>')
     if c.limit:
         ly = y(c.limit[0])
         out.append(f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{ly:.1f}" y2="{ly:.1f}" class="limit"/>')
@@ -343,50 +353,69 @@ def svg_chart(c: Chart) -> str:
     for i in range(0, n, step):
         x = LEFT + band * (i + 0.5)
         out.append(f'<text x="{x:.1f}" y="{c.height - BOTTOM + 16}" class="xl">{_e(c.labels[i])}</text>')
-    lx = W - RIGHT
-    for name, color in reversed(c.legend):
-        lx -= 12 + 7 * len(name) + 18
-        out.append(f'<rect x="{lx}" y="8" width="12" height="12" fill="{color}"/>')
-        out.append(f'<text x="{lx + 16}" y="18" class="lg">{_e(name)}</text>')
+    out += _legend(c.legend)
     out.append("</svg>")
     return "\n".join(out)
 
 
-def _linear_ticks(top: float) -> list[float]:
-    if top <= 0:
-        return [0.0, 1.0]
-    raw = top / 4
+def _legend(items: list[tuple[str, str]]) -> list[str]:
+    """A row under the title, so a long title never runs into it."""
+    out, x = [], LEFT
+    for name, color in items:
+        out.append(f'<rect x="{x}" y="25" width="11" height="11" fill="{color}"/>')
+        out.append(f'<text x="{x + 15}" y="35" class="lg">{_e(name)}</text>')
+        x += 15 + 7 * len(name) + 16
+    return out
+
+
+def _unit_of(value: float, units: list[Unit], least: float = 2) -> Unit:
+    """The largest unit the value is `least` times of (90 s stays in seconds, 3 min is minutes)."""
+    return next((u for u in reversed(units) if value >= least * u[0]), units[0])
+
+
+def _in_unit(value: float, unit: Unit) -> str:
+    return "0" if value == 0 else f"{value / unit[0]:g} {unit[1]}".strip()
+
+
+def _ticks(top: float, units: list[Unit]) -> tuple[list[float], Callable[[float], str]]:
+    """Round ticks in one unit (0, 5, 10, 15 MiB), from zero to at least `top`."""
+    unit = _unit_of(top, units)
+    scaled = top / unit[0]
+    if scaled <= 0:
+        return [0.0, unit[0]], lambda v: _in_unit(v, unit)
+    raw = scaled / 4
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
-    return [step * i for i in range(math.ceil(top / step - 1e-9) + 1)]
+    if units is COUNT:
+        step = max(1, math.ceil(step))
+    count = math.ceil(scaled / step - 1e-9)
+    return [step * i * unit[0] for i in range(count + 1)], lambda v: _in_unit(v, unit)
 
 
 def _log_ticks(values: list[float]) -> list[float]:
-    """Ticks at 1, 32, 1024, ... (readable in KiB/MiB/GiB) spanning every positive value."""
+    """Powers of two (1 MiB, 4 MiB, 16 MiB ...) spanning every positive value, at most 7 of them."""
     positive = [v for v in values if v > 0] or [1.0]
-    lo = 32 ** math.floor(math.log(min(positive), 32))
-    hi = 32 ** math.ceil(math.log(max(positive), 32))
-    ticks = [lo]
-    while ticks[-1] < hi:
-        ticks.append(ticks[-1] * 32)
-    return ticks if len(ticks) > 1 else [lo, lo * 32]
+    low, high = math.log2(min(positive)), math.log2(max(positive))
+    for step in (1, 2, 3, 4, 5, 10):
+        lo, hi = math.floor(low / step) * step, math.ceil(high / step) * step
+        if (hi - lo) / step <= 6:
+            break
+    hi = max(hi, lo + step)
+    return [2.0**e for e in range(lo, hi + 1, step)]
 
 
-def _bytes_tick(v: float) -> str:
-    return fmt_bytes(v).replace(".0 ", " ")
-
-
-def _seconds_tick(v: float) -> str:
-    if v >= 3600:
-        return f"{v / 3600:g} h"
-    return f"{v / 60:g} min" if v >= 120 else f"{v:g} s"
+def _x_labels(times: list[datetime]) -> list[str]:
+    """As precise as the span needs: hourly backups show the hour, a year of them the date."""
+    span = (max(times) - min(times)).total_seconds() if times else 0
+    fmt = "%H:%M:%S" if span < 600 else "%m-%d %H:%M" if span < 300 * 86400 else "%Y-%m-%d"
+    return [t.astimezone(UTC).strftime(fmt) for t in times]
 
 
 def host_charts(host: HostReport, max_chain: int) -> str:
     rows = host.backups[-CHART_BACKUPS:]
     if not rows:
         return '<p class="muted">no backups yet</p>'
-    labels = [r.started_at.astimezone(UTC).strftime("%m-%d %H:%M") for r in rows]
+    labels = _x_labels([r.started_at for r in rows])
     tips = [f"{r.backup_id} ({r.kind})" for r in rows]
     kind_colors = [FULL if r.kind == "full" else INCREMENTAL for r in rows]
     verified = {t.backup_id for t in host.restore_tests if t.passed}
@@ -401,18 +430,20 @@ def host_charts(host: HostReport, max_chain: int) -> str:
                 Bars("raw", [r.raw_bytes for r in rows], [RAW] * len(rows), 0.8),
                 Bars("stored", [r.stored_bytes for r in rows], [STORED] * len(rows), 0.45),
             ],
-            _bytes_tick,
+            BYTES,
+            fmt_bytes,
             legend=[("raw", RAW), ("stored", STORED), ("✓ restore verified", PASS)],
             marks=[r.backup_id in verified for r in rows],
             log=bool(sizes) and max(sizes) > 50 * min(sizes),
-            height=260,
+            height=270,
         ),
         Chart(
             "Backup duration",
             labels,
             tips,
             [Bars("duration", [r.seconds for r in rows], kind_colors)],
-            _seconds_tick,
+            SECONDS,
+            fmt_seconds,
             legend=[("full", FULL), ("incremental", INCREMENTAL)],
         ),
         Chart(
@@ -420,10 +451,11 @@ def host_charts(host: HostReport, max_chain: int) -> str:
             labels,
             tips,
             [Bars("incrementals", [float(r.chain_length) for r in rows], kind_colors)],
+            COUNT,
             lambda v: f"{v:g}",
             legend=[("full", FULL), ("incremental", INCREMENTAL)],
             limit=(float(max_chain), f"policy max_chain_length {max_chain}"),
-            height=190,
+            height=200,
         ),
     ]
     return "\n".join(svg_chart(c) for c in charts)
@@ -433,29 +465,31 @@ def lag_chart(hosts: list[HostReport]) -> str:
     """Horizontal bars: binlog lag per host, 'n/a' where no binlog is shipped."""
     lags = [h.binlog.lag_seconds if h.binlog else None for h in hosts]
     known = [v for v in lags if v is not None]
-    ticks = _linear_ticks(max(known, default=0))
-    row, height = 26, 44 + 26 * len(hosts)
-    pw = W - 160 - RIGHT
+    ticks, fmt = _ticks(max(known, default=0), SECONDS)
+    row, height, left = 26, 44 + 26 * len(hosts), 160
+    pw = W - left - RIGHT - 70  # room for the value printed after the longest bar
     out = [
         f'<svg class="chart" viewBox="0 0 {W} {height}" role="img" aria-label="binlog lag per host">',
-        '<text x="160" y="18" class="ct">Binlog lag per host (now − newest shipped event)</text>',
+        f'<text x="{left}" y="18" class="ct">Binlog lag per host (now − newest shipped event)</text>',
     ]
     for t in ticks if known else []:
-        x = 160 + t / ticks[-1] * pw
+        x = left + t / ticks[-1] * pw
         out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="28" y2="{height - 14}" class="grid"/>')
-        out.append(f'<text x="{x:.1f}" y="{height - 2}" class="xl">{_e(_seconds_tick(t))}</text>')
+        out.append(f'<text x="{x:.1f}" y="{height - 2}" class="xl">{_e(fmt(t))}</text>')
     for i, (h, lag) in enumerate(zip(hosts, lags, strict=True)):
         top = 30 + i * row
-        out.append(f'<text x="152" y="{top + 15}" class="yl">{_e(h.host)}</text>')
+        out.append(f'<text x="{left - 8}" y="{top + 15}" class="yl">{_e(h.host)}</text>')
         if lag is None:
-            out.append(f'<text x="166" y="{top + 15}" class="na">n/a: no binlogs shipped</text>')
+            out.append(f'<text x="{left + 6}" y="{top + 15}" class="na">n/a: no binlogs shipped</text>')
             continue
         width = max(lag / ticks[-1] * pw, 1.0)
         out.append(
-            f'<rect x="160" y="{top + 3}" width="{width:.1f}" height="{row - 8}" fill="{STORED}">'
+            f'<rect x="{left}" y="{top + 3}" width="{width:.1f}" height="{row - 8}" fill="{STORED}">'
             f"<title>{_e(h.host)}: {_e(fmt_seconds(lag))}</title></rect>"
         )
-        out.append(f'<text x="{160 + width + 6:.1f}" y="{top + 15}" class="lg">{_e(fmt_seconds(lag))}</text>')
+        out.append(
+            f'<text x="{left + width + 6:.1f}" y="{top + 15}" class="lg">{_e(fmt_seconds(lag))}</text>'
+        )
     out.append("</svg>")
     return "\n".join(out)
 
@@ -563,7 +597,7 @@ def restore_table(h: HostReport) -> str:
     if not h.restore_tests:
         return '<h3>Restore tests</h3><p class="muted">no restore test has run for this host</p>'
     rows = []
-    for t in reversed(h.restore_tests):
+    for t in reversed(h.restore_tests[-RESTORE_ROWS:]):
         verdict = f'<span class="{"pass" if t.passed else "fail"}">{_e(t.verdict.upper())}</span>'
         rows.append(
             f'<tr data-restore="{_e(t.backup_id)}"><td>{_e(fmt_time(t.finished_at))}</td>'
@@ -575,7 +609,10 @@ def restore_table(h: HostReport) -> str:
         "<tr><th>Finished</th><th>Backup</th><th>Chain</th><th>Level</th><th>Verdict</th>"
         "<th>Restore time</th><th>Whole test</th><th>Reasons</th></tr>"
     )
-    return f"<h3>Restore tests</h3><table>{head}{''.join(rows)}</table>"
+    shown = (
+        f" (newest {RESTORE_ROWS} of {len(h.restore_tests)})" if len(h.restore_tests) > RESTORE_ROWS else ""
+    )
+    return f"<h3>Restore tests{shown}</h3><table>{head}{''.join(rows)}</table>"
 
 
 def backup_table(h: HostReport) -> str:

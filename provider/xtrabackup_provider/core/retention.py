@@ -45,7 +45,7 @@ from collections import defaultdict
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -63,6 +63,7 @@ MIN_STORAGE: dict[str, tuple[int, float]] = {
     "DEEP_ARCHIVE": (180, 0.00099),
 }
 LEGAL_HOLD = datetime.max.replace(tzinfo=UTC)  # an Object Lock legal hold: retained until released
+_MANIFEST_SUFFIX = "/" + MANIFEST_NAME
 NOT_CONFIGURED = "retention is not configured (set retention.keep_last_chains): keeping everything"
 
 
@@ -245,8 +246,9 @@ def _listing_dirs(listing: Sequence[ObjectInfo], prefix: str) -> dict[str, list[
 class _Backups:
     """The manifests of one host and the keep reason of each (keyed by backup id).
 
-    Built for 100,000 manifests in well under a second: one pass over the manifests up front,
-    then dictionary lookups; the listing of a backup's directory is read once.
+    Sized for 100,000 manifests in under a second (bench/retention_plan.py): every manifest
+    field is read once into plain dictionaries (a pydantic attribute read costs several times a
+    dict lookup), chains are validated once each, and each item is built in a single pass.
     """
 
     def __init__(self, manifests: Sequence[Manifest], ctx: _Context) -> None:
@@ -254,50 +256,62 @@ class _Backups:
         self.by_id: dict[str, Manifest] = {}
         self.start: dict[str, datetime] = {}
         self.finish: dict[str, datetime] = {}
-        self.stored: dict[str, _Stored] = {}
+        self.parent: dict[str, str | None] = {}
+        self.root: dict[str, str] = {}
+        self.lock_known: dict[str, list[datetime]] = {}  # lock dates the manifests record
+        by_id, start, finish, parent, root = self.by_id, self.start, self.finish, self.parent, self.root
         for m in manifests:
-            bid = m.backup_id
-            self.by_id[bid], self.start[bid], self.finish[bid] = m, _utc(m.started_at), _utc(m.finished_at)
-            self.stored[bid] = self._stored(m, self.finish[bid])
+            bid, started, finished, objects = m.backup_id, m.started_at, m.finished_at, m.objects
+            by_id[bid], parent[bid], root[bid] = m, m.parent_id, m.chain_root
+            start[bid] = started if started.tzinfo else started.replace(tzinfo=UTC)
+            finish[bid] = finished if finished.tzinfo else finished.replace(tzinfo=UTC)
+            if (len(objects) > 1 or objects[0].object_lock_until) and (
+                known := [o.object_lock_until for o in objects if o.object_lock_until]
+            ):
+                self.lock_known[bid] = known
         self.reason: dict[str, str] = {}
-        self.errors, self.depth = _chain_info(self.by_id)
-        self.restorable = sorted(  # newest first
-            (bid for bid, error in self.errors.items() if error is None),
-            key=lambda bid: (self.start[bid], bid),
-            reverse=True,
-        )
+        self.errors, self.depth = _chain_info(self.by_id, self.parent)
+        # Newest first: by start time, ties by id (two stable sorts, no tuple per backup).
+        restorable = sorted((bid for bid, error in self.errors.items() if error is None), reverse=True)
+        self.restorable = sorted(restorable, key=self.start.__getitem__, reverse=True)
         self.unreadable = sorted(  # directories holding a manifest.json the caller could not read
             bid
             for bid, infos in ctx.dirs.items()
             if bid and bid not in self.by_id and any(i.key.endswith("/" + MANIFEST_NAME) for i in infos)
         )
 
-    def _stored(self, m: Manifest, finished: datetime) -> _Stored:
+    def stored(self, bid: str) -> tuple[tuple[str, ...], int, str, list[tuple[str, int, datetime]]]:
         """Keys (manifest first, then its objects, then anything else in its directory), bytes,
-        storage class, and the objects a minimum storage duration applies to. The listing says
-        what is stored now (a lifecycle rule may have moved an object); the manifest fills in."""
-        main = m.backup_object
-        directory = main.key[: main.key.rindex("/")]
-        if self.ctx.prefix and directory != self.ctx.prefix + m.backup_id:
-            raise ValueError(f"manifest {m.backup_id} names {main.key}, outside {self.ctx.prefix}")
-        keys = [f"{directory}/{MANIFEST_NAME}", *(o.key for o in m.objects)]
-        size, klass, aged = 0, main.storage_class, []
-        seen = set()
-        for info in self.ctx.dirs.get(m.backup_id, ()):
+        storage class, and (class, size, upload time) of the objects a minimum storage duration
+        applies to. The listing says what is stored now (a lifecycle rule may have moved an
+        object); the manifest fills in what the listing lacks."""
+        objects, finished, prefix = self.by_id[bid].objects, self.finish[bid], self.ctx.prefix
+        main = objects[0]
+        key, klass = main.key, main.storage_class
+        directory = key[: key.rindex("/")]
+        if prefix and directory != prefix + bid:
+            raise ValueError(f"manifest {bid} names {key}, outside {prefix}")
+        listed = self.ctx.dirs.get(bid)
+        if not listed and len(objects) == 1:  # the common case without a listing, kept short
+            aged = [(klass, main.size, finished)] if klass in MIN_STORAGE else []
+            return (directory + _MANIFEST_SUFFIX, key), main.size, klass, aged
+        keys = [directory + _MANIFEST_SUFFIX, *(o.key for o in objects)]
+        size, aged, seen = 0, [], set()
+        for info in listed or ():
             seen.add(info.key)
             size += info.size
-            if info.key == main.key:
+            if info.key == key:
                 klass = info.storage_class
             if info.storage_class in MIN_STORAGE:
                 aged.append((info.storage_class, info.size, _utc(info.last_modified or finished)))
-        for o in m.objects:
+        for o in objects:
             if o.key not in seen:  # not listed: as the manifest says
                 size += o.size
                 if o.storage_class in MIN_STORAGE:
                     aged.append((o.storage_class, o.size, finished))
         if extra := seen.difference(keys):
             keys += sorted(extra)
-        return _Stored(tuple(keys), size, klass, aged)
+        return tuple(keys), size, klass, aged
 
     def keep(self, bid: str, reason: str) -> None:
         self.reason.setdefault(bid, reason)
@@ -308,7 +322,10 @@ class _Backups:
             for bid in self.by_id:
                 self.keep(bid, NOT_CONFIGURED)
             return
-        self._locked_and_broken()
+        self._locked()
+        for bid, error in self.errors.items():
+            if error:
+                self.keep(bid, f"chain does not validate, kept for a human to check: {error}")
         if newest := max((b for b in verified if b in self.by_id), default=None, key=self._start_key):
             self.keep(newest, "newest backup that passed a restore test")
         self._newest_chains(policy.keep_last_chains or 0)
@@ -323,23 +340,24 @@ class _Backups:
     def _start_key(self, bid: str) -> tuple[datetime, str]:
         return self.start[bid], bid
 
-    def _locked_and_broken(self) -> None:
-        any_lock = bool(self.ctx.locks)
-        for bid, m in self.by_id.items():
-            known = [o.object_lock_until for o in m.objects if o.object_lock_until is not None]
-            if (any_lock or known) and (reason := self.ctx.locked(self.stored[bid].keys, known)):
+    def _locked(self) -> None:
+        """Backups with an object under Object Lock: recorded in the manifest, or found by head-object."""
+        candidates = set(self.lock_known)
+        for key in self.ctx.locks:
+            rest = key[len(self.ctx.prefix) :] if self.ctx.prefix else key.rsplit("/", 2)[-2]
+            candidates.add(rest.split("/", 1)[0])
+        for bid in candidates & self.by_id.keys():
+            if reason := self.ctx.locked(self.stored(bid)[0], self.lock_known.get(bid, ())):
                 self.keep(bid, reason)
-            elif error := self.errors[bid]:
-                self.keep(bid, f"chain does not validate, kept for a human to check: {error}")
 
     def _newest_chains(self, count: int) -> None:
         kept: dict[str, int] = {}  # chain root -> rank, newest chain first
         for bid in self.restorable:
             if len(kept) >= count:
                 break
-            kept.setdefault(self.by_id[bid].chain_root, len(kept) + 1)
+            kept.setdefault(self.root[bid], len(kept) + 1)
         for bid in self.restorable:
-            if (rank := kept.get(self.by_id[bid].chain_root)) is not None:
+            if (rank := kept.get(self.root[bid])) is not None:
                 self.keep(bid, f"in the newest {count} chain(s) (#{rank})")
 
     def _gfs(self) -> None:
@@ -373,52 +391,45 @@ class _Backups:
 
     def _close_over_parents(self) -> None:
         for bid in list(self.reason):
-            parent = self.by_id[bid].parent_id
+            parent = self.parent[bid]
             while parent in self.by_id and parent not in self.reason:
                 self.reason[parent] = f"needed by kept {bid}"
-                parent = self.by_id[parent].parent_id
+                parent = self.parent[parent]
 
     # -- output ---------------------------------------------------------------------------------
 
     def items(self) -> list[PlanItem]:
-        now, count = self.ctx.now, self.ctx.policy.keep_last_chains
+        now, count, depth, finish = self.ctx.now, self.ctx.policy.keep_last_chains, self.depth, self.finish
+        reasons, roots, dirs = self.reason, self.root, self.ctx.dirs
+        outside: dict[str, str] = {}  # chain root -> why its members go (one string per chain)
         items = []
+        append = items.append
         for bid, m in self.by_id.items():
-            st, finished, reason = self.stored[bid], self.finish[bid], self.reason.get(bid)
+            objects = m.objects
+            if (
+                len(objects) == 1 and bid not in dirs and not self.ctx.prefix
+            ):  # the usual: one object, no listing
+                main = objects[0]
+                key, size, klass = main.key, main.size, main.storage_class
+                keys = (key[: key.rindex("/")] + _MANIFEST_SUFFIX, key)
+                aged = [(klass, size, finish[bid])] if klass in MIN_STORAGE else None
+            else:
+                keys, size, klass, aged = self.stored(bid)
+            reason = reasons.get(bid)
             if reason is not None:
-                items.append(
-                    PlanItem(
-                        "backup",
-                        bid,
-                        "keep",
-                        reason,
-                        st.keys,
-                        st.size,
-                        st.klass,
-                        finished,
-                        1,
-                        self.depth[bid],
-                    )
-                )
+                append(PlanItem("backup", bid, "keep", reason, keys, size, klass, finish[bid], 1, depth[bid]))
                 continue
-            charge = sum(early_deletion_usd(c, n, t, now) for c, n, t in st.aged) if st.aged else 0.0
-            reason = (
-                f"outside the policy: chain {m.chain_root} is not among the newest {count}, "
-                f"no GFS slot, {(now - finished) / DAY:.1f} days old{_charge_note(charge)}"
-            )
-            items.append(
+            if (reason := outside.get(roots[bid])) is None:
+                reason = outside[roots[bid]] = (
+                    f"outside the policy: chain {roots[bid]} is not among the newest {count}, "
+                    "has no GFS slot, PITR window or young backup"
+                )
+            charge = sum(early_deletion_usd(c, n, t, now) for c, n, t in aged) if aged else 0.0
+            if charge >= 0.005:
+                reason += _charge_note(charge)
+            append(
                 PlanItem(
-                    "backup",
-                    bid,
-                    "delete",
-                    reason,
-                    st.keys,
-                    st.size,
-                    st.klass,
-                    finished,
-                    1,
-                    self.depth[bid],
-                    charge,
+                    "backup", bid, "delete", reason, keys, size, klass, finish[bid], 1, depth[bid], charge
                 )
             )
         return items
@@ -442,11 +453,13 @@ class _Backups:
         return cut
 
 
-def _chain_info(by_id: dict[str, Manifest]) -> tuple[dict[str, str | None], dict[str, int]]:
-    """backup id -> None when its chain validates, else why not; and its depth in its chain.
-    Each chain is validated once, from its newest member; members of a broken chain are then
-    checked on their own."""
-    has_child = {m.parent_id for m in by_id.values() if m.parent_id}
+def _chain_info(
+    by_id: dict[str, Manifest], parent: dict[str, str | None]
+) -> tuple[dict[str, str | None], dict[str, int]]:
+    """backup id -> None when its chain validates (catalog.resolve_chain), else why not; and its
+    depth in its chain. Each chain is validated once, from its newest member; the members of a
+    broken chain are then checked on their own."""
+    has_child = set(parent.values())
     errors: dict[str, str | None] = {}
     depth: dict[str, int] = {}
     for bid in [*(b for b in by_id if b not in has_child), *by_id]:
@@ -457,25 +470,19 @@ def _chain_info(by_id: dict[str, Manifest]) -> tuple[dict[str, str | None], dict
         except CatalogError as exc:
             errors[bid] = str(exc)
             continue
-        for n, m in enumerate(chain):
-            errors[m.backup_id], depth[m.backup_id] = None, n
-    for bid in by_id:  # broken chains: count the links that exist
+        ids = [m.backup_id for m in chain]
+        errors.update(dict.fromkeys(ids))
+        depth.update(zip(ids, range(len(ids)), strict=True))
+    for bid in [b for b in by_id if b not in depth]:  # broken chains: count the links that exist
         path: list[str] = []
         cur: str | None = bid
         while cur in by_id and cur not in depth and len(path) <= len(by_id):
             path.append(cur)
-            cur = by_id[cur].parent_id
+            cur = parent[cur]
         base = depth.get(cur, -1) if cur is not None else -1
         for n, node in enumerate(reversed(path), start=1):
             depth[node] = base + n
     return errors, depth
-
-
-class _Stored(NamedTuple):
-    keys: tuple[str, ...]
-    size: int
-    klass: str  # the backup object's storage class
-    aged: list[tuple[str, int, datetime]]  # (class, size, uploaded) of objects with a minimum duration
 
 
 @dataclass

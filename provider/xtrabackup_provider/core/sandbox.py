@@ -226,7 +226,9 @@ class SandboxServer:
                 "--gtid-strict-mode=1",
             ]
         if self.skip_grant_tables:
-            args += ["--skip-grant-tables", "--skip-networking"]
+            # Restored data is untrusted: no auth means no TCP, and file import/export is
+            # confined to a private directory (no INTO OUTFILE into the host's filesystem).
+            args += ["--skip-grant-tables", "--skip-networking", f"--secure-file-priv={self.tmpdir}"]
         return args + list(self.extra_args)
 
     def start(self, timeout: float = 90) -> None:
