@@ -419,7 +419,8 @@ COMMANDS["binlogs"] = cmd_binlogs
 
 
 def cmd_report(args: argparse.Namespace, config: FleetConfig) -> int:
-    from .core.report import fmt_seconds, write_report
+    from .core.report import write_report
+    from .core.report_html import fmt_seconds
 
     report = write_report(config, args.cluster, args.out)
     for h in report.hosts:

@@ -20,7 +20,7 @@ from xtrabackup_provider.core.binlog import ShipRequest, ship_binlogs
 from xtrabackup_provider.core.binlog_catalog import BinlogCatalog, server_uuids
 from xtrabackup_provider.core.catalog import Catalog, Manifest
 from xtrabackup_provider.core.mysql import MySQLTarget
-from xtrabackup_provider.core.report import fmt_bytes, fmt_seconds
+from xtrabackup_provider.core.report_html import fmt_bytes, fmt_seconds
 from xtrabackup_provider.core.restore import RestoreRequest, restore
 from xtrabackup_provider.core.restore_test import RestoreTestRequest, read_report, run_restore_test
 from xtrabackup_provider.core.storage import LocalStore
@@ -205,6 +205,12 @@ def test_unknown_cluster_is_a_clear_error(fleet, tmp_path, capsys):
     assert code == 2
     assert "no cluster 'nope'" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+    (tmp_path / "file").write_text("")
+    code = main(
+        ["report", "--config", str(fleet.config), "--cluster", "rep", "--out", str(tmp_path / "file/r.html")]
+    )
+    assert code == 2
+    assert f"cannot write the report to {tmp_path / 'file/r.html'}" in capsys.readouterr().err
 
 
 class _Lines(logging.Handler):

@@ -174,22 +174,22 @@ def _list_backup(w: World, m: Manifest, spec: dict, k: int, lock: datetime | Non
         w.listing.append(_info(f"{directory}/restore-report.json", 300, "STANDARD", m.finished_at + DAY))
 
 
-worlds = st.builds(
-    build_world,
-    st.lists(chain_specs, min_size=3, max_size=40),
-    policies,
-    st.one_of(st.integers(-24 * 5, 24 * 20), st.integers(-24 * 30, 24 * 400)),
-    st.booleans(),
-    st.integers(-12, 12),
-)
-big_worlds = st.builds(
-    build_world,
-    st.lists(chain_specs, min_size=100, max_size=300),
-    policies,
-    st.one_of(st.integers(-24 * 5, 24 * 20), st.integers(-24 * 30, 24 * 800)),
-    st.booleans(),
-    st.integers(-12, 12),
-)
+def world_strategy(chains: tuple[int, int], clock_days: int, loose: bool = True) -> st.SearchStrategy[World]:
+    """Catalogs of `chains` (min, max) chains; the clock near the newest backup half the time,
+    else up to `clock_days` after it; a database clock up to 12 h off the workers'."""
+    return st.builds(
+        build_world,
+        st.lists(chain_specs, min_size=chains[0], max_size=chains[1]),
+        policies,
+        st.one_of(st.integers(-24 * 5, 24 * 20), st.integers(-24 * 30, 24 * clock_days)),
+        st.booleans() if loose else st.just(False),
+        st.integers(-12, 12),
+    )
+
+
+worlds = world_strategy((3, 40), 400)
+big_worlds = world_strategy((100, 300), 800)
+small_worlds = world_strategy((1, 8), 100, loose=False)
 
 # -- oracles -----------------------------------------------------------------------------------
 
@@ -453,15 +453,6 @@ def materialize(w: World, root: Path) -> None:
 def store_state(catalog: Catalog) -> tuple[set[str], dict[str, Manifest]]:
     keys = {i.key for i in catalog.store.list(f"{catalog.host_prefix}/backups/")}
     return keys, {m.backup_id: m for m in catalog.manifests([])}
-
-
-small_worlds = st.builds(
-    build_world,
-    st.lists(chain_specs, min_size=1, max_size=8),
-    policies,
-    st.integers(-24 * 5, 24 * 100),
-    st.just(False),
-)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[*SLOW, HealthCheck.function_scoped_fixture])

@@ -41,8 +41,9 @@ Deleting early costs the same as waiting, so the planner reports the charge and 
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
-from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -259,16 +260,23 @@ class _Backups:
         self.parent: dict[str, str | None] = {}
         self.root: dict[str, str] = {}
         self.lock_known: dict[str, list[datetime]] = {}  # lock dates the manifests record
+        self.stored: dict[str, _Stored] = {}
         by_id, start, finish, parent, root = self.by_id, self.start, self.finish, self.parent, self.root
+        stored, dirs, prefix = self.stored, ctx.dirs, ctx.prefix
         for m in manifests:
             bid, started, finished, objects = m.backup_id, m.started_at, m.finished_at, m.objects
             by_id[bid], parent[bid], root[bid] = m, m.parent_id, m.chain_root
             start[bid] = started if started.tzinfo else started.replace(tzinfo=UTC)
-            finish[bid] = finished if finished.tzinfo else finished.replace(tzinfo=UTC)
-            if (len(objects) > 1 or objects[0].object_lock_until) and (
-                known := [o.object_lock_until for o in objects if o.object_lock_until]
-            ):
-                self.lock_known[bid] = known
+            finish[bid] = finished = finished if finished.tzinfo else finished.replace(tzinfo=UTC)
+            main = objects[0]
+            if len(objects) > 1 or main.object_lock_until or bid in dirs or prefix:
+                stored[bid] = self._stored(m, finished)
+                if known := [o.object_lock_until for o in objects if o.object_lock_until]:
+                    self.lock_known[bid] = known
+            else:  # the usual case, inline: one object, nothing listed
+                key, size, klass = main.key, main.size, main.storage_class
+                keys = (key[: key.rindex("/")] + _MANIFEST_SUFFIX, key)
+                stored[bid] = keys, size, klass, [(klass, size, finished)] if klass in MIN_STORAGE else []
         self.reason: dict[str, str] = {}
         self.errors, self.depth = _chain_info(self.by_id, self.parent)
         # Newest first: by start time, ties by id (two stable sorts, no tuple per backup).
@@ -280,21 +288,17 @@ class _Backups:
             if bid and bid not in self.by_id and any(i.key.endswith("/" + MANIFEST_NAME) for i in infos)
         )
 
-    def stored(self, bid: str) -> tuple[tuple[str, ...], int, str, list[tuple[str, int, datetime]]]:
+    def _stored(self, m: Manifest, finished: datetime) -> _Stored:
         """Keys (manifest first, then its objects, then anything else in its directory), bytes,
         storage class, and (class, size, upload time) of the objects a minimum storage duration
         applies to. The listing says what is stored now (a lifecycle rule may have moved an
         object); the manifest fills in what the listing lacks."""
-        objects, finished, prefix = self.by_id[bid].objects, self.finish[bid], self.ctx.prefix
-        main = objects[0]
-        key, klass = main.key, main.storage_class
+        bid, objects, prefix = m.backup_id, m.objects, self.ctx.prefix
+        key, klass = objects[0].key, objects[0].storage_class
         directory = key[: key.rindex("/")]
         if prefix and directory != prefix + bid:
             raise ValueError(f"manifest {bid} names {key}, outside {prefix}")
         listed = self.ctx.dirs.get(bid)
-        if not listed and len(objects) == 1:  # the common case without a listing, kept short
-            aged = [(klass, main.size, finished)] if klass in MIN_STORAGE else []
-            return (directory + _MANIFEST_SUFFIX, key), main.size, klass, aged
         keys = [directory + _MANIFEST_SUFFIX, *(o.key for o in objects)]
         size, aged, seen = 0, [], set()
         for info in listed or ():
@@ -347,7 +351,7 @@ class _Backups:
             rest = key[len(self.ctx.prefix) :] if self.ctx.prefix else key.rsplit("/", 2)[-2]
             candidates.add(rest.split("/", 1)[0])
         for bid in candidates & self.by_id.keys():
-            if reason := self.ctx.locked(self.stored(bid)[0], self.lock_known.get(bid, ())):
+            if reason := self.ctx.locked(self.stored[bid][0], self.lock_known.get(bid, ())):
                 self.keep(bid, reason)
 
     def _newest_chains(self, count: int) -> None:
@@ -361,22 +365,23 @@ class _Backups:
                 self.keep(bid, f"in the newest {count} chain(s) (#{rank})")
 
     def _gfs(self) -> None:
+        """The newest restorable backup of each of the newest `count` periods that have one:
+        from the newest backup, jump (binary search) to the newest one before its period."""
         policy = self.ctx.policy
-        slots: list[tuple[str, int, Callable[[datetime], Hashable]]] = [
-            ("daily", policy.daily, lambda d: d.date()),
-            ("weekly", policy.weekly, lambda d: d.isocalendar()[:2]),
-            ("monthly", policy.monthly, lambda d: (d.year, d.month)),
-            ("yearly", policy.yearly, lambda d: d.year),
-        ]
-        for name, count, period in slots:
-            seen: set[Hashable] = set()
-            for bid in self.restorable:
-                if len(seen) >= count:
+        oldest_first = self.restorable[::-1]
+        starts = [self.start[bid] for bid in oldest_first]
+        for name, count, period_start in (
+            ("daily", policy.daily, _day),
+            ("weekly", policy.weekly, _iso_week),
+            ("monthly", policy.monthly, _month),
+            ("yearly", policy.yearly, _year),
+        ):
+            i = len(oldest_first) - 1
+            for slot in range(1, count + 1):
+                if i < 0:
                     break
-                bucket = period(self.start[bid])
-                if bucket not in seen:
-                    seen.add(bucket)
-                    self.keep(bid, f"{name} slot {len(seen)}/{count}")
+                self.keep(oldest_first[i], f"{name} slot {slot}/{count}")
+                i = bisect_left(starts, period_start(starts[i].astimezone(UTC))) - 1
 
     def _pitr(self, days: float) -> None:
         if days <= 0:
@@ -400,21 +405,12 @@ class _Backups:
 
     def items(self) -> list[PlanItem]:
         now, count, depth, finish = self.ctx.now, self.ctx.policy.keep_last_chains, self.depth, self.finish
-        reasons, roots, dirs = self.reason, self.root, self.ctx.dirs
+        reasons, roots, stored = self.reason, self.root, self.stored
         outside: dict[str, str] = {}  # chain root -> why its members go (one string per chain)
-        items = []
+        items: list[PlanItem] = []
         append = items.append
-        for bid, m in self.by_id.items():
-            objects = m.objects
-            if (
-                len(objects) == 1 and bid not in dirs and not self.ctx.prefix
-            ):  # the usual: one object, no listing
-                main = objects[0]
-                key, size, klass = main.key, main.size, main.storage_class
-                keys = (key[: key.rindex("/")] + _MANIFEST_SUFFIX, key)
-                aged = [(klass, size, finish[bid])] if klass in MIN_STORAGE else None
-            else:
-                keys, size, klass, aged = self.stored(bid)
+        for bid in self.by_id:
+            keys, size, klass, aged = stored[bid]
             reason = reasons.get(bid)
             if reason is not None:
                 append(PlanItem("backup", bid, "keep", reason, keys, size, klass, finish[bid], 1, depth[bid]))
@@ -483,6 +479,25 @@ def _chain_info(
         for n, node in enumerate(reversed(path), start=1):
             depth[node] = base + n
     return errors, depth
+
+
+_Stored = tuple[tuple[str, ...], int, str, list[tuple[str, int, datetime]]]
+
+
+def _day(when: datetime) -> datetime:
+    return when.replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def _iso_week(when: datetime) -> datetime:
+    return _day(when) - timedelta(days=when.weekday())  # ISO weeks start on Monday
+
+
+def _month(when: datetime) -> datetime:
+    return _day(when).replace(day=1)
+
+
+def _year(when: datetime) -> datetime:
+    return _day(when).replace(month=1, day=1)
 
 
 @dataclass
