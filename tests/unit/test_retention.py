@@ -194,17 +194,27 @@ def test_gfs_slots_count_periods_that_have_backups_so_a_pause_keeps_them():
     assert len(kept(p)) == 5
 
 
-def test_a_chain_that_does_not_validate_is_kept_for_a_human():
+def test_backups_whose_chain_does_not_validate():
     full, inc1, inc2 = chain(NOW - timedelta(days=90), 2)
     orphan = make_manifest(bid(NOW - timedelta(days=80), "inc"), parent=inc2, parent_id=bid(NOW, "inc"))
-    gap = make_manifest(bid(NOW - timedelta(days=70), "inc"), parent=inc2, from_lsn=inc2.to_lsn + 7)
-    p = plan(
-        [full, inc1, inc2, orphan, gap, *chain(NOW - timedelta(days=2))], RetentionPolicy(keep_last_chains=1)
-    )
+    old_gap = make_manifest(bid(NOW - timedelta(days=70), "inc"), parent=inc2, from_lsn=inc2.to_lsn + 7)
+    new = chain(NOW - timedelta(days=5), 2)
+    new_gap = make_manifest(bid(NOW - timedelta(days=2), "inc"), parent=new[-1], from_lsn=new[-1].to_lsn + 1)
+    after_gap = make_manifest(bid(NOW - timedelta(days=1, hours=12), "inc"), parent=new_gap)
+    manifests = [full, inc1, inc2, orphan, old_gap, *new, new_gap, after_gap]
+    p = plan(manifests, RetentionPolicy(keep_last_chains=1, min_age_days=0))
+    # its parent has no manifest (maybe it failed to read): kept, whatever its age
     assert "chain does not validate, kept for a human to check" in reason(p, orphan.backup_id)
     assert "which has no manifest" in reason(p, orphan.backup_id)
-    assert "LSN gap" in reason(p, gap.backup_id)
-    assert reason(p, full.backup_id) == f"needed by kept {gap.backup_id}"  # its chain up to the break
+    # newer than the newest backup that restores: kept for a human too
+    for m in (new_gap, after_gap):
+        assert reason(p, m.backup_id).startswith(
+            "newer than the newest backup that restores, kept for a human"
+        )
+        assert f"LSN gap in link {new[-1].backup_id} -> {new_gap.backup_id}" in reason(p, m.backup_id)
+    # the newest chain that restores fills the slot; an old broken backup goes with its chain
+    assert all(reason(p, m.backup_id) == "in the newest 1 chain(s) (#1)" for m in new)
+    assert {actions(p)[m.backup_id] for m in (full, inc1, inc2, old_gap)} == {"delete"}
 
 
 def test_an_unreadable_manifest_keeps_its_directory_and_every_binlog():

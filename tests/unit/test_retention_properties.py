@@ -206,6 +206,17 @@ def restorable_ids(manifests: list[Manifest]) -> set[str]:
     return ok
 
 
+def orphans(by_id: dict[str, Manifest]) -> set[str]:
+    """Backups with an ancestor that has no manifest."""
+    out = set()
+    for bid, m in by_id.items():
+        while m.parent_id and m.parent_id in by_id:
+            m = by_id[m.parent_id]
+        if m.parent_id:
+            out.add(bid)
+    return out
+
+
 def outcome(plan: Plan) -> dict[tuple[str, str], str]:
     return {(i.kind, i.name): i.action for i in plan.items}
 
@@ -263,7 +274,11 @@ def _check_backups(w: World, kept: set[str], by_id: dict[str, Manifest]) -> None
     kept_by_id = {b: by_id[b] for b in kept & set(by_id)}
     for bid in restorable & kept:
         resolve_chain(kept_by_id, bid)  # every kept chain still validates after the deletions
-    assert set(by_id) - restorable <= kept, "a backup whose chain does not validate was deleted"
+    assert orphans(by_id) <= kept, "a backup whose ancestor has no manifest was deleted"
+    newest_ok = max((by_id[b] for b in restorable), key=lambda m: (m.started_at, m.backup_id), default=None)
+    for m in w.manifests:
+        if newest_ok is None or (m.started_at, m.backup_id) > (newest_ok.started_at, newest_ok.backup_id):
+            assert m.backup_id in kept, f"{m.backup_id} is newer than the newest backup that restores"
     verified = [by_id[b] for b in w.verified if b in by_id]
     if verified:
         assert max(verified, key=lambda m: (m.started_at, m.backup_id)).backup_id in kept

@@ -454,7 +454,8 @@ def retention_items(catalog: Catalog) -> list[BinlogItem]:
                     size=m.stored_bytes,
                     storage_class=m.segments[0].object.storage_class,
                     key=keys[0],
-                    marker_keys=(bcat.manifest_key(m.name, partial=not m.complete), *keys[1:]),
+                    marker_keys=(bcat.manifest_key(m.name, partial=not m.complete),),
+                    segment_keys=tuple(keys[1:]),
                 )
             )
     return items

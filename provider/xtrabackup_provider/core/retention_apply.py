@@ -90,11 +90,16 @@ def plan_host(
     catalog: Catalog,
     policy: RetentionPolicy,
     now: datetime | None = None,
-    binlogs: Sequence[BinlogItem] = (),
+    binlogs: Sequence[BinlogItem] | None = None,
 ) -> Plan:
-    """Plan from the store's current state. On an S3 bucket with Object Lock, what the plan
-    would delete is checked with head-object and re-planned until no deletion is retained."""
+    """Plan from the store's current state (the host's shipped binlogs included unless given).
+    On an S3 bucket with Object Lock, what the plan would delete is checked with head-object
+    and re-planned until no deletion is retained."""
     now = now or datetime.now(UTC)
+    if binlogs is None:
+        from .binlog_catalog import retention_items
+
+        binlogs = retention_items(catalog)
     inv = gather(catalog)
     reader = lock_reader(catalog.store)
     locks: dict[str, datetime] = {}
