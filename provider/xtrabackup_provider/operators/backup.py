@@ -9,6 +9,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from . import _metrics
+from ._common import host_catalog
 
 log = logging.getLogger(__name__)
 
@@ -90,14 +91,11 @@ class XtraBackupOperator(BaseOperator):
         from ..core.decision import ChainPolicy
         from ..core.progress import ProgressLogger
         from ..hooks.gpg import GpgKeysHook
-        from ..hooks.storage import BackupStorageHook
         from ..hooks.xtrabackup import XtraBackupHook
 
         if self.kind not in ("auto", "full", "incremental"):
             raise ValueError(f"kind must be auto, full or incremental, not {self.kind!r}")
-        catalog = BackupStorageHook(self.aws_conn_id, self.bucket, self.local_path).get_catalog(
-            self.prefix, self.cluster, self.host
-        )
+        catalog = host_catalog(self)
         request = BackupRequest(
             catalog=catalog,
             target=XtraBackupHook(self.mysql_conn_id).get_target(),

@@ -9,6 +9,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from . import _metrics
+from ._common import host_catalog
 
 log = logging.getLogger(__name__)
 
@@ -75,13 +76,10 @@ class BinlogShipOperator(BaseOperator):
         from ..core.binlog_catalog import BinlogGapError
         from ..core.binlog_stream import ship_continuous
         from ..hooks.gpg import GpgKeysHook
-        from ..hooks.storage import BackupStorageHook
         from ..hooks.xtrabackup import XtraBackupHook
 
         request = ShipRequest(
-            catalog=BackupStorageHook(self.aws_conn_id, self.bucket, self.local_path).get_catalog(
-                self.prefix, self.cluster, self.host
-            ),
+            catalog=host_catalog(self),
             target=XtraBackupHook(self.mysql_conn_id).get_target(),
             public_keys=GpgKeysHook(self.gpg_conn_id).public_keys() if self.gpg_conn_id else [],
             allow_unencrypted=self.gpg_conn_id is None,

@@ -7,6 +7,8 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from ._common import host_catalog, private_key
+
 
 class PitrRestoreTestFailed(RuntimeError):
     """The point-in-time restore did not pass verification; the reasons are in the message."""
@@ -65,16 +67,12 @@ class PitrRestoreTestOperator(BaseOperator):
 
         from ..core.pitr import PitrTarget
         from ..core.pitr_test import run_pitr_test
-        from ..hooks.gpg import GpgKeysHook
-        from ..hooks.storage import BackupStorageHook
 
         target = PitrTarget.at_time(self.target_time)
-        key, passphrase = GpgKeysHook(self.gpg_conn_id).private_key() if self.gpg_conn_id else (None, None)
+        key, passphrase = private_key(self.gpg_conn_id)
         Path(self.workdir_root).mkdir(parents=True, exist_ok=True)
         report = run_pitr_test(
-            BackupStorageHook(self.aws_conn_id, self.bucket, self.local_path).get_catalog(
-                self.prefix, self.cluster, self.host
-            ),
+            host_catalog(self),
             Path(tempfile.mkdtemp(prefix="xbp-pitr-", dir=self.workdir_root)),
             target,
             private_key=key,

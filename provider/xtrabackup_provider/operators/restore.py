@@ -8,6 +8,8 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from ._common import host_catalog, private_key
+
 
 class XtraBackupRestoreOperator(BaseOperator):
     """Validate the chain from manifests, fetch + verify + extract, prepare, move back.
@@ -51,15 +53,11 @@ class XtraBackupRestoreOperator(BaseOperator):
         from dataclasses import asdict
 
         from ..core.restore import RestoreRequest, restore
-        from ..hooks.gpg import GpgKeysHook
-        from ..hooks.storage import BackupStorageHook
 
-        key, passphrase = GpgKeysHook(self.gpg_conn_id).private_key() if self.gpg_conn_id else (None, None)
+        key, passphrase = private_key(self.gpg_conn_id)
         report = restore(
             RestoreRequest(
-                catalog=BackupStorageHook(self.aws_conn_id, self.bucket, self.local_path).get_catalog(
-                    self.prefix, self.cluster, self.host
-                ),
+                catalog=host_catalog(self),
                 target_datadir=Path(self.target_datadir),
                 backup_id=None if self.backup_id in (None, "", "latest") else self.backup_id,
                 private_key=key,

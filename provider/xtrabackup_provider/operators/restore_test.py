@@ -8,6 +8,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from . import _metrics
+from ._common import host_catalog, private_key
 
 
 class RestoreTestFailed(RuntimeError):
@@ -67,19 +68,15 @@ class RestoreTestOperator(BaseOperator):
         from pathlib import Path
 
         from ..core.restore_test import RestoreTestRequest, run_restore_test
-        from ..hooks.gpg import GpgKeysHook
-        from ..hooks.storage import BackupStorageHook
 
         if self.level not in ("quick", "full"):
             raise ValueError(f"level must be quick or full, not {self.level!r}")
-        key, passphrase = GpgKeysHook(self.gpg_conn_id).private_key() if self.gpg_conn_id else (None, None)
+        key, passphrase = private_key(self.gpg_conn_id)
         Path(self.workdir_root).mkdir(parents=True, exist_ok=True)
         workdir = Path(tempfile.mkdtemp(prefix="xbp-rt-", dir=self.workdir_root))
         report = run_restore_test(
             RestoreTestRequest(
-                catalog=BackupStorageHook(self.aws_conn_id, self.bucket, self.local_path).get_catalog(
-                    self.prefix, self.cluster, self.host
-                ),
+                catalog=host_catalog(self),
                 workdir=workdir,
                 backup_id=None if self.backup_id in (None, "", "latest") else self.backup_id,
                 private_key=key,

@@ -8,6 +8,8 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from ._common import host_catalog
+
 log = logging.getLogger(__name__)
 
 
@@ -51,12 +53,9 @@ class ApplyRetentionOperator(BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         from ..core.retention import parse_policy, plan_table
         from ..core.retention_apply import apply_plan, plan_host
-        from ..hooks.storage import BackupStorageHook
 
         policy = parse_policy(self.policy, f"{self.task_id} ({self.cluster}/{self.host})")
-        catalog = BackupStorageHook(self.aws_conn_id, self.bucket, self.local_path).get_catalog(
-            self.prefix, self.cluster, self.host
-        )
+        catalog = host_catalog(self)
         plan = plan_host(catalog, policy)
         for problem in plan.problems:
             log.warning("unreadable manifest (its backup is kept): %s", problem)

@@ -10,6 +10,8 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from ._common import host_catalog
+
 
 class BackupVerifyFailed(RuntimeError):
     """At least one backup failed verification; the message lists every problem found."""
@@ -150,13 +152,10 @@ class VerifyBackupOperator(BaseOperator):
     def execute(self, context: Any) -> list[dict[str, Any]]:
         from ..core.verify import VerifyRequest, verify
         from ..hooks.gpg import GpgKeysHook
-        from ..hooks.storage import BackupStorageHook
 
         if self.mode not in ("quick", "deep"):
             raise ValueError(f"mode must be quick or deep, not {self.mode!r}")
-        catalog = BackupStorageHook(self.aws_conn_id, self.bucket, self.local_path).get_catalog(
-            self.prefix, self.cluster, self.host
-        )
+        catalog = host_catalog(self)
         key, passphrase = (None, None)
         if self.mode == "deep" and self.gpg_conn_id:
             key, passphrase = GpgKeysHook(self.gpg_conn_id).private_key()

@@ -8,6 +8,8 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from ._common import host_catalog, private_key
+
 
 class XtraBackupStandbyOperator(BaseOperator):
     """After each backup, merge the new incrementals into a standby directory on this worker,
@@ -44,13 +46,9 @@ class XtraBackupStandbyOperator(BaseOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         from ..core.standby import update_standby
-        from ..hooks.gpg import GpgKeysHook
-        from ..hooks.storage import BackupStorageHook
 
-        key, passphrase = GpgKeysHook(self.gpg_conn_id).private_key() if self.gpg_conn_id else (None, None)
-        catalog = BackupStorageHook(self.aws_conn_id, self.bucket, self.local_path).get_catalog(
-            self.prefix, self.cluster, self.host
-        )
+        key, passphrase = private_key(self.gpg_conn_id)
+        catalog = host_catalog(self)
         update = update_standby(
             catalog,
             Path(self.standby_dir),
