@@ -148,7 +148,10 @@ def test_lag_over_the_threshold_blocks_the_gate(pair, schema):
         # Seconds_Behind_Master is sampled: one read can land on a momentary 0 while the
         # delayed event is handed over, so give the gate a few reads to see the lag.
         verdict = wait_for(
-            lambda: (v := check_replica(pair.replica_root, GatePolicy(max_lag_seconds=1))).outcome == "blocked" and v,
+            lambda: (
+                (v := check_replica(pair.replica_root, GatePolicy(max_lag_seconds=1))).outcome == "blocked"
+                and v
+            ),
             timeout=20,
             what="the gate to see the lag",
         )
