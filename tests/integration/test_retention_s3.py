@@ -19,6 +19,7 @@ from helpers import add_orders, seed_database, unique_name
 from manifest_factory import CLUSTER, HOST, PREFIX, make_manifest
 from xtrabackup_provider.core.backup import BackupRequest, run_backup
 from xtrabackup_provider.core.catalog import Catalog, Manifest
+from xtrabackup_provider.core.lock import LOCK_NAME
 from xtrabackup_provider.core.mysql import MySQLTarget
 from xtrabackup_provider.core.restore import RestoreRequest, restore
 from xtrabackup_provider.core.restore_test import RestoreTestRequest, run_restore_test
@@ -162,5 +163,7 @@ def test_object_lock_found_by_head_object_is_never_deleted_and_glacier_charges_a
     report = apply_plan(catalog, plan, confirm=True)
     assert report.deleted == [archived.backup_id]
     sent = {k for batch in catalog.store.deleted for k in batch}
-    assert sent == {catalog.manifest_key(archived.backup_id), archived.backup_object.key}
+    lock = f"{catalog.host_prefix}/{LOCK_NAME}"  # retention deletes under the host lock, then releases it
+    assert sent == {catalog.manifest_key(archived.backup_id), archived.backup_object.key, lock}
+    assert catalog.store.head(lock) is None
     assert catalog.backup_ids() == sorted(m.backup_id for m in (locked_full, locked_inc, held, newest))

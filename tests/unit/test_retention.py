@@ -18,6 +18,7 @@ from manifest_factory import CLUSTER, HOST, PREFIX, UUID, make_manifest
 from xtrabackup_provider.cli import main
 from xtrabackup_provider.core.catalog import Catalog, Manifest
 from xtrabackup_provider.core.config import ConfigError, parse_config
+from xtrabackup_provider.core.lock import LOCK_NAME
 from xtrabackup_provider.core.retention import (
     NOT_CONFIGURED,
     BinlogItem,
@@ -446,7 +447,8 @@ def test_apply_deletes_manifests_deepest_first_then_data(catalog):
     p = plan_host(catalog, RetentionPolicy(keep_last_chains=1, min_age_days=0), NOW)
     report = apply_plan(catalog, p, confirm=True)
     doomed = manifests[:6]
-    assert [len(c) for c in calls] == [2, 2, 2, 6]
+    assert [len(c) for c in calls] == [2, 2, 2, 6, 1]
+    assert calls[4] == [f"{catalog.host_prefix}/{LOCK_NAME}"], "the host lock is released after the deletes"
     assert calls[0] == [catalog.manifest_key(m.backup_id) for m in (doomed[2], doomed[5])]
     assert calls[2] == [catalog.manifest_key(m.backup_id) for m in (doomed[0], doomed[3])]
     assert all(k.endswith("backup.xbstream.zst") for k in calls[3])

@@ -1,5 +1,9 @@
 """One backup run per host at a time: a lease object beside the host's backups.
 
+Retention takes the same lock while it deletes (`HostLock(catalog, purpose="retention")`), so a
+backup never chooses a parent that a retention run is deleting, and retention never deletes
+while a backup of the host is registering its manifest.
+
 Two runs of one host at once (the CLI during a scheduled run, a zombie task and its retry)
 would race for the same backup id and object key (ids have one-second resolution), fork the
 chain and double the load on the server. The first run creates
@@ -65,6 +69,7 @@ class Holder:
     expires_at: str
     machine: str = ""
     pid_start: int | None = None
+    purpose: str = "backup"  # what the holder does: "backup" or "retention"
 
     @classmethod
     def parse(cls, data: bytes) -> Holder | None:
@@ -90,9 +95,13 @@ class Holder:
 
 
 class HostLock:
-    """`with HostLock(catalog):` holds the host's backup lock; HostLockBusy if another run has it."""
+    """`with HostLock(catalog):` holds the host's backup lock; HostLockBusy if another run has it.
 
-    def __init__(self, catalog: Catalog, lease: timedelta = DEFAULT_LEASE) -> None:
+    `purpose` names what the holder does ("backup", "retention"): it is written into the lock and
+    into the error another run gets."""
+
+    def __init__(self, catalog: Catalog, lease: timedelta = DEFAULT_LEASE, purpose: str = "backup") -> None:
+        self.purpose = purpose
         self.store = catalog.store
         self.key = f"{catalog.host_prefix}/{LOCK_NAME}"
         self.what = f"{catalog.cluster}/{catalog.host}"
@@ -111,13 +120,14 @@ class HostLock:
         pid = os.getpid()
         holder = Holder(
             token=self.token,
-            owner=f"xtrabackup-provider backup of {self.what}",
+            owner=f"xtrabackup-provider {self.purpose} of {self.what}",
             hostname=socket.gethostname(),
             pid=pid,
             acquired_at=self.acquired_at.isoformat(),
             expires_at=(now + self.lease).isoformat(),
             machine=_machine(),
             pid_start=_start_ticks(pid),
+            purpose=self.purpose,
         )
         return json.dumps(asdict(holder), indent=2).encode()
 
@@ -152,7 +162,8 @@ class HostLock:
                 return current_etag  # our own create, retried after its answer was lost
             if holder is not None and holder.alive(now):
                 raise HostLockBusy(
-                    f"another backup of {self.what} is running: {holder.describe()}; its lease runs until "
+                    f"{self.purpose} of {self.what} cannot start: another {holder.purpose} of {self.what} "
+                    f"is running: {holder.describe()}; its lease runs until "
                     f"{holder.expires_at} and is renewed while it runs. If that run is gone, retry after "
                     f"the lease ends or delete {self.where}"
                 )
@@ -163,7 +174,10 @@ class HostLock:
             )
             etag = self.store.put_new(self.key, body, if_match=current_etag)
         if etag is None:
-            raise HostLockBusy(f"another backup of {self.what} took the lock {self.where} at the same moment")
+            raise HostLockBusy(
+                f"{self.purpose} of {self.what} cannot start: another run took the lock {self.where} "
+                "at the same moment"
+            )
         return etag
 
     def _renew(self) -> None:

@@ -8,6 +8,10 @@ Deletion order, so that an interrupted run never leaves a manifest naming delete
      debris), in batched DeleteObjects calls.
 What step 2 leaves behind when interrupted has no manifest any more: the next run deletes it as
 debris once it is older than the grace period (it already is, being old data).
+
+Deleting happens under the host's backup lock (core/lock.py), so a backup of the host and a
+retention apply never interleave: while a backup runs, apply fails with HostLockBusy naming the
+holder and deletes nothing; while retention deletes, a backup fails the same way.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .catalog import Catalog, CatalogError, Manifest
+from .lock import HostLock, HostLockBusy
 from .restore_test import REPORT_NAME, read_report
 from .retention import LEGAL_HOLD, BinlogItem, Plan, PlanItem, RetentionPolicy, plan_retention
 from .storage import ObjectInfo, ObjectStore, S3Store, StorageError
@@ -174,15 +179,32 @@ def _retained_until(store: S3Store, key: str) -> datetime | None:
 
 
 def apply_plan(catalog: Catalog, plan: Plan, *, confirm: bool = False) -> ApplyReport:
-    """Delete what the plan deletes, manifests first (see the module doc). Without `confirm`
-    nothing is deleted: the report says what would be."""
+    """Delete what the plan deletes, manifests first (see the module doc), holding the host's
+    backup lock. Without `confirm` nothing is deleted: the report says what would be. HostLockBusy
+    (nothing deleted) if a backup or another retention run of the host holds the lock."""
     deletes = plan.deletes
     report = ApplyReport(dry_run=not confirm, plan=plan.summary())
     if not confirm:
         log.info("dry run: %d item(s) would be deleted; nothing was deleted", len(deletes))
         return report
     _check_scope(catalog, deletes)
-    _check_no_new_children(catalog, plan)
+    if not deletes:
+        return report
+    lock = HostLock(catalog, purpose="retention")
+    try:
+        lock.acquire()
+    except HostLockBusy as exc:
+        raise HostLockBusy(f"{exc}. Nothing was deleted; apply retention again once it is over") from exc
+    try:
+        _delete(catalog, plan, report)
+    finally:
+        lock.release()
+    return report
+
+
+def _delete(catalog: Catalog, plan: Plan, report: ApplyReport) -> None:
+    deletes = plan.deletes
+    _check_no_new_children(catalog, plan)  # under the lock: no backup can register meanwhile
     for batch in marker_batches(deletes):
         catalog.store.delete(batch)
         report.deleted_keys += len(batch)
@@ -194,7 +216,6 @@ def apply_plan(catalog: Catalog, plan: Plan, *, confirm: bool = False) -> ApplyR
     log.info(
         "deleted %d item(s), %d object(s), %d bytes", len(deletes), report.deleted_keys, report.deleted_bytes
     )
-    return report
 
 
 def marker_batches(deletes: Sequence[PlanItem]) -> list[list[str]]:
