@@ -1,5 +1,12 @@
-"""Soak: 50 backup cycles (fulls and incrementals by policy) while sysbench writes to the server;
-at the end every chain's newest backup restores to exactly the data at its backup point.
+"""Soak: 50 backup cycles (fulls and incrementals by policy) while sysbench writes to the server,
+with retention applied every few cycles; at the end every kept chain's newest backup restores to
+exactly the data at its backup point, and every deleted backup is gone without a trace.
+
+Retention runs in a second thread, started as the next backup starts: the two race for the host's
+backup lock, and whichever loses gets HostLockBusy and retries (as a scheduler's retry would).
+So retention really runs interleaved with backups, and a backup and a retention apply never
+overlap. The policy keeps the last 3 chains; its runs land at the start and in the middle of
+chains (every 3rd cycle, chains are 5 backups long).
 
 "The data at its backup point" is taken from a replica: it is held stopped during the soak, then
 replayed to each backup's GTID (START SLAVE UNTIL) and checksummed there, so the comparison is
@@ -10,9 +17,11 @@ the number of cycles.
 from __future__ import annotations
 
 import os
+import queue
 import secrets
 import shutil
 import subprocess
+import threading
 import time
 from datetime import timedelta
 from itertools import groupby
@@ -22,14 +31,20 @@ from faultkit import open_uploads, s3_catalog, snapshot, target, wait_next_secon
 
 from helpers import parse_gtid_pos, slave_status, start_replication, unique_name, wait_caught_up
 from xtrabackup_provider.core.backup import BackupRequest, run_backup
-from xtrabackup_provider.core.catalog import Manifest
+from xtrabackup_provider.core.catalog import Catalog, Manifest
 from xtrabackup_provider.core.decision import ChainPolicy
-from xtrabackup_provider.core.lock import LOCK_NAME
+from xtrabackup_provider.core.lock import LOCK_NAME, HostLockBusy
 from xtrabackup_provider.core.restore import RestoreRequest, restore
+from xtrabackup_provider.core.retention import RetentionPolicy
+from xtrabackup_provider.core.retention_apply import ApplyReport, apply_plan, plan_host
 from xtrabackup_provider.core.sandbox import SandboxServer, table_checksums
 
 CYCLES = int(os.environ.get("XBP_SOAK_CYCLES", "50"))
 CHAIN_LENGTH = 4  # incrementals per full
+RETENTION_EVERY = 3  # cycles between retention runs: not a divisor of the chain, so runs land mid-chain too
+KEEP_CHAINS = 3
+RETENTION = RetentionPolicy(keep_last_chains=KEEP_CHAINS, min_age_days=0)
+BUSY_RETRIES = 3000  # 0.1 s apart: a hang guard only, far beyond any backup or retention run here
 SB_DB = "sbtest"
 SB_TABLES = 4
 
@@ -70,8 +85,64 @@ def _replay_to(replica: SandboxServer, gtid: str, timeout: float = 120) -> None:
         time.sleep(0.05)
 
 
+class RetentionRuns:
+    """Plan + apply retention in a second thread each time `trigger()` is called; a run that finds
+    the host lock held by a backup retries until it gets the lock."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+        self.reports: list[ApplyReport] = []
+        self.refusals: list[str] = []
+        self.error: BaseException | None = None
+        self._jobs: queue.Queue[bool] = queue.Queue()
+        self._thread = threading.Thread(target=self._work, name="soak-retention", daemon=True)
+        self._thread.start()
+
+    def trigger(self) -> None:
+        self._jobs.put(True)
+
+    def stop(self) -> None:
+        """Wait for the triggered runs to end; raises what failed in the thread."""
+        self._jobs.put(False)
+        self._thread.join(600)
+        assert not self._thread.is_alive(), "retention hung"
+        if self.error is not None:
+            raise self.error
+
+    def _work(self) -> None:
+        while self._jobs.get():
+            try:
+                self.reports.append(self.apply())
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the test thread by stop()
+                self.error = exc
+                return
+
+    def apply(self) -> ApplyReport:
+        for _ in range(BUSY_RETRIES):
+            plan = plan_host(self.catalog, RETENTION)
+            try:
+                return apply_plan(self.catalog, plan, confirm=True)
+            except HostLockBusy as exc:
+                assert "cannot start: another backup of c1/db1" in str(exc), exc
+                self.refusals.append(str(exc))
+                time.sleep(0.1)
+        raise AssertionError(f"retention never got the host lock: {self.refusals[-1]}")
+
+
+def _backup(request: BackupRequest, refusals: list[str]) -> Manifest:
+    """run_backup, retried while a retention run holds the host lock."""
+    for _ in range(BUSY_RETRIES):
+        try:
+            return run_backup(request)
+        except HostLockBusy as exc:
+            assert "cannot start: another retention of c1/db1" in str(exc), exc
+            refusals.append(str(exc))
+            time.sleep(0.1)
+    raise AssertionError(f"the backup never got the host lock: {refusals[-1]}")
+
+
 @pytest.mark.slow
-def test_soak_backup_cycles_under_write_load_and_every_chain_restores(
+def test_soak_backup_and_retention_cycles_under_write_load_and_every_kept_chain_restores(
     mariadb_factory, s3_server, gpg_keys, tmp_path
 ):
     source = mariadb_factory("soak-src", root_password=secrets.token_urlsafe(16))
@@ -106,9 +177,14 @@ def test_soak_backup_cycles_under_write_load_and_every_chain_restores(
         )
         policy = ChainPolicy(timedelta(days=7), CHAIN_LENGTH, max_incremental_ratio=100.0)
         manifests: list[Manifest] = []
-        for _ in range(CYCLES):
+        backup_refusals: list[str] = []
+        retention = RetentionRuns(catalog)
+        began = time.monotonic()
+        for cycle in range(CYCLES):
             if manifests:
                 wait_next_second(manifests[-1].started_at)
+            if cycle and cycle % RETENTION_EVERY == 0:
+                retention.trigger()  # races this cycle's backup for the host lock
             request = BackupRequest(
                 catalog=catalog,
                 target=target(source),
@@ -116,29 +192,59 @@ def test_soak_backup_cycles_under_write_load_and_every_chain_restores(
                 policy=policy,
                 compression_level=1,
             )
-            manifests.append(run_backup(request))
+            manifests.append(_backup(request, backup_refusals))
             assert load.poll() is None, (
                 f"sysbench stopped: {load.stderr.read().decode()[-2000:] if load.stderr else ''}"
             )
+        retention.stop()
+        soak_seconds = time.monotonic() - began
+        during = list(retention.reports)
+        final = retention.apply()  # the state to check: what the policy keeps after the last backup
         load.terminate()
         load.wait(30)
 
-        # Fulls and incrementals by policy, one chain per full, every link continuous.
+        # Fulls and incrementals by policy, one chain per full, every link continuous: retention
+        # never took a backup a new incremental needed.
         kinds = [m.kind for m in manifests]
         expected_kinds = (["full"] + ["incremental"] * CHAIN_LENGTH) * (CYCLES // (CHAIN_LENGTH + 1) + 1)
         assert kinds == expected_kinds[:CYCLES]
-        assert catalog.backup_ids() == [m.backup_id for m in manifests]
         seqs = [max(parse_gtid_pos(m.gtid).values()) for m in manifests]
         assert seqs == sorted(seqs) and seqs[-1] - seqs[0] > CYCLES, "the server was not under write load"
-        assert open_uploads(s3_server.client(), catalog.store.bucket) == []
-        stored = snapshot(s3_server.client(), catalog.store.bucket)
-        registered = {k for m in manifests for k in (m.backup_object.key, catalog.manifest_key(m.backup_id))}
-        assert set(stored) == registered, f"debris or a lock left: {set(stored) ^ registered}"
-        assert not any(k.endswith(LOCK_NAME) for k in stored)
-
         chains = [list(g) for _, g in groupby(manifests, key=lambda m: m.chain_root)]
         assert len(chains) == -(-CYCLES // (CHAIN_LENGTH + 1))
-        for n, chain in enumerate(chains):
+
+        # Retention ran every RETENTION_EVERY cycles, interleaved with the backups, and deleted
+        # exactly the chains older than the last 3, each backup once.
+        assert len(during) == (CYCLES - 1) // RETENTION_EVERY, "a triggered retention run did not apply"
+        kept_chains = chains[-KEEP_CHAINS:]
+        kept = [m for chain in kept_chains for m in chain]
+        deleted = [m for chain in chains[: -len(kept_chains)] for m in chain]
+        deleted_by_runs = [bid for r in (*during, final) for bid in r.deleted]
+        assert sorted(deleted_by_runs) == sorted(m.backup_id for m in deleted)
+        if len(chains) > len(kept_chains) + 1:
+            assert [bid for r in during for bid in r.deleted], "retention deleted nothing during the soak"
+
+        # Deleted backups are gone: no manifest, no object, no open upload. Kept backups are whole.
+        assert catalog.backup_ids() == [m.backup_id for m in kept]
+        assert open_uploads(s3_server.client(), catalog.store.bucket) == []
+        stored = snapshot(s3_server.client(), catalog.store.bucket)
+        registered = {k for m in kept for k in (m.backup_object.key, catalog.manifest_key(m.backup_id))}
+        assert set(stored) == registered, (
+            f"debris, a deleted backup or a lock left: {set(stored) ^ registered}"
+        )
+        assert not any(k.endswith(LOCK_NAME) for k in stored)
+        for m in kept:
+            assert stored[m.backup_object.key][0] == m.backup_object.size, f"{m.backup_id} changed size"
+
+        chain_note = (
+            f"soak: {CYCLES} backup cycles in {soak_seconds:.0f} s; {len(chains)} chains, "
+            f"{len(kept_chains)} kept ({len(kept)} backups), {len(chains) - len(kept_chains)} deleted "
+            f"({len(deleted)} backups); {len(during)} retention runs during the soak + 1 after, "
+            f"{len(retention.refusals)} retention attempts refused by a running backup, "
+            f"{len(backup_refusals)} backup attempts refused by a running retention"
+        )
+        print(chain_note)
+        for n, chain in enumerate(kept_chains):
             newest = chain[-1]
             assert [m.backup_id for m in catalog.chain(newest.backup_id)] == [m.backup_id for m in chain]
             _replay_to(replica, newest.gtid or "")
@@ -160,6 +266,9 @@ def test_soak_backup_cycles_under_write_load_and_every_chain_restores(
                 f"chain {n} ({newest.backup_id}) restored other data"
             )
             shutil.rmtree(datadir.parent)
+        print(
+            f"{chain_note}; {len(kept_chains)} kept chains restored in {time.monotonic() - began:.0f} s total"
+        )
     finally:
         if load is not None and load.poll() is None:
             load.kill()

@@ -174,9 +174,12 @@ class HostLock:
             )
             etag = self.store.put_new(self.key, body, if_match=current_etag)
         if etag is None:
+            raced = self.store.get_versioned(self.key)
+            winner = Holder.parse(raced[0]) if raced else None
             raise HostLockBusy(
-                f"{self.purpose} of {self.what} cannot start: another run took the lock {self.where} "
-                "at the same moment"
+                f"{self.purpose} of {self.what} cannot start: another {winner.purpose if winner else 'run'} "
+                f"of {self.what} took the lock {self.where} at the same moment"
+                + (f": {winner.describe()}" if winner else "")
             )
         return etag
 
