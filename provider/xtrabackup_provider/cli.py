@@ -459,15 +459,39 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(message)s",
         stream=sys.stderr,
     )
+    config: FleetConfig | None = None
     try:
         if args.command == "keygen":
             return cmd_keygen(args)
         if args.command in FLEET_COMMANDS:
-            return FLEET_COMMANDS[args.command](args, cfg.load_config(args.config))
-        return COMMANDS[args.command](args, load(args))
+            config = cfg.load_config(args.config)
+            return FLEET_COMMANDS[args.command](args, config)
+        config = load(args)
+        return COMMANDS[args.command](args, config)
     except USER_ERRORS as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        # The store translates its own S3 errors (StorageError); this catches a botocore error
+        # from a direct client call, so that no S3 failure ends in a traceback either.
+        if (message := _s3_failure(exc, config)) is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
+        return 2
+
+
+def _s3_failure(exc: Exception, config: FleetConfig | None) -> str | None:
+    """One line for a botocore error: the bucket and endpoint, and what to check; else None."""
+    if not type(exc).__module__.startswith("botocore"):
+        return None
+    from .core.storage import s3_hint
+
+    storage = config.storage if config is not None else None
+    bucket = (storage.bucket if storage else None) or "?"
+    endpoint = storage.endpoint_url if storage else None
+    hint = s3_hint(exc, bucket, endpoint)
+    where = f"S3 bucket {bucket!r} at {endpoint or 'the default AWS S3 endpoint'}"
+    return f"{where}: {exc}" + (f". {hint}" if hint else "")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The DBA CLI works with Airflow down: backup, list, restore, keygen, and clear errors."""
+"""The DBA CLI works with Airflow down: backup, list, restore, keygen, and clear errors (also when the
+S3 endpoint is down, the bucket is missing, there are no credentials or the host lock is held)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,18 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import yaml
 
 from helpers import add_orders, seed_database, unique_name
-from xtrabackup_provider.core.sandbox import SandboxServer, table_checksums
+from manifest_factory import CLUSTER, HOST, PREFIX, make_manifest
+from xtrabackup_provider.core.catalog import Catalog
+from xtrabackup_provider.core.lock import LOCK_NAME
+from xtrabackup_provider.core.sandbox import SandboxServer, free_port, table_checksums
+from xtrabackup_provider.core.storage import S3Store
 
 # Importing the CLI must not import Airflow: it has to work on a host where Airflow is broken.
 RUN = (
@@ -117,3 +124,130 @@ def test_bad_config_and_unknown_host_are_clear_errors(tmp_path):
     )
     assert proc.returncode == 2 and "no backups at" in proc.stderr
     assert not Path(tmp_path / "t").exists()
+
+
+# -- an unreachable endpoint, a missing bucket, no credentials, a held host lock ----------------------
+
+S3_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+def _s3_fleet(tmp_path: Path, bucket: str, endpoint: str, gpg_keys) -> Path:
+    key = tmp_path / "private.asc"
+    key.write_text(gpg_keys.private_key)
+    key.chmod(0o600)
+    config = tmp_path / "fleet.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "storage": {"bucket": bucket, "endpoint_url": endpoint, "prefix": PREFIX},
+                "encryption": {"private_key_file": str(key)},
+                "retention": {"keep_last_chains": 1, "min_age_days": 0},
+                "clusters": [{"name": CLUSTER, "hosts": [{"name": HOST}]}],
+            }
+        )
+    )
+    return config
+
+
+def _read_commands(config: Path, tmp_path: Path) -> dict[str, list[str]]:
+    common = ["--config", str(config), "--cluster", CLUSTER, "--host", HOST]
+    return {
+        "list": ["list", *common],
+        "verify": ["verify", *common],
+        "restore": ["restore", *common, "--target-datadir", str(tmp_path / "restored")],
+        "retention plan": ["retention", "plan", *common],
+        "binlogs list": ["binlogs", "list", *common],
+    }
+
+
+def _run_all(
+    commands: dict[str, list[str]], env: dict[str, str]
+) -> dict[str, subprocess.CompletedProcess[str]]:
+    with ThreadPoolExecutor(len(commands)) as pool:  # the client retries a refused connection for a while
+        futures = {name: pool.submit(cli, *argv, env=env) for name, argv in commands.items()}
+        return {name: f.result() for name, f in futures.items()}
+
+
+def _one_error_line(name: str, proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 2, f"{name}: exit {proc.returncode}\n{proc.stderr}"
+    assert "Traceback" not in proc.stderr, f"{name} printed a traceback:\n{proc.stderr}"
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and proc.stderr.rstrip().endswith(errors[0]), f"{name}:\n{proc.stderr}"
+    return errors[0]
+
+
+def test_read_commands_with_the_endpoint_down_say_which_endpoint_and_what_to_check(tmp_path, gpg_keys):
+    endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there: connection refused
+    config = _s3_fleet(tmp_path, "xbp-backups", endpoint, gpg_keys)
+    for name, proc in _run_all(_read_commands(config, tmp_path), S3_ENV).items():
+        line = _one_error_line(name, proc)
+        assert f"bucket 'xbp-backups' at {endpoint}" in line, f"{name}: {line}"
+        assert "check the endpoint URL (storage.endpoint_url or --endpoint-url)" in line, f"{name}: {line}"
+    assert not (tmp_path / "restored").exists()
+
+
+def test_read_commands_on_a_missing_bucket_or_without_credentials_say_what_to_check(
+    s3_server, tmp_path, gpg_keys, monkeypatch
+):
+    missing = unique_name("xbp-missing").replace("_", "-")
+    config = _s3_fleet(tmp_path, missing, s3_server.endpoint_url, gpg_keys)
+    commands = _read_commands(config, tmp_path)
+    for name, proc in _run_all(commands, S3_ENV).items():
+        line = _one_error_line(name, proc)
+        assert f"There is no bucket '{missing}' at {s3_server.endpoint_url}" in line, f"{name}: {line}"
+        assert "check the bucket name (storage.bucket or --bucket)" in line, f"{name}: {line}"
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    nowhere = str(tmp_path / "absent")
+    no_credentials = {
+        "AWS_CONFIG_FILE": nowhere,
+        "AWS_SHARED_CREDENTIALS_FILE": nowhere,
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    line = _one_error_line("list", cli(*commands["list"], env=no_credentials))
+    assert f"No usable S3 credentials for bucket '{missing}'" in line, line
+    assert "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY" in line, line
+    assert not (tmp_path / "restored").exists()
+
+
+def test_retention_apply_while_a_backup_holds_the_host_lock_deletes_nothing_and_names_the_holder(
+    s3_server, bucket, tmp_path, gpg_keys
+):
+    config = _s3_fleet(tmp_path, bucket, s3_server.endpoint_url, gpg_keys)
+    catalog = Catalog(S3Store(s3_server.client(), bucket), PREFIX, CLUSTER, HOST)
+    old = make_manifest("20261101T000000Z-full")
+    new = make_manifest("20261108T000000Z-full")
+    for m in (old, new):
+        catalog.store.put_bytes(m.backup_object.key, b"x" * m.backup_object.size)
+        catalog.write(m)
+    lock = f"{catalog.host_prefix}/{LOCK_NAME}"
+    holder = {
+        "token": "0" * 32,
+        "owner": f"xtrabackup-provider backup of {CLUSTER}/{HOST}",
+        "hostname": "worker-7.example.internal",
+        "pid": 4242,
+        "acquired_at": datetime.now(UTC).isoformat(),
+        "expires_at": (datetime.now(UTC) + timedelta(minutes=5)).isoformat(),
+    }
+    catalog.store.put_bytes(lock, json.dumps(holder).encode())
+    before = {i.key for i in catalog.store.list(f"{PREFIX}/")}
+    apply = ["retention", "apply", "--config", str(config), "--cluster", CLUSTER, "--host", HOST, "--confirm"]
+
+    line = _one_error_line("retention apply", cli(*apply, env=S3_ENV))
+    assert (
+        f"retention of {CLUSTER}/{HOST} cannot start: another backup of {CLUSTER}/{HOST} is running" in line
+    )
+    assert "worker-7.example.internal (pid 4242)" in line and "Nothing was deleted" in line, line
+    assert {i.key for i in catalog.store.list(f"{PREFIX}/")} == before
+
+    catalog.store.delete([lock])  # the backup is over
+    done = cli(*apply, env=S3_ENV)
+    assert done.returncode == 0, done.stderr
+    assert "deleted 1 item(s)" in done.stdout
+    assert catalog.backup_ids() == [new.backup_id]
+    assert not [i.key for i in catalog.store.list(f"{PREFIX}/") if old.backup_id in i.key or i.key == lock]

@@ -149,13 +149,17 @@ def lock_reader(store: ObjectStore) -> Callable[[list[str]], dict[str, datetime]
 
 
 def _bucket_has_object_lock(store: S3Store) -> bool:
-    from botocore.exceptions import ClientError
+    from botocore.exceptions import BotoCoreError, ClientError
 
     try:
         resp = store.client.get_object_lock_configuration(Bucket=store.bucket)
+    except BotoCoreError as exc:
+        raise store.failure("read the Object Lock configuration", "", exc) from exc
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") == "ObjectLockConfigurationNotFoundError":
             return False
+        if exc.response.get("Error", {}).get("Code") == "NoSuchBucket":
+            raise store.failure("read the Object Lock configuration", "", exc) from exc
         log.warning(
             "%s: cannot read the Object Lock configuration (%s); checking every object", store.location, exc
         )
@@ -164,14 +168,16 @@ def _bucket_has_object_lock(store: S3Store) -> bool:
 
 
 def _retained_until(store: S3Store, key: str) -> datetime | None:
-    from botocore.exceptions import ClientError
+    from botocore.exceptions import BotoCoreError, ClientError
 
     try:
         resp = store.client.head_object(Bucket=store.bucket, Key=key)
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
             return None
-        raise StorageError(f"{store.location}/{key}: head failed: {exc}") from exc
+        raise store.failure("head", key, exc) from exc
+    except BotoCoreError as exc:
+        raise store.failure("head", key, exc) from exc
     if resp.get("ObjectLockLegalHoldStatus") == "ON":
         return LEGAL_HOLD
     until = resp.get("ObjectLockRetainUntilDate")

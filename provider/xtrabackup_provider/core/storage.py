@@ -54,6 +54,65 @@ class StorageError(RuntimeError):
     """An object store operation failed; the message names the bucket/directory and key."""
 
 
+_CREDENTIAL_CODES = frozenset(
+    {
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "ExpiredToken",
+        "InvalidToken",
+        "TokenRefreshRequired",
+        "AuthorizationHeaderMalformed",
+        "InvalidClientTokenId",
+    }
+)
+
+
+def s3_hint(exc: BaseException, bucket: str, endpoint: str | None) -> str | None:
+    """What to check after a botocore error, naming the endpoint and bucket; None if `exc` is
+    not one whose cause we can name (or not a botocore error at all)."""
+    if not type(exc).__module__.startswith("botocore"):
+        return None
+    from botocore.exceptions import (
+        ClientError,
+        ConnectionError,
+        CredentialRetrievalError,
+        HTTPClientError,
+        NoCredentialsError,
+        PartialCredentialsError,
+    )
+
+    where = f"bucket {bucket!r} at {endpoint or 'the default AWS S3 endpoint'}"
+    if isinstance(exc, ConnectionError | HTTPClientError):
+        return (
+            f"Cannot reach the S3 endpoint of {where}: check the endpoint URL (storage.endpoint_url or "
+            "--endpoint-url) and that the endpoint is up and reachable from this machine"
+        )
+    if isinstance(exc, NoCredentialsError | PartialCredentialsError | CredentialRetrievalError):
+        return (
+            f"No usable S3 credentials for {where}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+            "or AWS_PROFILE, or give this machine an instance role"
+        )
+    if not isinstance(exc, ClientError):
+        return None
+    code = str(exc.response.get("Error", {}).get("Code", ""))
+    if code == "NoSuchBucket":
+        return (
+            f"There is no {where}: check the bucket name (storage.bucket or --bucket) and the endpoint "
+            "URL (storage.endpoint_url or --endpoint-url)"
+        )
+    if code in _CREDENTIAL_CODES:
+        return (
+            f"The S3 endpoint rejected the credentials for {where}: check AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) and storage.region"
+        )
+    if code in ("AccessDenied", "403", "Forbidden", "AllAccessDisabled"):
+        return (
+            f"Access to {where} was denied: check the credentials and that their policy allows this "
+            "operation on the bucket"
+        )
+    return None
+
+
 @dataclass(frozen=True)
 class ObjectInfo:
     key: str
@@ -278,6 +337,17 @@ class S3Store:
     def __post_init__(self) -> None:
         self.location = f"s3://{self.bucket}"
 
+    @property
+    def endpoint_url(self) -> str | None:
+        meta = getattr(self.client, "meta", None)
+        return getattr(meta, "endpoint_url", None)
+
+    def failure(self, what: str, key: str, exc: BaseException) -> StorageError:
+        """The StorageError for a botocore error of `what` on `key`, with what to check when the
+        cause is the endpoint, the bucket or the credentials (one line: the CLI prints it)."""
+        hint = s3_hint(exc, self.bucket, self.endpoint_url)
+        return StorageError(f"{self.location}/{key}: {what} failed: {exc}" + (f". {hint}" if hint else ""))
+
     def open_writer(self, key: str, options: PutOptions | None = None) -> _S3MultipartWriter:
         return _S3MultipartWriter(self, check_key(key), options or PutOptions())
 
@@ -323,14 +393,16 @@ class S3Store:
         return bytes(resp["Body"].read())
 
     def head(self, key: str) -> ObjectInfo | None:
-        from botocore.exceptions import ClientError
+        from botocore.exceptions import BotoCoreError, ClientError
 
         try:
             resp = self.client.head_object(Bucket=self.bucket, Key=check_key(key))
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
                 return None
-            raise StorageError(f"{self.location}/{key}: head failed: {exc}") from exc
+            raise self.failure("head", key, exc) from exc
+        except BotoCoreError as exc:
+            raise self.failure("head", key, exc) from exc
         return ObjectInfo(
             key,
             resp["ContentLength"],
@@ -344,8 +416,17 @@ class S3Store:
         )
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
         paginator = self.client.get_paginator("list_objects_v2")
-        for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
+        pages = iter(paginator.paginate(Bucket=self.bucket, Prefix=prefix))
+        while True:
+            try:
+                page = next(pages, None)
+            except (BotoCoreError, ClientError) as exc:
+                raise self.failure("list", prefix, exc) from exc
+            if page is None:
+                return
             for obj in page.get("Contents", []):
                 yield ObjectInfo(
                     obj["Key"], obj["Size"], obj.get("StorageClass", "STANDARD"), obj.get("LastModified")
@@ -362,7 +443,13 @@ class S3Store:
             self._delete_batch(batch)
 
     def _delete_batch(self, keys: builtins.list[str]) -> None:
-        resp = self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in keys]})
+        resp = self._call(
+            "delete",
+            keys[0],
+            self.client.delete_objects,
+            Bucket=self.bucket,
+            Delete={"Objects": [{"Key": k} for k in keys]},
+        )
         if errors := resp.get("Errors"):
             first = errors[0]
             raise StorageError(
@@ -372,7 +459,7 @@ class S3Store:
     def put_new(self, key: str, data: bytes, if_match: str | None = None) -> str | None:
         """Conditional write: create `key` only if it is absent (if_match None), or replace it only
         while its ETag is still `if_match`. Returns the new ETag, or None if the condition failed."""
-        from botocore.exceptions import ClientError
+        from botocore.exceptions import BotoCoreError, ClientError
 
         condition = {"IfNoneMatch": "*"} if if_match is None else {"IfMatch": if_match}
         try:
@@ -381,7 +468,9 @@ class S3Store:
             code = exc.response.get("Error", {}).get("Code", "")
             if code in ("PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey", "412", "409", "404"):
                 return None
-            raise StorageError(f"{self.location}/{key}: conditional put failed: {exc}") from exc
+            raise self.failure("conditional put", key, exc) from exc
+        except BotoCoreError as exc:
+            raise self.failure("conditional put", key, exc) from exc
         return str(resp["ETag"])
 
     def get_versioned(self, key: str) -> tuple[bytes, str] | None:
@@ -395,7 +484,13 @@ class S3Store:
         return bytes(resp["Body"].read()), str(resp["ETag"])
 
     def open_multipart_uploads(self, prefix: str = "") -> builtins.list[str]:
-        resp = self.client.list_multipart_uploads(Bucket=self.bucket, Prefix=prefix)
+        resp = self._call(
+            "list multipart uploads",
+            prefix,
+            self.client.list_multipart_uploads,
+            Bucket=self.bucket,
+            Prefix=prefix,
+        )
         return [u["Key"] for u in resp.get("Uploads", [])]
 
     def abort_stale_uploads(self, prefix: str, older_than: timedelta) -> builtins.list[str]:
@@ -438,7 +533,7 @@ class S3Store:
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") == "RestoreAlreadyInProgress":
                 return False
-            raise StorageError(f"{self.location}/{key}: restore request ({tier}) failed: {exc}") from exc
+            raise self.failure(f"restore request ({tier})", key, exc) from exc
         return True
 
     def ensure_retention(self, key: str, options: PutOptions) -> None:
@@ -476,9 +571,9 @@ class S3Store:
                 raise StorageError(
                     f"{self.location}/{key} is archived (GLACIER/DEEP_ARCHIVE); request its restore first"
                 ) from exc
-            raise StorageError(f"{self.location}/{key}: {what} failed: {exc}") from exc
+            raise self.failure(what, key, exc) from exc
         except BotoCoreError as exc:
-            raise StorageError(f"{self.location}/{key}: {what} failed: {exc}") from exc
+            raise self.failure(what, key, exc) from exc
 
 
 def _locked(info: ObjectInfo | None, options: PutOptions) -> bool:
