@@ -1,5 +1,12 @@
-"""Backups of every configured MySQL/MariaDB host: one DAG per cluster, a branch per host,
-then a `retention` task per host (core/retention.py; deletes only with `retention.confirm: true`).
+"""Backups of every configured MySQL/MariaDB host: one DAG per cluster, one task group mapped
+over its hosts (the map index shows the host): optional checksum gate -> `choose_kind`
+(@task.branch, the chain policy) -> `full_backup` or `incremental_backup` -> `retention`
+(core/retention.py; deletes only with `retention.confirm: true`).
+
+Hosts with different `checksum_gate` settings get one mapped group each (`backup`,
+`gated_backup`, ...). A backup must run on its host's worker: when the hosts of a group have
+different queues, xtrabackup_provider.policy (installed in airflow_local_settings.py) routes
+each mapped backup task to its host's queue, because Airflow cannot map `queue`.
 
 The fleet config (dags/config/fleet.yaml or $XTRABACKUP_FLEET_CONFIG) is validated at parse
 time, so a bad file shows as an import error naming the field and the file. Parsing imports
@@ -11,9 +18,17 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from airflow.sdk import DAG, TaskGroup, task
+from airflow.sdk import DAG, task, task_group
 
-from xtrabackup_provider.core.config import ClusterConfig, FleetConfig, HostConfig, load_config
+from xtrabackup_provider import policy
+from xtrabackup_provider.core.config import (
+    ChecksumGateConfig,
+    ClusterConfig,
+    ConfigError,
+    FleetConfig,
+    HostConfig,
+    load_config,
+)
 from xtrabackup_provider.operators.backup import XtraBackupOperator
 from xtrabackup_provider.operators.decide import choose_backup_kind
 from xtrabackup_provider.operators.retention import ApplyRetentionOperator
@@ -26,11 +41,6 @@ def _storage_args(config: FleetConfig) -> dict[str, Any]:
     return {"bucket": s.bucket, "local_path": s.local_path, "prefix": s.prefix, "aws_conn_id": s.aws_conn_id}
 
 
-def _backup_pool(config: FleetConfig, cluster: ClusterConfig) -> str | None:
-    pool = config.backup_pool(cluster)  # the cluster's pool, else the storage target's
-    return pool.name if pool else None
-
-
 def _policy_args(config: FleetConfig) -> dict[str, Any]:
     p = config.policy
     return {
@@ -40,77 +50,136 @@ def _policy_args(config: FleetConfig) -> dict[str, Any]:
     }
 
 
-def _host_group(config: FleetConfig, cluster: ClusterConfig, host: HostConfig) -> None:
-    group_id = host.name.replace(".", "_")
-    conn_id = host.mysql_conn_id or f"mysql_{group_id}"
-    with TaskGroup(group_id=group_id, tooltip=f"backup of {cluster.name}/{host.name}"):
-        gate = checksum_gate(cluster, host, conn_id)  # None unless the host has a checksum_gate
+def _backup_args(config: FleetConfig, cluster: ClusterConfig) -> dict[str, Any]:
+    """The backup operators' arguments that are the same for every host of the cluster."""
+    pool = config.backup_pool(cluster)  # the cluster's pool, else the storage target's
+    lock = config.storage.object_lock
+    return dict(
+        cluster=cluster.name,
+        pool=pool.name if pool else None,
+        gpg_conn_id=config.encryption.gpg_conn_id if config.encryption.enabled else None,
+        compression_level=config.policy.compression_level,
+        zstd_threads=config.policy.zstd_threads,
+        parallel=config.policy.parallel,
+        storage_classes=dict(config.storage.storage_class),
+        sse=config.storage.sse,
+        kms_key_id=config.storage.kms_key_id,
+        object_lock_mode=lock.mode if lock else None,
+        object_lock_days=lock.retain_days if lock else None,
+        heartbeat=config.policy.heartbeat,
+        map_index_template="{{ task.host }}",
+        **_storage_args(config),
+        **_policy_args(config),
+    )
 
-        @task.branch(task_id="choose_kind")
-        def choose_kind(**context: Any) -> str:
+
+def _host_args(host: HostConfig) -> dict[str, Any]:
+    """One map index of a backup group: what differs between hosts (policy.py reads `queue`)."""
+    return {
+        "host": host.name,
+        "mysql_conn_id": host.mysql_conn_id or f"mysql_{host.name.replace('.', '_')}",
+        "flavour": host.flavour,
+        "binary": host.binary,
+        "datadir": host.datadir,
+        "heartbeat_conn_id": host.heartbeat_conn_id,
+        "queue": host.queue,
+    }
+
+
+def _by_gate(cluster: ClusterConfig) -> list[tuple[str, ChecksumGateConfig | None, list[HostConfig]]]:
+    """Hosts grouped by their checksum_gate settings (the gate's task arguments are not mapped)."""
+    groups: dict[str, tuple[ChecksumGateConfig | None, list[HostConfig]]] = {}
+    for host in cluster.hosts:
+        key = host.checksum_gate.model_dump_json() if host.checksum_gate else ""
+        groups.setdefault(key, (host.checksum_gate, []))[1].append(host)
+    named, gated = [], 0
+    for gate, hosts in groups.values():
+        gated += gate is not None
+        group_id = "backup" if gate is None else "gated_backup" + (f"_{gated}" if gated > 1 else "")
+        named.append((group_id, gate, hosts))
+    return named
+
+
+def _group_queue(cluster: ClusterConfig, group_id: str, hosts: list[HostConfig]) -> str:
+    """The queue the group's backup tasks are created with: the hosts' one queue, or policy's placeholder."""
+    queues = sorted({host.queue for host in hosts})
+    if len(queues) == 1:
+        return queues[0]
+    if not policy.installed():
+        raise ConfigError(
+            f"cluster {cluster.name!r} ({group_id}): hosts use different queues {queues}, so each mapped "
+            "backup task must be routed to its host's queue; add `from xtrabackup_provider.policy import "
+            "task_instance_mutation_hook` to $AIRFLOW_HOME/config/airflow_local_settings.py on every "
+            "Airflow component (see README, 'Queues')"
+        )
+    return policy.HOST_QUEUE
+
+
+def _backup_group(
+    config: FleetConfig,
+    cluster: ClusterConfig,
+    group_id: str,
+    gate: ChecksumGateConfig | None,
+    hosts: list[HostConfig],
+) -> None:
+    common = _backup_args(config, cluster) | {"queue": _group_queue(cluster, group_id, hosts)}
+
+    @task_group(group_id=group_id, tooltip=f"backup of each host of {cluster.name}, then its retention")
+    def per_host(
+        host: str,
+        mysql_conn_id: str,
+        flavour: str,
+        binary: str | None,
+        datadir: str | None,
+        heartbeat_conn_id: str | None,
+        queue: str,  # read by xtrabackup_provider.policy, not by a task
+    ) -> None:
+        checked = checksum_gate(cluster, gate, mysql_conn_id, host)  # None without a gate
+
+        @task.branch(task_id="choose_kind", map_index_template="{{ task.op_kwargs['host'] }}")
+        def choose_kind(host: str, mysql_conn_id: str, **context: Any) -> str:
             decision = choose_backup_kind(
                 cluster=cluster.name,
-                host=host.name,
-                mysql_conn_id=conn_id,
+                host=host,
+                mysql_conn_id=mysql_conn_id,
                 requested=_requested_kind(context),
                 **_storage_args(config),
                 **_policy_args(config),
             )
             return f"{group_id}.{'full' if decision['kind'] == 'full' else 'incremental'}_backup"
 
-        common = dict(
-            cluster=cluster.name,
-            host=host.name,
-            mysql_conn_id=conn_id,
-            flavour=host.flavour,
-            binary=host.binary,
-            datadir=host.datadir,
-            queue=host.queue,
-            pool=_backup_pool(config, cluster),
-            gpg_conn_id=config.encryption.gpg_conn_id if config.encryption.enabled else None,
-            compression_level=config.policy.compression_level,
-            zstd_threads=config.policy.zstd_threads,
-            parallel=config.policy.parallel,
-            storage_classes=dict(config.storage.storage_class),
-            sse=config.storage.sse,
-            kms_key_id=config.storage.kms_key_id,
-            object_lock_mode=config.storage.object_lock.mode if config.storage.object_lock else None,
-            object_lock_days=config.storage.object_lock.retain_days if config.storage.object_lock else None,
-            heartbeat=config.policy.heartbeat,
-            heartbeat_conn_id=host.heartbeat_conn_id,
-            gates_from=[gate.task_id] if gate else [],
-            **_storage_args(config),
-            **_policy_args(config),
+        chosen = choose_kind(host=host, mysql_conn_id=mysql_conn_id)
+        per_host_args = dict(
+            host=host,
+            mysql_conn_id=mysql_conn_id,
+            flavour=flavour,
+            binary=binary,
+            datadir=datadir,
+            heartbeat_conn_id=heartbeat_conn_id,
+            gates_from=[checked.task_id] if checked else [],
         )
-        full = XtraBackupOperator(task_id="full_backup", kind="full", **common)
-        incremental = XtraBackupOperator(task_id="incremental_backup", kind="incremental", **common)
-        (gate >> choose_kind() if gate else choose_kind()) >> [full, incremental]
+        backups = [
+            XtraBackupOperator(task_id=f"{kind}_backup", kind=kind, **common, **per_host_args)
+            for kind in ("full", "incremental")
+        ]
+        (checked >> chosen if checked else chosen) >> backups
+        # It runs only when this host's backup succeeded: a failed backup never costs an older one.
+        backups >> ApplyRetentionOperator(
+            task_id="retention",
+            cluster=cluster.name,
+            host=host,
+            policy=config.retention.model_dump(exclude={"confirm"}),
+            confirm=config.retention.confirm,
+            trigger_rule="none_failed_min_one_success",
+            pool=config.storage.pool.name if config.storage.pool else None,  # storage API work only
+            map_index_template="{{ task.host }}",
+            **_storage_args(config),
+        )
         # Opt-in (cluster `binlogs.gate_backups`): the backup counts once its binlogs are stored.
-        if shipped := binlog_gate(config, cluster, host, conn_id):
-            [full, incremental] >> shipped
+        if shipped := binlog_gate(config, cluster, host, mysql_conn_id):
+            backups >> shipped
 
-
-def _retention_branch(dag: DAG, config: FleetConfig, cluster: ClusterConfig) -> None:
-    """After each host's backup, its retention: a dry run (the plan, logged) unless retention.confirm.
-
-    It runs only when that host's backup succeeded: a failed backup never costs an older one.
-    """
-    policy = config.retention.model_dump(exclude={"confirm"})
-    with TaskGroup(group_id="retention", tooltip="apply the retention policy per host"):
-        for host in cluster.hosts:
-            group_id = host.name.replace(".", "_")
-            apply = ApplyRetentionOperator(
-                task_id=group_id,
-                cluster=cluster.name,
-                host=host.name,
-                policy=policy,
-                confirm=config.retention.confirm,
-                trigger_rule="none_failed_min_one_success",
-                pool=config.storage.pool.name if config.storage.pool else None,  # storage API work only
-                **_storage_args(config),
-            )
-            backups = [dag.get_task(f"{group_id}.{kind}_backup") for kind in ("full", "incremental")]
-            apply.set_upstream(backups)
+    per_host.expand_kwargs([_host_args(host) for host in hosts])
 
 
 def _requested_kind(context: Any) -> str:
@@ -130,13 +199,11 @@ def build_dag(config: FleetConfig, cluster: ClusterConfig) -> DAG:
         catchup=False,
         max_active_runs=1,  # two runs must never back up one host at once
         tags=["mysql", "backup", cluster.name],
-        # No DAG-level Params: Airflow deep-copies them into every task, which at 500 hosts was
-        # a third of the parse time. Trigger with conf {"kind": "full"} to override the policy.
+        # No DAG-level Params: trigger with conf {"kind": "full"} to override the policy.
         doc_md=__doc__,
     ) as dag:
-        for host in cluster.hosts:
-            _host_group(config, cluster, host)
-        _retention_branch(dag, config, cluster)
+        for group_id, gate, hosts in _by_gate(cluster):
+            _backup_group(config, cluster, group_id, gate, hosts)
     return dag
 
 

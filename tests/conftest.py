@@ -19,6 +19,11 @@ os.environ["AIRFLOW_HOME"] = str(AIRFLOW_HOME)
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO_ROOT / "dags")
 os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{AIRFLOW_HOME}/airflow.db"
+# The cluster policy that routes mapped backup tasks to their host's queue, installed as a user would.
+(AIRFLOW_HOME / "config").mkdir(exist_ok=True)
+(AIRFLOW_HOME / "config" / "airflow_local_settings.py").write_text(
+    "from xtrabackup_provider.policy import task_instance_mutation_hook  # noqa: F401\n"
+)
 
 import itertools  # noqa: E402
 import re  # noqa: E402

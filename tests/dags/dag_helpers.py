@@ -17,3 +17,16 @@ def load_dag_module(name: str):
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def task_states(dagrun, dag) -> dict[str, str]:
+    """Task states of a run; a task mapped over hosts is keyed `<host>.<task>` (e.g. `db1.full_backup`)."""
+    states = {}
+    for ti in dagrun.get_task_instances():
+        key = ti.task_id
+        if ti.map_index >= 0:
+            group = dag.get_task(ti.task_id).get_closest_mapped_task_group()
+            host = group._expand_input.value[ti.map_index]["host"]
+            key = f"{host}.{ti.task_id.rsplit('.', 1)[-1]}"
+        states[key] = ti.state
+    return states

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from dag_helpers import load_dag_module
+from dag_helpers import load_dag_module, task_states
 
 from helpers import add_orders, seed_database, unique_name
 from xtrabackup_provider.core.restore import RestoreRequest, restore
@@ -13,7 +13,7 @@ from xtrabackup_provider.core.sandbox import SandboxServer, table_checksums
 
 def _run(dag, kind: str = "auto"):
     dagrun = dag.test(run_conf={"kind": kind})
-    states = {ti.task_id: ti.state for ti in dagrun.get_task_instances()}
+    states = task_states(dagrun, dag)
     return dagrun, states
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from dag_helpers import load_dag_module
+from dag_helpers import load_dag_module, task_states
 
 from xtrabackup_provider.core.binlog import ShipRequest, ship_binlogs
 from xtrabackup_provider.core.binlog_catalog import BinlogCatalog
@@ -37,7 +37,7 @@ def binlog_fleet(fleet):
 
 
 def _states(dagrun) -> dict[str, str]:
-    return {ti.task_id: ti.state for ti in dagrun.get_task_instances()}
+    return task_states(dagrun, dagrun.dag)
 
 
 def _target(server) -> MySQLTarget:
@@ -171,8 +171,8 @@ def test_binlog_tasks_are_opt_in_per_cluster(tmp_path, monkeypatch):
     ship = shipping.mysql_binlog_shipping_pitr.get_task("ship_binlogs")
     assert ship.partial_kwargs["continuous_seconds"] == 55 * 60 and not ship.partial_kwargs["flush"]
     backup = load_dag_module("mysql_backup")
-    assert "db1.binlogs_shipped" not in backup.mysql_backup_plain.task_ids
-    assert "db2.binlogs_shipped" in backup.mysql_backup_pitr.task_ids
+    assert "backup.binlogs_shipped" not in backup.mysql_backup_plain.task_ids
+    assert "backup.binlogs_shipped" in backup.mysql_backup_pitr.task_ids
     restore_test = load_dag_module("mysql_restore_test")
     assert "restore_to_time" not in restore_test.mysql_restore_test_plain.task_ids
     assert "restore_to_time" in restore_test.mysql_restore_test_pitr.task_ids

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 import yaml
-from dag_helpers import load_dag_module
+from dag_helpers import load_dag_module, task_states
 
 from helpers import (
     checksum_pair,
@@ -96,8 +96,9 @@ def gate_fleet(pair, gpg_keys, tmp_path, monkeypatch, airflow_home):
 
 
 def _run(module: str, dag_id: str):
-    dagrun = getattr(load_dag_module(module), dag_id).test()
-    return dagrun.state, {ti.task_id: ti.state for ti in dagrun.get_task_instances()}
+    dag = getattr(load_dag_module(module), dag_id)
+    dagrun = dag.test()
+    return dagrun.state, task_states(dagrun, dag)
 
 
 def _checksum(source, replica):

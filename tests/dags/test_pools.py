@@ -46,11 +46,11 @@ def test_backups_take_the_cluster_pool_else_the_storage_pool(tmp_path, monkeypat
     _fleet(tmp_path, monkeypatch, {"name": "s3_uploads", "slots": 5}, backup_pool="backups_a")
     module = load_dag_module("mysql_backup")
     a, b = _pools(module.mysql_backup_a), _pools(module.mysql_backup_b)
-    for group in ("db1", "db2_example"):
-        assert a[f"{group}.full_backup"] == a[f"{group}.incremental_backup"] == "backups_a"
-        assert a[f"{group}.choose_kind"] == "default_pool"  # a catalog read: no slot needed
-    assert b["db3.full_backup"] == b["db3.incremental_backup"] == "s3_uploads"
-    assert a["retention.db1"] == b["retention.db3"] == "s3_uploads"
+    for pools in (a, b):
+        assert pools["backup.choose_kind"] == "default_pool"  # a catalog read: no slot needed
+    assert a["backup.full_backup"] == a["backup.incremental_backup"] == "backups_a"
+    assert b["backup.full_backup"] == b["backup.incremental_backup"] == "s3_uploads"
+    assert a["backup.retention"] == b["backup.retention"] == "s3_uploads"
 
 
 def test_pools_command_creates_the_pools_in_airflow(tmp_path, monkeypatch, capsys, airflow_home):

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import yaml
-from dag_helpers import load_dag_module
+from dag_helpers import load_dag_module, task_states
 
 from helpers import seed_database, unique_name
 from xtrabackup_provider.core.restore import RestoreRequest, restore
@@ -27,7 +27,7 @@ def _set_retention(retention: dict) -> None:
 
 def _run_full(dag) -> dict[str, str]:
     dagrun = dag.test(run_conf={"kind": "full"})
-    states = {ti.task_id: ti.state for ti in dagrun.get_task_instances()}
+    states = task_states(dagrun, dag)
     assert dagrun.state == "success", states
     return states
 
@@ -40,7 +40,7 @@ def test_retention_branch_is_a_dry_run_until_confirmed(fleet, gpg_keys, tmp_path
 
     _set_retention(policy)
     states = _run_full(load_dag_module("mysql_backup").mysql_backup_dagtest)
-    assert states["retention.db1"] == "success"
+    assert states["db1.retention"] == "success"
     states = _run_full(load_dag_module("mysql_backup").mysql_backup_dagtest)
     assert len(catalog.backup_ids()) == 2, "without confirm the plan only logs what it would delete"
 

@@ -618,13 +618,14 @@ def test_backup_dag_ends_with_a_retention_task_per_host(tmp_path, monkeypatch):
     path.write_text(yaml.safe_dump(config))
     monkeypatch.setenv("XTRABACKUP_FLEET_CONFIG", str(path))
     dag = load_dag_module("mysql_backup").mysql_backup_c
-    for group in ("db1", "db_2"):
-        task = dag.get_task(f"retention.{group}")
-        assert task.upstream_task_ids == {f"{group}.full_backup", f"{group}.incremental_backup"}
-        assert task.trigger_rule == "none_failed_min_one_success"
-        assert task.confirm is True and task.policy["keep_last_chains"] == 3 and task.policy["weekly"] == 4
-        assert "confirm" not in task.policy
+    # One retention task in the group mapped over the hosts: each map index waits for its own host.
+    task = dag.get_task("backup.retention")
+    assert task.get_closest_mapped_task_group()._expand_input.value[1]["host"] == "db.2"
+    assert task.upstream_task_ids == {"backup.full_backup", "backup.incremental_backup"}
+    assert task.trigger_rule == "none_failed_min_one_success"
+    assert task.confirm is True and task.policy["keep_last_chains"] == 3 and task.policy["weekly"] == 4
+    assert "confirm" not in task.policy
     config["retention"] = {}
     path.write_text(yaml.safe_dump(config))
-    task = load_dag_module("mysql_backup").mysql_backup_c.get_task("retention.db1")
+    task = load_dag_module("mysql_backup").mysql_backup_c.get_task("backup.retention")
     assert task.confirm is False and task.policy["keep_last_chains"] is None

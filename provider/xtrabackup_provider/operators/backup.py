@@ -9,7 +9,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 
 from . import _metrics
-from ._common import host_catalog
+from ._common import host_catalog, skip_unless_branch_chose
 
 log = logging.getLogger(__name__)
 
@@ -17,11 +17,24 @@ log = logging.getLogger(__name__)
 class XtraBackupOperator(BaseOperator):
     """Stream `xtrabackup`/`mariabackup` -> zstd -> gpg -> S3 and register the manifest.
 
-    Runs on a worker on the database host (set `queue`). `kind` is "auto" (the chain policy
+    Runs on a worker on the database host (set `queue`; in the shipped DAG's mapped task group,
+    xtrabackup_provider.policy routes it to its host's queue). `kind` is "auto" (the chain policy
     decides), "full" or "incremental". Returns small metadata for XCom: ids, keys, sizes, LSNs.
     """
 
-    template_fields: Sequence[str] = ("cluster", "host", "prefix", "kind", "bucket", "datadir")
+    # The per-host arguments are templated so that a mapped task group can pass them.
+    template_fields: Sequence[str] = (
+        "cluster",
+        "host",
+        "mysql_conn_id",
+        "prefix",
+        "kind",
+        "bucket",
+        "flavour",
+        "binary",
+        "datadir",
+        "heartbeat_conn_id",
+    )
     ui_color = "#d6eaf8"
 
     def __init__(
@@ -93,6 +106,7 @@ class XtraBackupOperator(BaseOperator):
         from ..hooks.gpg import GpgKeysHook
         from ..hooks.xtrabackup import XtraBackupHook
 
+        skip_unless_branch_chose(self, context)
         if self.kind not in ("auto", "full", "incremental"):
             raise ValueError(f"kind must be auto, full or incremental, not {self.kind!r}")
         catalog = host_catalog(self)

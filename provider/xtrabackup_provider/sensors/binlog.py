@@ -11,7 +11,7 @@ from airflow.sdk import BaseSensorOperator
 from airflow.sdk.bases.sensor import PokeReturnValue
 
 if TYPE_CHECKING:
-    from ..core.config import ClusterConfig, FleetConfig, HostConfig
+    from ..core.config import ClusterConfig, FleetConfig
 
 
 class BinlogLagFailed(RuntimeError):
@@ -30,7 +30,7 @@ class BinlogLagSensor(BaseSensorOperator):
     XCom: {"server_uuid", "point", "deferred"}.
     """
 
-    template_fields: Sequence[str] = ("cluster", "host", "gtid", "prefix", "bucket")
+    template_fields: Sequence[str] = ("cluster", "host", "mysql_conn_id", "gtid", "prefix", "bucket")
     ui_color = "#fdebd0"
 
     def __init__(
@@ -131,9 +131,10 @@ class BinlogLagSensor(BaseSensorOperator):
         return {"server_uuid": server_uuid, "point": point, "deferred": True}
 
 
-def binlog_gate(config: FleetConfig, cluster: ClusterConfig, host: HostConfig, conn_id: str) -> Any:
+def binlog_gate(config: FleetConfig, cluster: ClusterConfig, host: Any, conn_id: Any) -> Any:
     """For the backup DAG: a BinlogLagSensor after the backup, or None unless the cluster ships
-    binlogs with `gate_backups`. It fails the run when the binlogs are not stored in time."""
+    binlogs with `gate_backups`. It fails the run when the binlogs are not stored in time.
+    `host` (its name) and `conn_id` may be a mapped task group's arguments."""
     binlogs = cluster.binlogs
     if binlogs is None or not binlogs.gate_backups:
         return None
@@ -141,8 +142,9 @@ def binlog_gate(config: FleetConfig, cluster: ClusterConfig, host: HostConfig, c
     return BinlogLagSensor(
         task_id="binlogs_shipped",
         cluster=cluster.name,
-        host=host.name,
+        host=host,
         mysql_conn_id=conn_id,
+        map_index_template="{{ task.host }}",
         bucket=storage.bucket,
         local_path=storage.local_path,
         prefix=storage.prefix,

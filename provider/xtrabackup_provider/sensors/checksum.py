@@ -12,7 +12,7 @@ from airflow.sdk import BaseSensorOperator
 from airflow.sdk.bases.sensor import PokeReturnValue
 
 if TYPE_CHECKING:
-    from ..core.config import ClusterConfig, HostConfig
+    from ..core.config import ChecksumGateConfig, ClusterConfig
     from ..core.consistency import GateVerdict
 
 log = logging.getLogger(__name__)
@@ -25,10 +25,11 @@ class ReplicaChecksumSensor(BaseSensorOperator):
     `on_diff`: fail (naming the tables) | skip (the downstream backup is skipped) | mark (succeed;
     the finding goes to the backup's manifest). `on_blocked`: fail at once with the reason, or
     wait (poke / reschedule, or `deferrable=True` to wait in the triggerer) until `timeout`.
-    XCom: the gate results (replica_health, checksum) the backup operator records.
+    XCom: the gate results (replica_health, checksum) the backup operator records. Messages name
+    the replica "replica <cluster>/<replica_name>" (default name: the connection id).
     """
 
-    template_fields: Sequence[str] = ("mysql_conn_id", "replicate", "on_diff")
+    template_fields: Sequence[str] = ("mysql_conn_id", "replicate", "on_diff", "cluster", "replica_name")
     ui_color = "#fdebd0"
 
     def __init__(
@@ -40,7 +41,8 @@ class ReplicaChecksumSensor(BaseSensorOperator):
         on_blocked: str = "fail",
         max_age_hours: float = 26,
         max_lag_seconds: float = 300,
-        replica_label: str = "",
+        cluster: str = "",
+        replica_name: str = "",
         deferrable: bool = False,
         **kwargs: Any,
     ) -> None:
@@ -51,8 +53,13 @@ class ReplicaChecksumSensor(BaseSensorOperator):
         self.on_blocked = on_blocked
         self.max_age_hours = max_age_hours
         self.max_lag_seconds = max_lag_seconds
-        self.replica_label = replica_label or f"replica {mysql_conn_id}"
+        self.cluster = cluster
+        self.replica_name = replica_name
         self.deferrable = deferrable
+
+    def _label(self) -> str:
+        name = self.replica_name or self.mysql_conn_id
+        return f"replica {self.cluster}/{name}" if self.cluster else f"replica {name}"
 
     def _check(self) -> GateVerdict:
         from ..core.consistency import GatePolicy, check_replica
@@ -69,7 +76,7 @@ class ReplicaChecksumSensor(BaseSensorOperator):
             max_lag_seconds=self.max_lag_seconds,
             replicate=self.replicate,
         )
-        return check_replica(XtraBackupHook(self.mysql_conn_id).get_target(), policy, self.replica_label)
+        return check_replica(XtraBackupHook(self.mysql_conn_id).get_target(), policy, self._label())
 
     def _decide(self, verdict: GateVerdict, final: bool) -> PokeReturnValue:
         from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
@@ -111,7 +118,7 @@ class ReplicaChecksumSensor(BaseSensorOperator):
                 max_lag_seconds=self.max_lag_seconds,
                 deadline=time.time() + float(timeout),
                 poll_interval=float(self.poke_interval),
-                label=self.replica_label,
+                label=self._label(),
             ),
             method_name="execute_complete",
             # Past the trigger's own deadline: the trigger reports the reason first.
@@ -128,10 +135,15 @@ class ReplicaChecksumSensor(BaseSensorOperator):
 
 
 def checksum_gate(
-    cluster: ClusterConfig, host: HostConfig, mysql_conn_id: str, task_id: str = "checksum_gate"
+    cluster: ClusterConfig,
+    gate: ChecksumGateConfig | None,
+    mysql_conn_id: Any,
+    replica_name: Any,
+    task_id: str = "checksum_gate",
 ) -> ReplicaChecksumSensor | None:
-    """The gate task for a host of the fleet config, or None when it has no checksum_gate."""
-    gate = host.checksum_gate
+    """The gate task for hosts of the fleet config with this `checksum_gate` (None: no task).
+
+    `mysql_conn_id` and `replica_name` may be a mapped task group's arguments."""
     if gate is None:
         return None
     wait = gate.on_blocked == "wait"
@@ -143,7 +155,9 @@ def checksum_gate(
         on_blocked=gate.on_blocked,
         max_age_hours=gate.max_age_hours,
         max_lag_seconds=gate.max_lag_seconds,
-        replica_label=f"replica {cluster.name}/{host.name}",
+        cluster=cluster.name,
+        replica_name=replica_name,
+        map_index_template="{{ task.replica_name }}",
         deferrable=gate.deferrable and wait,
         mode="reschedule" if wait and gate.poke_seconds >= 60 else "poke",
         poke_interval=gate.poke_seconds,
