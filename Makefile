@@ -10,6 +10,8 @@ DEB_PACKAGES := mariadb-server mariadb-backup mariadb-client percona-toolkit gnu
 .PHONY: setup deps test unit lint demo bench clean lock soak
 
 setup: deps $(STAMP)
+	@# Our own modules too (PYTHONDONTWRITEBYTECODE may be set): each CLI call and DAG parse imports them.
+	@$(PY) -m compileall -q provider dags scripts bench > /dev/null
 
 deps:
 	@scripts/install-debian-deps.sh $(DEB_PACKAGES)

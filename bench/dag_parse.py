@@ -10,6 +10,7 @@ gnupg, MySQLdb) the parse imported beyond what the baseline already imports.
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import shutil
@@ -84,7 +85,16 @@ def main() -> int:
         base.mkdir()
         (base / "empty_dag.py").write_text(EMPTY_DAG)
         shutil.copytree(REPO / "dags", ours, ignore=shutil.ignore_patterns("__pycache__", "config"))
+        # Byte-compiled, as a dag processor leaves them after its first pass (and as pip installs
+        # the provider); with PYTHONDONTWRITEBYTECODE set, each parse would compile them again.
+        for folder in (base, ours, REPO / "provider"):
+            compileall.compile_dir(folder, quiet=1)
         config = work / "fleet.yaml"
+        # Every host has its own queue: the routing policy must be installed (as in production).
+        (work / "airflow" / "config").mkdir(parents=True)
+        (work / "airflow" / "config" / "airflow_local_settings.py").write_text(
+            "from xtrabackup_provider.policy import task_instance_mutation_hook  # noqa: F401\n"
+        )
         config.write_text(yaml.safe_dump(fleet(args.hosts, args.clusters)))
         env = {
             **os.environ,
@@ -93,6 +103,7 @@ def main() -> int:
             "XTRABACKUP_FLEET_CONFIG": str(config),
             "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "300",
         }
+        load = os.getloadavg()
         runs: dict[str, list[dict]] = {"baseline": [], "ours": []}
         for _ in range(args.repeats):
             runs["baseline"].append(parse(base, env))
@@ -126,7 +137,8 @@ def main() -> int:
             "## DAG parse time at fleet scale\n\n"
             f"`.venv/bin/python bench/dag_parse.py --hosts {args.hosts} --clusters {args.clusters} "
             f"--repeats {args.repeats}`: each parse in a fresh interpreter through Airflow's DagBag, "
-            "alternating baseline and ours; medians.\n\n"
+            "alternating baseline and ours; medians. Load average before: "
+            f"{' '.join(f'{x:.2f}' for x in load)}.\n\n"
             f"{table}\n\n"
             f"Added over the empty DAG file: **{added:.3f} s** ({last['tasks']} tasks in {last['dags']} DAGs); "
             f"heavy modules imported beyond the baseline: **{', '.join(extra) or 'none'}**. "

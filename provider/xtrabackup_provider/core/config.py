@@ -6,6 +6,7 @@ environment, for when Airflow is down).
 
 from __future__ import annotations
 
+import hashlib
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -335,7 +336,10 @@ def parse_config(data: Any, source: str = "<config>") -> FleetConfig:
 
 
 def load_config(path: str | Path | None = None) -> FleetConfig:
-    """Load the fleet config from `path`, $XTRABACKUP_FLEET_CONFIG, or dags/config/fleet.yaml."""
+    """Load the fleet config from `path`, $XTRABACKUP_FLEET_CONFIG, or dags/config/fleet.yaml.
+
+    The four shipped DAG files read the same file: one process (a DagBag, `airflow dags list`)
+    parses it once per version of the file. Callers must not modify the returned config."""
     resolved = Path(
         path or os.environ.get(CONFIG_ENV) or Path(__file__).parents[3] / "dags/config/fleet.yaml"
     )
@@ -345,6 +349,16 @@ def load_config(path: str | Path | None = None) -> FleetConfig:
         raise ConfigError(
             f"cannot read fleet config {resolved}: {exc.strerror}; set {CONFIG_ENV} or --config"
         ) from exc
+    key = (str(resolved.resolve()), hashlib.sha256(text.encode()).hexdigest())
+    if (cached := _LOADED.get(key)) is None:
+        cached = _LOADED[key] = _parse_text(text, resolved)
+    return cached
+
+
+_LOADED: dict[tuple[str, str], FleetConfig] = {}
+
+
+def _parse_text(text: str, resolved: Path) -> FleetConfig:
     try:
         # The C loader is ~10x faster: DAG files parse this on every dag-processor pass.
         data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
