@@ -22,3 +22,9 @@ COPY --chown=airflow:0 provider /opt/provider/provider
 # Naming apache-airflow at the image's own version keeps pip from moving Airflow while it resolves
 # the provider's dependency range (the pattern the Airflow image docs recommend).
 RUN pip install --no-cache-dir "apache-airflow==${AIRFLOW_VERSION}" /opt/provider
+
+# The cluster policy that puts each mapped backup task on its host's queue (README, "Queues"):
+# every Airflow component needs it.
+RUN mkdir -p /opt/airflow/config && \
+    echo "from xtrabackup_provider.policy import task_instance_mutation_hook  # noqa: F401" \
+    > /opt/airflow/config/airflow_local_settings.py

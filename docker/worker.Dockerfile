@@ -33,3 +33,9 @@ USER airflow
 COPY --chown=airflow:0 pyproject.toml README.md /opt/provider/
 COPY --chown=airflow:0 provider /opt/provider/provider
 RUN pip install --no-cache-dir "apache-airflow==${AIRFLOW_VERSION}" /opt/provider
+
+# The cluster policy that puts each mapped backup task on its host's queue (README, "Queues"):
+# every Airflow component needs it.
+RUN mkdir -p /opt/airflow/config && \
+    echo "from xtrabackup_provider.policy import task_instance_mutation_hook  # noqa: F401" \
+    > /opt/airflow/config/airflow_local_settings.py
