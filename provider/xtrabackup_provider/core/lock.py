@@ -175,6 +175,9 @@ class HostLock:
             etag = self.store.put_new(self.key, body, if_match=current_etag)
         if etag is None:
             raced = self.store.get_versioned(self.key)
+            if raced is None and (etag := self.store.put_new(self.key, body)) is not None:
+                return etag  # the winner of the race has already released it
+            raced = raced or self.store.get_versioned(self.key)
             winner = Holder.parse(raced[0]) if raced else None
             raise HostLockBusy(
                 f"{self.purpose} of {self.what} cannot start: another {winner.purpose if winner else 'run'} "
