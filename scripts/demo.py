@@ -139,7 +139,13 @@ def load_dag(module: str, dag_id: str):  # noqa: ANN201 - an Airflow DAG
 
 def run_dag(dag, **conf: str) -> dict[str, str]:  # noqa: ANN001
     dagrun = dag.test(run_conf=conf)
-    states = {ti.task_id: str(ti.state) for ti in dagrun.get_task_instances()}
+    # A task mapped over hosts shows with its map index's name: backup.full_backup[db1].
+    states = {
+        ti.task_id + (f"[{ti.rendered_map_index or ti.map_index}]" if ti.map_index >= 0 else ""): str(
+            ti.state
+        )
+        for ti in dagrun.get_task_instances()
+    }
     print(
         f"    DagRun {dag.dag_id}: {dagrun.state}; tasks: "
         + ", ".join(f"{k}={v}" for k, v in sorted(states.items()))
