@@ -15,7 +15,7 @@ no boto3, zstandard or gnupg: the operators import them when they run.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from airflow.sdk import DAG, task, task_group
@@ -171,6 +171,9 @@ def _backup_group(
             policy=config.retention.model_dump(exclude={"confirm"}),
             confirm=config.retention.confirm,
             trigger_rule="none_failed_min_one_success",
+            # A backup of this host started elsewhere (the CLI) holds its lock: try again later.
+            retries=2,
+            retry_delay=timedelta(minutes=15),
             pool=config.storage.pool.name if config.storage.pool else None,  # storage API work only
             map_index_template="{{ task.host }}",
             **_storage_args(config),
