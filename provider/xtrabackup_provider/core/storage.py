@@ -416,21 +416,25 @@ class S3Store:
         )
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        paginator = self.client.get_paginator("list_objects_v2")
-        pages = iter(paginator.paginate(Bucket=self.bucket, Prefix=prefix))
-        while True:
-            try:
-                page = next(pages, None)
-            except (BotoCoreError, ClientError) as exc:
-                raise self.failure("list", prefix, exc) from exc
-            if page is None:
-                return
+        for page in self._pages("list_objects_v2", "list", prefix):
             for obj in page.get("Contents", []):
                 yield ObjectInfo(
                     obj["Key"], obj["Size"], obj.get("StorageClass", "STANDARD"), obj.get("LastModified")
                 )
+
+    def _pages(self, operation: str, what: str, prefix: str) -> Iterator[dict[str, Any]]:
+        """The pages of a paginated listing under `prefix`; a failure names the endpoint and bucket."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        pages = iter(self.client.get_paginator(operation).paginate(Bucket=self.bucket, Prefix=prefix))
+        while True:
+            try:
+                page = next(pages, None)
+            except (BotoCoreError, ClientError) as exc:
+                raise self.failure(what, prefix, exc) from exc
+            if page is None:
+                return
+            yield page
 
     def delete(self, keys: Iterable[str]) -> None:
         batch: builtins.list[str] = []
@@ -501,8 +505,7 @@ class S3Store:
         """
         cutoff = datetime.now(UTC) - older_than
         aborted = []
-        paginator = self.client.get_paginator("list_multipart_uploads")
-        for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
+        for page in self._pages("list_multipart_uploads", "list multipart uploads", prefix):
             for upload in page.get("Uploads", []):
                 initiated = upload.get("Initiated")
                 if initiated is not None and initiated > cutoff:
