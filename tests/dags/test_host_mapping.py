@@ -93,3 +93,23 @@ def test_a_failed_host_keeps_its_backups_and_the_others_go_on(fleet):
     assert states["db1.full_backup"] == states["db1.retention"] == "success", states
     assert states["db2.choose_kind"] == "failed"
     assert states["db2.full_backup"] == states["db2.retention"] == "upstream_failed", states
+
+
+def test_a_task_whose_host_cannot_be_resolved_keeps_the_placeholder_queue(fleet):
+    """No worker listens on the placeholder: an unresolvable task waits (and times out) rather
+    than running a backup on some other host's worker."""
+    from types import SimpleNamespace
+
+    from xtrabackup_provider.policy import route_backup_task
+
+    _two_hosts(("backup_db1", "backup_db2"))
+    dag = load_dag_module("mysql_backup").mysql_backup_dagtest
+    backup, decide = dag.get_task("backup.full_backup"), dag.get_task("backup.choose_kind")
+    routed = [
+        SimpleNamespace(task=backup, map_index=i, queue=HOST_QUEUE, task_id=backup.task_id) for i in (1, 2)
+    ]
+    untouched = SimpleNamespace(task=decide, map_index=1, queue="default", task_id=decide.task_id)
+    for ti in (*routed, untouched):
+        route_backup_task(ti)
+    assert [ti.queue for ti in routed] == ["backup_db2", HOST_QUEUE]  # index 2: only 2 hosts
+    assert untouched.queue == "default"
