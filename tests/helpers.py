@@ -1,18 +1,24 @@
-"""Reusable test helpers (no fixtures, no Airflow imports): data seeding, waits, GPG keys, S3 endpoint."""
+"""Reusable test helpers (no fixtures, no Airflow imports): data seeding, known PITR points, waits,
+backups, GPG keys, S3 endpoint."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from xtrabackup_provider.core.backup import BackupRequest, run_backup
+from xtrabackup_provider.core.catalog import Catalog, Manifest
 from xtrabackup_provider.core.crypto import GpgHome, generate_key_pair
+from xtrabackup_provider.core.mysql import MySQLTarget
 from xtrabackup_provider.core.sandbox import SandboxServer, free_port
 
 # -- waiting ---------------------------------------------------------------------------------------
@@ -175,6 +181,67 @@ def add_orders(server: SandboxServer, database: str, rows: int) -> None:
         f" REPEAT(CHAR(97 + seq % 26 USING ascii), 1 + seq % 200) FROM seq_{start + 1}_to_{start + rows}",
         database=database,
     )
+
+
+@dataclass(frozen=True)
+class KnownPoint:
+    """The source right after one known transaction: a point-in-time restore target to check against."""
+
+    rows: frozenset[int]  # the ids in `<db>`.t
+    time: int  # epoch seconds after the transaction's event and before the next write (real clock)
+    gtid: str
+    position: str  # <binlog file>:<position> just past it
+
+
+def commit_known(server: SandboxServer, db: str, value: str, conn: Any = None) -> KnownPoint:
+    """Insert one row into `<db>`.t (``id INT AUTO_INCREMENT PRIMARY KEY, v VARCHAR``) in its own
+    transaction (on ``conn`` if given, e.g. a session with its own ``SET TIMESTAMP``), remember the
+    state after it, and wait until the clock passes the second after its event, so the next write
+    is stamped later (binlog events have one-second resolution). A session whose clock is set back
+    stamps every event with that time: target its GTID or position, not its time."""
+    own = conn is None
+    conn = server.connect() if own else conn
+    try:
+        cur = conn.cursor()
+        cur.execute(f"INSERT INTO `{db}`.t (v) VALUES (%s)", (value,))
+        cur.execute("SELECT @@last_gtid, UNIX_TIMESTAMP()")
+        gtid, stamped = cur.fetchone()
+        cur.execute("SHOW MASTER STATUS")
+        file, pos = cur.fetchone()[:2]
+    finally:
+        if own:
+            conn.close()
+    rows = frozenset(r[0] for r in server.query(f"SELECT id FROM `{db}`.t"))
+    after = math.floor(stamped) + 1
+    while time.time() < after + 0.05:
+        time.sleep(0.05)
+    return KnownPoint(rows, after, str(gtid), f"{file}:{pos}")
+
+
+def iso_utc(epoch: int) -> str:
+    """Epoch seconds as a PITR target time (``2026-01-01T10:00:00Z``)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+# -- backups ---------------------------------------------------------------------------------------
+
+
+def root_target(server: SandboxServer) -> MySQLTarget:
+    """The server's root account over its socket, as core calls take a database."""
+    return MySQLTarget(socket=str(server.socket), user="root", password=server.root_password)
+
+
+def take_backup(
+    server: SandboxServer, catalog: Catalog, keys: GpgKeys, kind: str, after: Manifest | None = None
+) -> Manifest:
+    """run_backup of ``kind`` encrypted to ``keys``; waits for the second after ``after`` started
+    first, as backup ids have one-second resolution."""
+    while after and datetime.now(UTC).replace(microsecond=0) <= after.started_at.replace(microsecond=0):
+        time.sleep(0.05)
+    request = BackupRequest(
+        catalog=catalog, target=root_target(server), kind=kind, public_keys=[keys.public_key]
+    )
+    return run_backup(request)
 
 
 # -- GPG -------------------------------------------------------------------------------------------

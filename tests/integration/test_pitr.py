@@ -7,7 +7,6 @@ between are committed at least a second apart.
 
 from __future__ import annotations
 
-import math
 import secrets
 import threading
 import time
@@ -16,12 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from helpers import unique_name
+from helpers import commit_known, iso_utc, root_target, unique_name
 from xtrabackup_provider.cli import main as cli_main
 from xtrabackup_provider.core.backup import BackupRequest, run_backup
 from xtrabackup_provider.core.binlog import ShipRequest, ship_binlogs
 from xtrabackup_provider.core.catalog import Catalog, Manifest
-from xtrabackup_provider.core.mysql import MySQLTarget
 from xtrabackup_provider.core.pitr import PitrError, PitrRequest, PitrTarget, point_in_time_restore
 from xtrabackup_provider.core.sandbox import SandboxServer
 from xtrabackup_provider.core.storage import S3Store, make_s3_client
@@ -46,22 +44,9 @@ class History:
 
     def known(self, label: str) -> None:
         """Commit a known transaction, remember the state after it, and a target time just after it."""
-        conn = self.server.connect()
-        try:
-            cur = conn.cursor()
-            cur.execute(f"INSERT INTO `{self.db}`.t (v) VALUES (%s)", (label,))
-            cur.execute("SELECT @@last_gtid")
-            self.gtids[label] = str(cur.fetchone()[0])
-            cur.execute("SHOW MASTER STATUS")
-            file, pos = cur.fetchone()[:2]
-            self.positions[label] = f"{file}:{pos}"
-        finally:
-            conn.close()
-        self.rows[label] = self.ids()
-        # Its event is stamped with a second before this one; the next write comes after it.
-        self.times[label] = math.floor(time.time()) + 1
-        while time.time() < self.times[label] + 0.05:
-            time.sleep(0.05)
+        point = commit_known(self.server, self.db, label)
+        self.rows[label], self.times[label] = set(point.rows), point.time
+        self.gtids[label], self.positions[label] = point.gtid, point.position
 
 
 class Writer(threading.Thread):
@@ -93,10 +78,6 @@ class Writer(threading.Thread):
         self.join(10)
 
 
-def _target(server: SandboxServer) -> MySQLTarget:
-    return MySQLTarget(socket=str(server.socket), user="root", password=server.root_password)
-
-
 @pytest.fixture(scope="module")
 def history(mariadb_factory, s3_server, gpg_keys) -> History:
     server = mariadb_factory("pitr", root_password=secrets.token_urlsafe(16))
@@ -108,7 +89,7 @@ def history(mariadb_factory, s3_server, gpg_keys) -> History:
     server.query(f"CREATE DATABASE `{h.db}`")
     server.query(f"CREATE TABLE `{h.db}`.t (id INT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(64)) ENGINE=InnoDB")
     server.query(f"INSERT INTO `{h.db}`.t (v) SELECT 'before' FROM seq_1_to_200", database=h.db)
-    backup = dict(catalog=catalog, target=_target(server), public_keys=[gpg_keys.public_key])
+    backup = dict(catalog=catalog, target=root_target(server), public_keys=[gpg_keys.public_key])
 
     with Writer(server, h.db) as writer:
         h.full = run_backup(BackupRequest(kind="full", **backup))
@@ -126,7 +107,9 @@ def history(mariadb_factory, s3_server, gpg_keys) -> History:
     for label in ("C", "D", "E", "F"):
         h.known(label)
     ship_binlogs(
-        ShipRequest(catalog=catalog, target=_target(server), public_keys=[gpg_keys.public_key], flush=True)
+        ShipRequest(
+            catalog=catalog, target=root_target(server), public_keys=[gpg_keys.public_key], flush=True
+        )
     )
     return h
 
@@ -158,7 +141,9 @@ def _pitr(history: History, gpg_keys, tmp_path: Path, target: PitrTarget):
 def test_restore_to_a_time_after_the_incremental_gives_exactly_the_rows_committed_before_it(
     history, gpg_keys, tmp_path
 ):
-    report, ids, accounts = _pitr(history, gpg_keys, tmp_path, PitrTarget.at_time(_iso(history.times["C"])))
+    report, ids, accounts = _pitr(
+        history, gpg_keys, tmp_path, PitrTarget.at_time(iso_utc(history.times["C"]))
+    )
     assert report.backup_id == history.incremental.backup_id, "the newest backup before the target"
     assert ids == history.rows["C"]
     assert ("app", "%") in accounts, "a replayed CREATE USER / GRANT must apply"
@@ -167,7 +152,7 @@ def test_restore_to_a_time_after_the_incremental_gives_exactly_the_rows_committe
 
 
 def test_restore_to_a_time_before_the_incremental_replays_from_the_full(history, gpg_keys, tmp_path):
-    report, ids, _ = _pitr(history, gpg_keys, tmp_path, PitrTarget.at_time(_iso(history.times["A"])))
+    report, ids, _ = _pitr(history, gpg_keys, tmp_path, PitrTarget.at_time(iso_utc(history.times["A"])))
     assert report.backup_id == history.full.backup_id
     assert ids == history.rows["A"]
     assert (
@@ -209,7 +194,7 @@ def test_a_target_beyond_the_shipped_binlogs_is_refused_and_leaves_the_target_em
     history, gpg_keys, tmp_path
 ):
     datadir = tmp_path / "restored" / "data"
-    future = PitrTarget.at_time(_iso(int(time.time()) + 3600))
+    future = PitrTarget.at_time(iso_utc(int(time.time()) + 3600))
     with pytest.raises(PitrError, match="Ship binlogs first"):
         point_in_time_restore(
             PitrRequest(
@@ -220,7 +205,3 @@ def test_a_target_beyond_the_shipped_binlogs_is_refused_and_leaves_the_target_em
             )
         )
     assert not datadir.exists() or not any(datadir.iterdir())
-
-
-def _iso(epoch: int) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))

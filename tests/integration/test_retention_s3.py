@@ -9,18 +9,15 @@ deletion from GLACIER is reported with its charge.
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from helpers import add_orders, seed_database, unique_name
+from helpers import add_orders, seed_database, take_backup, unique_name
 from manifest_factory import CLUSTER, HOST, PREFIX, make_manifest
-from xtrabackup_provider.core.backup import BackupRequest, run_backup
 from xtrabackup_provider.core.catalog import Catalog, Manifest
 from xtrabackup_provider.core.lock import LOCK_NAME
-from xtrabackup_provider.core.mysql import MySQLTarget
 from xtrabackup_provider.core.restore import RestoreRequest, restore
 from xtrabackup_provider.core.restore_test import RestoreTestRequest, run_restore_test
 from xtrabackup_provider.core.retention import RetentionPolicy
@@ -50,13 +47,6 @@ def _keys(catalog: Catalog) -> set[str]:
     return {i.key for i in catalog.store.list(catalog.host_prefix + "/")}
 
 
-def _backup(server: SandboxServer, catalog: Catalog, keys, kind: str, after: Manifest | None) -> Manifest:
-    while after and datetime.now(UTC).replace(microsecond=0) <= after.started_at.replace(microsecond=0):
-        time.sleep(0.05)  # backup ids have one-second resolution
-    target = MySQLTarget(socket=str(server.socket), user="root", password=server.root_password)
-    return run_backup(BackupRequest(catalog=catalog, target=target, kind=kind, public_keys=[keys.public_key]))
-
-
 def test_applied_plan_keeps_valid_chains_the_verified_one_and_the_newest_restores(
     mariadb, s3_server, bucket, gpg_keys, tmp_path
 ):
@@ -66,7 +56,7 @@ def test_applied_plan_keeps_valid_chains_the_verified_one_and_the_newest_restore
     taken: list[Manifest] = []
     for kind in ("full", "incremental") * 3:  # chains A, B, C of a full and an incremental each
         add_orders(mariadb, db, 300)
-        taken.append(_backup(mariadb, catalog, gpg_keys, kind, taken[-1] if taken else None))
+        taken.append(take_backup(mariadb, catalog, gpg_keys, kind, taken[-1] if taken else None))
     newest_state = table_checksums(mariadb, [db])
     a, b, c = taken[0:2], taken[2:4], taken[4:6]
     verified = run_restore_test(
