@@ -13,8 +13,9 @@ In one invocation:
    (``SandboxServer.on_datadir(...).start()`` is inside both clocks):
 
    (ours)     ``core.restore.restore()``: the 7 objects fetched in parallel with ranged GETs and
-              streamed through sha256 -> gpg -> zstd -> mbstream -x, no file staged; prepare with
-              ``--use-memory`` sized from the copied redo; move-back.
+              streamed through sha256 -> gpg | zstd -d | mbstream -x, no file staged; prepare with
+              ``--use-memory`` sized from the copied redo (applied incrementals removed while the next
+              step runs); move-back.
    (baseline) what a script does by hand, one step and one object after another: ``get_object`` of
               every object to a file; then per object ``gpg --decrypt`` to a file, ``zstd -d`` to a file,
               ``mbstream -x`` into its directory; ``mariabackup --prepare`` of the base and
@@ -265,7 +266,7 @@ class Restores:
         base = self._fresh("ours")
         datadir = base / "data"
         run = RtoRun(label, 0.0, 0.0, {})
-        extra = {"plan+checks": 0.0, "scratch cleanup": 0.0}
+        extra = {"plan+checks": 0.0}
         real = {
             "run_step": prepare.run_step,
             "fetch_one": restore_mod.fetch_one,
@@ -273,7 +274,6 @@ class Restores:
             "check_target": restore_mod.check_target,
             "_check_not_archived": restore_mod._check_not_archived,
             "_prepare_tool": restore_mod._prepare_tool,
-            "shutil": restore_mod.shutil,
         }
 
         def timed(fn: Callable[..., Any], phase: str) -> Callable[..., Any]:
@@ -302,7 +302,6 @@ class Restores:
         restore_mod.fetch_one = timed_fetch
         for name in ("plan_chain", "check_target", "_check_not_archived", "_prepare_tool"):
             setattr(restore_mod, name, timed(real[name], "plan+checks"))
-        restore_mod.shutil = _ShutilProxy(timed(shutil.rmtree, "scratch cleanup"))
         _sync()
         cpu0 = _cpu()
         started = time.monotonic()
@@ -330,7 +329,7 @@ class Restores:
             "fetch+decrypt+decompress+extract": report.timings.get("fetch_extract", 0.0),
             "prepare": report.timings.get("prepare", 0.0),
             "move-back" if move_back else "copy-back": report.timings.get("copy_back", 0.0),
-            "scratch cleanup": extra["scratch cleanup"],
+            "scratch cleanup": report.timings.get("scratch_cleanup", 0.0),
         }
         run.phases["other"] = restored - started - sum(run.phases.values())
         run.prepare_argv = report.prepare_argv
@@ -408,16 +407,6 @@ class Restores:
         finally:
             shutil.rmtree(base, ignore_errors=True)
         return run
-
-
-class _ShutilProxy:
-    """``shutil`` for restore.py with a timed ``rmtree``."""
-
-    def __init__(self, rmtree: Callable[..., Any]) -> None:
-        self.rmtree = rmtree
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(shutil, name)
 
 
 def _step_name(index: int) -> str:
@@ -716,8 +705,10 @@ def report(
         ]
     lines += [
         "- (ours) `core.restore.restore()`: parallel ranged GETs (4 objects x 4 ranges of 8 MiB in flight), "
-        "each object streamed sha256 -> `gpg --decrypt` -> zstd (python-zstandard) -> `mbstream -x`, nothing "
-        "staged; prepare with `--use-memory` sized from the redo; `--move-back`; start.",
+        "each object's bytes hashed (sha256) in Python and written into `gpg --decrypt | zstd -d | mbstream -x` "
+        "(OS pipes: no decrypted or decompressed byte passes through Python), nothing staged; prepare with "
+        "`--use-memory` sized from the redo, each applied incremental directory removed in the background while "
+        "the next step runs; `--move-back`; start.",
         "- (baseline) one step after another: `get_object` of each object to a file; per object `gpg --decrypt` "
         "to a file, `zstd -d` to a file, `mbstream -x` into its directory; `mariabackup --prepare` then "
         "`--prepare --incremental-dir` x6 with the default memory; `--copy-back`; start.",
@@ -774,8 +765,9 @@ def report(
                 f"- ours: `fetch+...` includes the throwaway GNUPGHOME and the private key's import; per-object "
                 f"stream times ({PARALLEL_DOWNLOADS} objects at a time, in completion order): {fetch} s, the "
                 f"full being the critical path. Prepare ran with `{mem_flag}` (sized from the small redo of "
-                "these backups). `scratch cleanup` removes the extracted incrementals after move-back, before "
-                "`restore()` returns."
+                "these backups). `scratch cleanup` is what is left after the move-back, before `restore()` "
+                "returns: waiting for the removal of the last applied incremental, and removing the scratch "
+                "directory."
             )
         if base:
             lines.append(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
+import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from xtrabackup_provider.core.backup import BackupRequest, run_backup
 from xtrabackup_provider.core.catalog import Catalog, CatalogError, Manifest
 from xtrabackup_provider.core.mysql import MySQLTarget, server_facts
 from xtrabackup_provider.core.pipeline import PipelineError
+from xtrabackup_provider.core.prepare import PrepareError
 from xtrabackup_provider.core.restore import RestoreReport, RestoreRequest, restore
 from xtrabackup_provider.core.sandbox import SandboxServer, table_checksums
 from xtrabackup_provider.core.storage import S3Store, make_s3_client
@@ -396,3 +398,75 @@ def test_incremental_on_another_servers_chain_is_refused(
     assert catalog.backup_ids() == [full.backup_id], "a manifest was registered for the refused backup"
     assert sorted(o.key for o in catalog.store.list("backups/")) == objects_before
     assert catalog.store.open_multipart_uploads("backups/") == []
+
+
+# -- prepare failures and scratch --------------------------------------------------------------------
+
+
+def _failing_tool(tmp_path: Path, fail_on: str) -> tuple[Path, Path]:
+    """A mariabackup that logs every call and fails the prepare that applies `fail_on`."""
+    log = tmp_path / "calls.log"
+    wrapper = tmp_path / "mariabackup"
+    real = shutil.which("mariabackup")
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {log}\n'
+        'for a in "$@"; do case "$a" in\n'
+        f'  --incremental-dir=*/{fail_on}) echo "InnoDB: simulated failure applying {fail_on}" >&2; exit 1;;\n'
+        "esac; done\n"
+        f'exec {real} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return wrapper, log
+
+
+def test_failed_prepare_in_the_middle_of_the_chain_names_the_step_and_leaves_no_trace(
+    chain: Chain, s3_server, gpg_keys, tmp_path
+):
+    """Applied incrementals are removed while later steps run; a later step failing still ends with
+    a clear error, an untouched target and no scratch left."""
+    catalog = _catalog(s3_server, chain.bucket)
+    failing = chain.ids[4]
+    tool, calls = _failing_tool(tmp_path, failing)
+    target = tmp_path / "restore" / "data"
+    with pytest.raises(PrepareError) as excinfo:
+        restore(
+            RestoreRequest(
+                catalog=catalog,
+                target_datadir=target,
+                private_key=gpg_keys.private_key,
+                passphrase=gpg_keys.passphrase,
+                binary=str(tool),
+            )
+        )
+    message = str(excinfo.value)
+    assert failing in message and "simulated failure" in message, message
+    prepares = [line for line in calls.read_text().splitlines() if "--prepare" in line]
+    assert [p.rsplit("/", 1)[-1] if "--incremental-dir" in p else "base" for p in prepares] == [
+        "base",
+        *chain.ids[1:5],
+    ], "prepare went on after the failed step"
+    assert not any("--move-back" in line or "--copy-back" in line for line in calls.read_text().splitlines())
+    assert not target.exists(), "the target was created although prepare failed"
+    assert sorted(p.name for p in (tmp_path / "restore").iterdir()) == [], "scratch left behind"
+
+
+def test_keep_scratch_keeps_every_extracted_backup(chain: Chain, s3_server, gpg_keys, tmp_path):
+    catalog = _catalog(s3_server, chain.bucket)
+    target = tmp_path / "restore" / "data"
+    scratch = tmp_path / "scratch"
+    restore(
+        RestoreRequest(
+            catalog=catalog,
+            target_datadir=target,
+            backup_id=chain.ids[2],
+            private_key=gpg_keys.private_key,
+            passphrase=gpg_keys.passphrase,
+            scratch_dir=scratch,
+            keep_scratch=True,
+        )
+    )
+    assert sorted(p.name for p in scratch.iterdir()) == chain.ids[:3]
+    for inc in chain.ids[1:3]:  # an applied incremental is kept when asked to
+        assert (scratch / inc / "xtrabackup_checkpoints").is_file() or any((scratch / inc).iterdir())
+    assert _checksums_of_restored(target, tmp_path / "sb", chain.dbs) == chain.states[2]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,7 +110,19 @@ def run_step(
 
 
 def run_chain(
-    tool: engine.ToolVersion, base: Path, incrementals: list[Path], tuning: engine.PrepareTuning
+    tool: engine.ToolVersion,
+    base: Path,
+    incrementals: list[Path],
+    tuning: engine.PrepareTuning,
+    *,
+    applied: Callable[[engine.PrepareStep], object] | None = None,
 ) -> list[PrepareReport]:
+    """Every prepare step in order; `applied(step)` runs after each step that succeeded (a restore
+    uses it to discard an incremental directory as soon as it has been applied)."""
     steps = engine.prepare_steps(tool, str(base), [str(d) for d in incrementals])
-    return [run_step(tool, step, tuning) for step in steps]
+    reports = []
+    for step in steps:
+        reports.append(run_step(tool, step, tuning))
+        if applied:
+            applied(step)
+    return reports

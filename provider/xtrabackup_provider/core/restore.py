@@ -91,6 +91,9 @@ def restore(req: RestoreRequest) -> RestoreReport:
     if scratch.exists() and any(scratch.iterdir()):
         raise RestoreError(f"scratch directory {scratch} is not empty (an earlier restore?); remove it first")
     scratch.mkdir(parents=True, exist_ok=True)
+    # An applied incremental directory is consumed: it is removed in this thread while the next
+    # prepare step (or the move-back) runs, instead of all of them after the move-back.
+    discarder = ThreadPoolExecutor(1, thread_name_prefix="discard")
     try:
         t0 = time.monotonic()
         dirs = fetch_chain(req, chain, tool, scratch, report)
@@ -103,17 +106,32 @@ def restore(req: RestoreRequest) -> RestoreReport:
             use_memory=req.use_memory,
             estimated=chain[0].estimate_memory,
         )
-        steps = prepare.run_chain(tool, dirs[0], dirs[1:], tuning)
+
+        def applied(step: engine.PrepareStep) -> None:
+            if step.incremental_dir and not req.keep_scratch:
+                discarder.submit(_discard, Path(step.incremental_dir))
+
+        steps = prepare.run_chain(tool, dirs[0], dirs[1:], tuning, applied=applied)
         report.prepare_argv = [s.argv for s in steps]
         report.timings["prepare"] = time.monotonic() - t0
         t0 = time.monotonic()
         copy_back(tool, dirs[0], req.target_datadir, move=req.move_back)
         report.timings["copy_back"] = time.monotonic() - t0
     finally:
+        t0 = time.monotonic()
+        discarder.shutdown(wait=True)
         if not req.keep_scratch:
             shutil.rmtree(scratch, ignore_errors=True)
+        report.timings["scratch_cleanup"] = time.monotonic() - t0
     log.info("restored %s (chain %s) into %s", last.backup_id, " -> ".join(report.chain), req.target_datadir)
     return report
+
+
+def _discard(directory: Path) -> None:
+    """Remove an incremental directory that prepare has applied (nothing reads it again)."""
+    started = time.monotonic()
+    shutil.rmtree(directory, ignore_errors=True)
+    log.debug("removed the applied %s in %.2fs", directory, time.monotonic() - started)
 
 
 def _prepare_tool(chain: list[Manifest], binary: str | None) -> engine.ToolVersion:
