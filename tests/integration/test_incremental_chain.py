@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import secrets
 import shutil
 import time
@@ -442,7 +443,8 @@ def test_failed_prepare_in_the_middle_of_the_chain_names_the_step_and_leaves_no_
     message = str(excinfo.value)
     assert failing in message and "simulated failure" in message, message
     prepares = [line for line in calls.read_text().splitlines() if "--prepare" in line]
-    assert [p.rsplit("/", 1)[-1] if "--incremental-dir" in p else "base" for p in prepares] == [
+    applied = [re.search(r"--incremental-dir=\S*/([^/\s]+)", p) for p in prepares]
+    assert [m.group(1) if m else "base" for m in applied] == [
         "base",
         *chain.ids[1:5],
     ], "prepare went on after the failed step"
@@ -470,3 +472,31 @@ def test_keep_scratch_keeps_every_extracted_backup(chain: Chain, s3_server, gpg_
     for inc in chain.ids[1:3]:  # an applied incremental is kept when asked to
         assert (scratch / inc / "xtrabackup_checkpoints").is_file() or any((scratch / inc).iterdir())
     assert _checksums_of_restored(target, tmp_path / "sb", chain.dbs) == chain.states[2]
+
+
+def test_the_restore_keyring_keeps_the_private_key_passphrase_protected(
+    chain: Chain, s3_server, gpg_keys, tmp_path, monkeypatch
+):
+    """The restore's throwaway agent stores the key under its minimum S2K count (one derivation per
+    object): still protected by the passphrase, never in the clear, and wiped afterwards."""
+    from xtrabackup_provider.core import restore as restore_mod
+
+    seen: dict[str, bytes] = {}
+    homes: list[Path] = []
+    real_fetch_one = restore_mod.fetch_one
+
+    def inspecting_fetch_one(*args: Any, **kwargs: Any) -> Any:
+        home = args[4].path
+        homes.append(home)
+        for key in (home / "private-keys-v1.d").glob("*.key"):
+            seen[key.name] = key.read_bytes()
+        return real_fetch_one(*args, **kwargs)
+
+    monkeypatch.setattr(restore_mod, "fetch_one", inspecting_fetch_one)
+    target = tmp_path / "restore" / "data"
+    _restore(catalog=_catalog(s3_server, chain.bucket), keys=gpg_keys, target=target, backup_id=chain.ids[1])
+    assert seen, "no private key in the restore's GPG home"
+    for name, content in seen.items():
+        assert b"(protected-private-key" in content and b"(private-key" not in content, name
+    assert homes and not any(h.exists() for h in homes), "the restore's GPG home was not wiped"
+    assert _checksums_of_restored(target, tmp_path / "sb", chain.dbs) == chain.states[1]
