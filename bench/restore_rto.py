@@ -79,8 +79,9 @@ TARGET_RTO_RATIO = 1.5
 INCREMENTALS = 6
 BUCKET = "xbp-bench"
 DATABASE = "bench"
-PARALLEL_DOWNLOADS = 4  # RestoreRequest's default
+PARALLEL_DOWNLOADS = restore_mod.default_parallel_downloads()  # what RestoreRequest uses here
 VARIANT_SERIAL = "ours, parallel_downloads=1"
+VARIANT_FOUR = "ours, parallel_downloads=4"
 VARIANT_COPY = "ours, copy-back"
 BIG_REDO_LOG = "2G"
 LOAD_ROWS = 2000  # rows per UPDATE of the write load
@@ -261,7 +262,7 @@ class Restores:
         run.data_ok = not run.mismatched
 
     def ours(
-        self, parallel_downloads: int = PARALLEL_DOWNLOADS, move_back: bool = True, label: str = "ours"
+        self, parallel_downloads: int | None = None, move_back: bool = True, label: str = "ours"
     ) -> RtoRun:
         base = self._fresh("ours")
         datadir = base / "data"
@@ -704,7 +705,8 @@ def report(
             "",
         ]
     lines += [
-        "- (ours) `core.restore.restore()`: parallel ranged GETs (4 objects x 4 ranges of 8 MiB in flight), "
+        f"- (ours) `core.restore.restore()` with its defaults: parallel ranged GETs ({PARALLEL_DOWNLOADS} objects "
+        "(`default_parallel_downloads()`: one per core, 2 to 4) x 4 ranges of 8 MiB in flight), "
         "each object's bytes hashed (sha256) in Python and written into `gpg --decrypt | zstd -d | mbstream -x` "
         "(OS pipes: no decrypted or decompressed byte passes through Python), nothing staged; prepare with "
         "`--use-memory` sized from the redo, each applied incremental directory removed in the background while "
@@ -777,7 +779,8 @@ def report(
         if VARIANT_SERIAL in rto or VARIANT_COPY in rto:
             lines.append(
                 f"- `{VARIANT_SERIAL}`: ours fetching one object at a time (each still with parallel ranged "
-                f"GETs); `{VARIANT_COPY}`: ours with `move_back=False`. One run each, to see what parallel "
+                f"GETs); `{VARIANT_FOUR}` (when the default is not 4): four at a time; "
+                f"`{VARIANT_COPY}`: ours with `move_back=False`. One run each, to see what parallel "
                 "objects and move-back are worth."
             )
         lines.append("")
@@ -1013,8 +1016,11 @@ def main(argv: list[str] | None = None) -> int:
                     if args.investigate:
                         variants: dict[str, Callable[[], RtoRun]] = {
                             VARIANT_SERIAL: lambda: restores.ours(parallel_downloads=1, label=VARIANT_SERIAL),
+                            VARIANT_FOUR: lambda: restores.ours(parallel_downloads=4, label=VARIANT_FOUR),
                             VARIANT_COPY: lambda: restores.ours(move_back=False, label=VARIANT_COPY),
                         }
+                        if PARALLEL_DOWNLOADS == 4:
+                            del variants[VARIANT_FOUR]  # that is the default here
                         for name, fn in variants.items():
                             rto_error = _rto_run(rto, name, fn, 0) or rto_error
         if args.only in (None, "memory"):
