@@ -204,7 +204,7 @@ def fetch_chain(
             for m, fut in zip(chain, futures, strict=True):
                 stored, raw = fut.result()
                 report.stored_bytes += stored
-                report.raw_bytes += raw
+                report.raw_bytes += max(raw, 0)  # -1: zstd did not report the size
                 log.info("fetched %s: %d stored bytes, %d extracted", m.backup_id, stored, raw)
     return dirs
 
