@@ -66,8 +66,9 @@ def default_parallel_downloads() -> int:
 
     Each object's gpg | zstd -d | extractor keeps about a core busy, so more objects than cores only
     split the CPU between them and slow the largest object (the full, the critical path). On a 2-core
-    worker, 2 at a time fetched the bench's 7-object chain in 4.2 s against 4.6 s with 4 (medians of
-    4, docs/BENCHMARKS.md). At least 2, so one object's start and tail overlap with another's."""
+    worker, 2 at a time fetched the restore_rto bench's 7-object chain in 4.2 s against 4.6 s with 4
+    (fetch only, medians of 4 alternating runs). At least 2, so one object's start and tail overlap
+    with another's."""
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
