@@ -766,7 +766,7 @@ def report(
             lines.append(
                 "- `CPU s` counts this process and the tools it waited for, not gpg-agent (a daemon). The agent "
                 "derives the key once per object: ~0.14 s in all with the minimum S2K count the restore's throwaway "
-                "home uses (`restore._cheap_agent_protection`), 2.6 s (measured once, 7 objects) with its calibrated "
+                "home uses (`crypto._cheap_agent_protection`), 2.6 s (measured once, 7 objects) with its calibrated "
                 "default."
             )
             lines.append(

@@ -194,7 +194,6 @@ def fetch_chain(
                     f"backup {chain[-1].backup_id} is GPG-encrypted for {', '.join(chain[-1].backup_object.recipients)}; "
                     "supply the private key (gpg connection or --private-key-file)"
                 )
-            _cheap_agent_protection(gpg)
             _import_private(gpg, req, chain)
         workers = max(1, min(req.parallel_downloads or default_parallel_downloads(), len(chain)))
         with ThreadPoolExecutor(workers, thread_name_prefix="fetch") as pool:
@@ -208,24 +207,6 @@ def fetch_chain(
                 report.raw_bytes += max(raw, 0)  # -1: zstd did not report the size
                 log.info("fetched %s: %d stored bytes, %d extracted", m.backup_id, stored, raw)
     return dirs
-
-
-# gpg-agent's lowest S2K iteration count (its default is calibrated to ~100 ms of hashing).
-AGENT_S2K_COUNT = 65536
-
-
-def _cheap_agent_protection(gpg: GpgHome) -> None:
-    """Have this throwaway home's agent store the imported key under the minimum S2K count.
-
-    The agent keeps the passphrase, not the unlocked key: it re-derives the key from the passphrase
-    for every decryption, i.e. once per object. With the calibrated count that cost 0.3 s of agent
-    CPU per object on a 2-core worker (2.6 s for a full + 6 incrementals, serialised in the agent,
-    while the streams wait for their session keys). The weaker protection only covers this copy of
-    the key, in a 0700 directory that lives for this restore and is wiped afterwards; whoever can
-    read that directory can also read the passphrase it was given (the agent's cache, the
-    connection), and the key material supplied keeps its own protection. Written before the agent
-    starts (the import starts it)."""
-    (gpg.path / "gpg-agent.conf").write_text(f"s2k-count {AGENT_S2K_COUNT}\n")
 
 
 def _import_private(gpg: GpgHome, req: RestoreRequest, chain: list[Manifest]) -> None:
