@@ -11,7 +11,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -231,13 +230,9 @@ def root_target(server: SandboxServer) -> MySQLTarget:
     return MySQLTarget(socket=str(server.socket), user="root", password=server.root_password)
 
 
-def take_backup(
-    server: SandboxServer, catalog: Catalog, keys: GpgKeys, kind: str, after: Manifest | None = None
-) -> Manifest:
-    """run_backup of ``kind`` encrypted to ``keys``; waits for the second after ``after`` started
-    first, as backup ids have one-second resolution."""
-    while after and datetime.now(UTC).replace(microsecond=0) <= after.started_at.replace(microsecond=0):
-        time.sleep(0.05)
+def take_backup(server: SandboxServer, catalog: Catalog, keys: GpgKeys, kind: str) -> Manifest:
+    """run_backup of ``kind`` encrypted to ``keys`` (a run in the same second as the last one
+    waits for the next: backup ids have one-second resolution)."""
     request = BackupRequest(
         catalog=catalog, target=root_target(server), kind=kind, public_keys=[keys.public_key]
     )

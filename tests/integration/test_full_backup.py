@@ -9,19 +9,21 @@ import hashlib
 import os
 import signal
 import threading
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from helpers import add_orders, seed_database, unique_name
-from xtrabackup_provider.core.backup import BackupRequest, run_backup
-from xtrabackup_provider.core.catalog import Catalog
+from helpers import add_orders, root_target, seed_database, unique_name
+from manifest_factory import CLUSTER, HOST, PREFIX, make_manifest
+from xtrabackup_provider.core.backup import BackupError, BackupRequest, run_backup
+from xtrabackup_provider.core.catalog import Catalog, new_backup_id
 from xtrabackup_provider.core.crypto import GpgError
 from xtrabackup_provider.core.mysql import MySQLTarget
 from xtrabackup_provider.core.pipeline import PipelineError
 from xtrabackup_provider.core.restore import RestoreError, RestoreRequest, restore
 from xtrabackup_provider.core.sandbox import SandboxServer, table_checksums
-from xtrabackup_provider.core.storage import S3Store, make_s3_client
+from xtrabackup_provider.core.storage import LocalStore, S3Store, make_s3_client
 
 
 def _catalog(s3_server, bucket: str, host: str = "db1") -> Catalog:
@@ -186,3 +188,31 @@ def test_killed_backup_tool_writes_no_manifest_and_no_open_upload(seeded, s3_ser
     assert list(catalog.store.list("backups/")) == [], (
         "debris of the killed run was stored as a visible object"
     )
+
+
+def test_backup_ids_follow_each_other_in_time(mariadb, gpg_keys, tmp_path):
+    """Ids have one-second resolution and sort in the order backups were taken: a run that follows
+    one that took under a second waits for the next second; a newest id ahead of this worker's
+    clock (skew) is refused with what to fix, writing nothing."""
+    catalog = Catalog(LocalStore(tmp_path / "store"), PREFIX, CLUSTER, HOST)
+    request = BackupRequest(
+        catalog=catalog, target=root_target(mariadb), kind="full", public_keys=[gpg_keys.public_key]
+    )
+
+    this_second = new_backup_id("full")  # as if a backup had just been taken in this second
+    _register(catalog, make_manifest(this_second))
+    taken = run_backup(request)
+    assert taken.backup_id[:16] > this_second[:16]
+    assert catalog.backup_ids() == [this_second, taken.backup_id]
+
+    ahead = new_backup_id("full", datetime.now(UTC) + timedelta(hours=1))
+    _register(catalog, make_manifest(ahead))
+    with pytest.raises(BackupError, match=rf"{ahead}.*later than this worker's clock.*NTP"):
+        run_backup(request)
+    assert catalog.backup_ids() == [this_second, taken.backup_id, ahead]
+
+
+def _register(catalog: Catalog, manifest) -> None:
+    """A manifest with its (dummy) object, as a finished run leaves them."""
+    catalog.store.put_bytes(manifest.backup_object.key, b"x" * manifest.backup_object.size)
+    catalog.write(manifest)

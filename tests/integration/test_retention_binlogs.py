@@ -91,16 +91,16 @@ def _history(server: SandboxServer, s3_server, gpg_keys) -> Shipped:
         cur.execute(f"INSERT INTO `{db}`.t (v) VALUES ('after A')")  # so B2 is after A: PITR to A uses B1
         cur.execute("FLUSH BINARY LOGS")  # closes file 2
         shipped = ship()
-        b2 = take_backup(server, catalog, gpg_keys, "incremental", after=b1)
+        b2 = take_backup(server, catalog, gpg_keys, "incremental")
         commit_known(server, db, "B", conn=old)
         cur.execute("FLUSH BINARY LOGS")  # closes file 3
         shipped += ship()
     finally:
         old.close()
-    b3 = take_backup(server, catalog, gpg_keys, "full", after=b2)
+    b3 = take_backup(server, catalog, gpg_keys, "full")
     server.query("INSERT INTO t (v) SELECT 'new chain' FROM seq_1_to_50", database=db)
     shipped += ship(flush=True)  # closes and ships file 4
-    b4 = take_backup(server, catalog, gpg_keys, "incremental", after=b3)
+    b4 = take_backup(server, catalog, gpg_keys, "incremental")
     c = commit_known(server, db, "C")
     server.query(f"INSERT INTO `{db}`.t (v) VALUES ('after C')")
     shipped += ship(flush=True)  # file 5

@@ -56,7 +56,7 @@ def test_applied_plan_keeps_valid_chains_the_verified_one_and_the_newest_restore
     taken: list[Manifest] = []
     for kind in ("full", "incremental") * 3:  # chains A, B, C of a full and an incremental each
         add_orders(mariadb, db, 300)
-        taken.append(take_backup(mariadb, catalog, gpg_keys, kind, taken[-1] if taken else None))
+        taken.append(take_backup(mariadb, catalog, gpg_keys, kind))
     newest_state = table_checksums(mariadb, [db])
     a, b, c = taken[0:2], taken[2:4], taken[4:6]
     verified = run_restore_test(

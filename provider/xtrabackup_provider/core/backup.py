@@ -100,8 +100,28 @@ def run_backup(req: BackupRequest, now: datetime | None = None) -> Manifest:
         return _run_locked(req, now)
 
 
+# Backup ids have one-second resolution and must sort in the order the backups were taken.
+MAX_CLOCK_WAIT_SECONDS = 5
+
+
+def _start_after_newest(catalog: Catalog) -> datetime:
+    """Now, in a later second than the newest backup's id (under the host lock): a run that
+    follows one that took under a second waits for the next second rather than reuse its id."""
+    ids = catalog.backup_ids()
+    newest = ids[-1][:16] if ids else ""  # "YYYYmmddTHHMMSSZ"
+    deadline = time.monotonic() + MAX_CLOCK_WAIT_SECONDS
+    while new_backup_id("full", now := datetime.now(UTC))[:16] <= newest:
+        if time.monotonic() > deadline:
+            raise BackupError(
+                f"the newest backup of {catalog.describe()}, {ids[-1]}, is later than this worker's clock "
+                f"({now:%Y-%m-%dT%H:%M:%SZ}); backup ids must follow each other in time: sync the clocks (NTP)"
+            )
+        time.sleep(0.05)
+    return now
+
+
 def _run_locked(req: BackupRequest, now: datetime | None) -> Manifest:
-    started = datetime.now(UTC)
+    started = _start_after_newest(req.catalog)
     tool = engine.detect_tool(req.flavour, req.binary)
     facts = server_facts(req.target)
     decision = plan(req, facts, tool, now or started)
