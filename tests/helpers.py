@@ -18,7 +18,8 @@ from xtrabackup_provider.core.backup import BackupRequest, run_backup
 from xtrabackup_provider.core.catalog import Catalog, Manifest
 from xtrabackup_provider.core.crypto import GpgHome, generate_key_pair
 from xtrabackup_provider.core.mysql import MySQLTarget
-from xtrabackup_provider.core.sandbox import SandboxServer, free_port
+from xtrabackup_provider.core.restore import RestoreReport, RestoreRequest, restore
+from xtrabackup_provider.core.sandbox import SandboxServer, free_port, table_checksums
 
 # -- waiting ---------------------------------------------------------------------------------------
 
@@ -237,6 +238,27 @@ def take_backup(server: SandboxServer, catalog: Catalog, keys: GpgKeys, kind: st
         catalog=catalog, target=root_target(server), kind=kind, public_keys=[keys.public_key]
     )
     return run_backup(request)
+
+
+def restore_with(catalog: Catalog, keys: GpgKeys, target: Path, **request: Any) -> RestoreReport:
+    """core restore() of the catalog's newest chain (or `backup_id=`) into `target`, decrypting
+    with `keys`; other RestoreRequest fields as keywords."""
+    return restore(
+        RestoreRequest(
+            catalog=catalog,
+            target_datadir=target,
+            private_key=keys.private_key,
+            passphrase=keys.passphrase,
+            **request,
+        )
+    )
+
+
+def restored_checksums(datadir: Path, basedir: Path, dbs: list[str], server_id: int = 900) -> dict[str, int]:
+    """Start a sandbox on a restored datadir; return its per-table checksums of `dbs`."""
+    with SandboxServer.on_datadir(datadir, basedir, server_id=server_id) as restored:
+        restored.start()
+        return table_checksums(restored, dbs)
 
 
 # -- GPG -------------------------------------------------------------------------------------------

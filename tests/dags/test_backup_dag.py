@@ -6,8 +6,7 @@ import pytest
 import yaml
 from dag_helpers import load_dag_module, task_states
 
-from helpers import add_orders, seed_database, unique_name
-from xtrabackup_provider.core.restore import RestoreRequest, restore
+from helpers import add_orders, restore_with, restored_checksums, seed_database, unique_name
 from xtrabackup_provider.core.sandbox import SandboxServer, table_checksums
 
 
@@ -41,32 +40,15 @@ def test_backup_dag_takes_full_then_incrementals_and_the_backup_restores(fleet, 
 
     expected = table_checksums(server, [db])
     target = tmp_path / "restore" / "data"
-    restore(
-        RestoreRequest(
-            catalog=catalog,
-            target_datadir=target,
-            backup_id=manifests[2].backup_id,
-            private_key=gpg_keys.private_key,
-            passphrase=gpg_keys.passphrase,
-        )
-    )
+    restore_with(catalog, gpg_keys, target, backup_id=manifests[2].backup_id)
     with SandboxServer.on_datadir(target, tmp_path / "sb", server_id=901) as restored:
         restored.start()
         # The third backup (an incremental) was taken before the last 500 orders.
         rows = restored.query(f"SELECT COUNT(*) FROM `{db}`.orders")[0][0]
         assert rows == 2000 + 3 * 500
     target2 = tmp_path / "restore2" / "data"
-    restore(
-        RestoreRequest(
-            catalog=catalog,
-            target_datadir=target2,
-            private_key=gpg_keys.private_key,
-            passphrase=gpg_keys.passphrase,
-        )
-    )
-    with SandboxServer.on_datadir(target2, tmp_path / "sb2", server_id=902) as restored:
-        restored.start()
-        assert table_checksums(restored, [db]) == expected
+    restore_with(catalog, gpg_keys, target2)
+    assert restored_checksums(target2, tmp_path / "sb2", [db], server_id=902) == expected
 
 
 def test_forced_full_via_params(fleet):

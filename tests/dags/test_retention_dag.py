@@ -12,9 +12,8 @@ from pathlib import Path
 import yaml
 from dag_helpers import load_dag_module, task_states
 
-from helpers import seed_database, unique_name
-from xtrabackup_provider.core.restore import RestoreRequest, restore
-from xtrabackup_provider.core.sandbox import SandboxServer, table_checksums
+from helpers import restore_with, restored_checksums, seed_database, unique_name
+from xtrabackup_provider.core.sandbox import table_checksums
 
 
 def _set_retention(retention: dict) -> None:
@@ -52,14 +51,5 @@ def test_retention_branch_is_a_dry_run_until_confirmed(fleet, gpg_keys, tmp_path
     assert not [i.key for i in catalog.store.list(f"{catalog.host_prefix}/backups/") if ids[0] not in i.key]
 
     target = tmp_path / "restored" / "data"
-    restore(
-        RestoreRequest(
-            catalog=catalog,
-            target_datadir=target,
-            private_key=gpg_keys.private_key,
-            passphrase=gpg_keys.passphrase,
-        )
-    )
-    with SandboxServer.on_datadir(target, tmp_path / "sb", server_id=941) as restored:
-        restored.start()
-        assert table_checksums(restored, [db]) == expected
+    restore_with(catalog, gpg_keys, target)
+    assert restored_checksums(target, tmp_path / "sb", [db], server_id=941) == expected

@@ -33,12 +33,11 @@ from faultkit import (
     wait_next_second,
 )
 
-from helpers import add_orders, wait_for
+from helpers import add_orders, restore_with, restored_checksums, wait_for
 from xtrabackup_provider.core.backup import BackupRequest, run_backup
 from xtrabackup_provider.core.catalog import Catalog, Manifest
 from xtrabackup_provider.core.lock import LOCK_NAME, HostLock, HostLockBusy
 from xtrabackup_provider.core.pipeline import PipelineError
-from xtrabackup_provider.core.restore import RestoreRequest, restore
 from xtrabackup_provider.core.sandbox import SandboxServer, table_checksums
 from xtrabackup_provider.core.storage import LocalStore, StorageError
 
@@ -62,17 +61,8 @@ def _assert_untouched(s3_server, bucket: str, before: dict, kept: Manifest) -> N
 def _assert_restores(catalog: Catalog, gpg_keys, tmp_path: Path, expected: dict[str, int], db: str) -> None:
     """The newest backup restores to exactly the data it was taken from."""
     target_dir = tmp_path / "restored" / "data"
-    restore(
-        RestoreRequest(
-            catalog=catalog,
-            target_datadir=target_dir,
-            private_key=gpg_keys.private_key,
-            passphrase=gpg_keys.passphrase,
-        )
-    )
-    with SandboxServer.on_datadir(target_dir, tmp_path / "sb", server_id=950) as restored:
-        restored.start()
-        assert table_checksums(restored, [db]) == expected
+    restore_with(catalog, gpg_keys, target_dir)
+    assert restored_checksums(target_dir, tmp_path / "sb", [db], server_id=950) == expected
 
 
 def _assert_stored_as_recorded(catalog: Catalog, manifest: Manifest) -> None:

@@ -17,12 +17,11 @@ import pytest
 import yaml
 from faultkit import ProcScanner, s3_catalog, snapshot, target, wait_next_second
 
-from helpers import add_orders, gpg_home, run_gpg, unique_name
+from helpers import add_orders, gpg_home, restore_with, restored_checksums, run_gpg, unique_name
 from xtrabackup_provider import cli
 from xtrabackup_provider.core.backup import BackupRequest, run_backup
 from xtrabackup_provider.core.catalog import MAX_MANIFEST_BYTES, Catalog, CatalogError, Manifest
 from xtrabackup_provider.core.crypto import GpgError
-from xtrabackup_provider.core.restore import RestoreRequest, restore
 from xtrabackup_provider.core.restore_test import RestoreTestRequest, run_restore_test
 from xtrabackup_provider.core.sandbox import SandboxServer, table_checksums
 
@@ -164,15 +163,7 @@ def test_hostile_manifest_is_refused_by_name_and_nothing_is_downloaded_or_writte
     # Restoring it, by id or as "latest", is a clear error naming it; nothing is fetched or written.
     for backup_id in (HOSTILE_ID, None):
         with pytest.raises(CatalogError) as excinfo:
-            restore(
-                RestoreRequest(
-                    catalog=catalog,
-                    target_datadir=tmp_path / "restore" / "data",
-                    backup_id=backup_id,
-                    private_key=gpg_keys.private_key,
-                    passphrase=gpg_keys.passphrase,
-                )
-            )
+            restore_with(catalog, gpg_keys, tmp_path / "restore" / "data", backup_id=backup_id)
         assert key in str(excinfo.value) and mention in str(excinfo.value), str(excinfo.value)
     assert reads.backup_objects == []
     _assert_nothing_written(tmp_path)
@@ -214,9 +205,7 @@ def test_cli_lists_and_restores_the_good_chain_despite_hostile_neighbours(
     target_dir = tmp_path / "restore" / "data"
     argv = ["restore", *common, "--backup-id", chain.inc.backup_id, "--target-datadir", str(target_dir)]
     assert cli.main([*argv, "--private-key-file", str(key_file)]) == 0, capsys.readouterr().err
-    with SandboxServer.on_datadir(target_dir, tmp_path / "sb", server_id=970) as restored:
-        restored.start()
-        assert table_checksums(restored, [chain.db]) == chain.expected
+    assert restored_checksums(target_dir, tmp_path / "sb", [chain.db], server_id=970) == chain.expected
 
 
 # -- forged chains --------------------------------------------------------------------------------------
@@ -247,14 +236,7 @@ def test_forged_chain_is_refused_before_any_download(
     catalog, link = _forge_inc(s3_server, chain, **changes(chain.inc))
     reads = _Reads(catalog)
     with pytest.raises(CatalogError) as excinfo:
-        restore(
-            RestoreRequest(
-                catalog=catalog,
-                target_datadir=tmp_path / "restore" / "data",
-                private_key=gpg_keys.private_key,
-                passphrase=gpg_keys.passphrase,
-            )
-        )
+        restore_with(catalog, gpg_keys, tmp_path / "restore" / "data")
     message = str(excinfo.value)
     assert mention in message and link in message, message
     assert reads.backup_objects == []
@@ -413,14 +395,7 @@ def test_restore_with_another_servers_key_names_the_recipients(
     catalog = s3_catalog(s3_server.endpoint_url, chain.bucket)
     reads = _Reads(catalog)
     with pytest.raises(GpgError) as excinfo:
-        restore(
-            RestoreRequest(
-                catalog=catalog,
-                target_datadir=tmp_path / "restore" / "data",
-                private_key=other_gpg_keys.private_key,
-                passphrase=other_gpg_keys.passphrase,
-            )
-        )
+        restore_with(catalog, other_gpg_keys, tmp_path / "restore" / "data")
     assert gpg_keys.fingerprint in str(excinfo.value) and other_gpg_keys.fingerprint in str(excinfo.value)
     assert reads.backup_objects == []
     assert not (tmp_path / "restore" / "data").exists()

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from faultkit import s3_catalog, snapshot, target, tmpfs, tree_bytes
 
+from helpers import restore_with
 from xtrabackup_provider.core.backup import BackupRequest, run_backup
 from xtrabackup_provider.core.catalog import Catalog, Manifest
 from xtrabackup_provider.core.crypto import GpgError
@@ -31,18 +32,6 @@ def backed_up(seeded, s3_server, gpg_keys) -> tuple[Catalog, Manifest, str]:
     return catalog, manifest, db
 
 
-def _restore(catalog: Catalog, keys, target_dir: Path, **kw) -> None:
-    restore(
-        RestoreRequest(
-            catalog=catalog,
-            target_datadir=target_dir,
-            private_key=keys.private_key,
-            passphrase=keys.passphrase,
-            **kw,
-        )
-    )
-
-
 def _own_gpg_homes() -> set[Path]:
     return set(Path("/tmp").glob(f"xbp-gpg-{os.getpid()}-*"))
 
@@ -56,7 +45,7 @@ def test_scratch_filesystem_full_is_a_clear_error_and_a_retry_with_room_restores
     target_dir = tmp_path / "restore" / "data"
     with tmpfs(tmp_path / "small", "4m") as small:
         with pytest.raises(PipelineError) as excinfo:
-            _restore(catalog, gpg_keys, target_dir, scratch_dir=small / "work")
+            restore_with(catalog, gpg_keys, target_dir, scratch_dir=small / "work")
         message = str(excinfo.value)
         assert "No space left on device" in message, message
         assert str(small / "work") in message, "the error must name the directory that filled up"
@@ -64,7 +53,9 @@ def test_scratch_filesystem_full_is_a_clear_error_and_a_retry_with_room_restores
     assert not target_dir.exists(), "the target was created although the restore failed"
     assert snapshot(s3_server.client(), catalog.store.bucket) == stored
 
-    _restore(catalog, gpg_keys, target_dir)  # with room, the same backup restores (sha256 checked, prepared)
+    restore_with(
+        catalog, gpg_keys, target_dir
+    )  # with room, the same backup restores (sha256 checked, prepared)
     assert (target_dir / "ibdata1").is_file() and (target_dir / db).is_dir()
 
 
@@ -74,7 +65,7 @@ def test_target_filesystem_full_during_move_back_empties_the_target_again(backed
     with tmpfs(tmp_path / "small", "6m") as small:
         target_dir = small / "data"
         with pytest.raises(RestoreError) as excinfo:
-            _restore(catalog, gpg_keys, target_dir, scratch_dir=scratch)
+            restore_with(catalog, gpg_keys, target_dir, scratch_dir=scratch)
         message = str(excinfo.value)
         assert "move-back into" in message and str(target_dir) in message, message
         assert "emptied again" in message, message

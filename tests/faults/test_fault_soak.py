@@ -30,12 +30,19 @@ from itertools import groupby
 import pytest
 from faultkit import open_uploads, s3_catalog, snapshot, target, wait_next_second
 
-from helpers import parse_gtid_pos, slave_status, start_replication, unique_name, wait_caught_up
+from helpers import (
+    parse_gtid_pos,
+    restore_with,
+    restored_checksums,
+    slave_status,
+    start_replication,
+    unique_name,
+    wait_caught_up,
+)
 from xtrabackup_provider.core.backup import BackupRequest, run_backup
 from xtrabackup_provider.core.catalog import Catalog, Manifest
 from xtrabackup_provider.core.decision import ChainPolicy
 from xtrabackup_provider.core.lock import LOCK_NAME, HostLockBusy
-from xtrabackup_provider.core.restore import RestoreRequest, restore
 from xtrabackup_provider.core.retention import RetentionPolicy
 from xtrabackup_provider.core.retention_apply import ApplyReport, apply_plan, plan_host
 from xtrabackup_provider.core.sandbox import SandboxServer, table_checksums
@@ -251,18 +258,8 @@ def test_soak_backup_and_retention_cycles_under_write_load_and_every_kept_chain_
             _replay_to(replica, newest.gtid or "")
             expected = table_checksums(replica, [SB_DB])
             datadir = tmp_path / f"chain{n}" / "data"
-            restore(
-                RestoreRequest(
-                    catalog=catalog,
-                    target_datadir=datadir,
-                    backup_id=newest.backup_id,
-                    private_key=gpg_keys.private_key,
-                    passphrase=gpg_keys.passphrase,
-                )
-            )
-            with SandboxServer.on_datadir(datadir, tmp_path / f"sb{n}", server_id=980 + n) as restored:
-                restored.start()
-                got = table_checksums(restored, [SB_DB])
+            restore_with(catalog, gpg_keys, datadir, backup_id=newest.backup_id)
+            got = restored_checksums(datadir, tmp_path / f"sb{n}", [SB_DB], server_id=980 + n)
             assert len(got) == SB_TABLES and got == expected, (
                 f"chain {n} ({newest.backup_id}) restored other data"
             )

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import yaml
 
-from helpers import add_orders, seed_database, unique_name
+from helpers import add_orders, restored_checksums, seed_database, unique_name
 from manifest_factory import CLUSTER, HOST, PREFIX, make_manifest
 from xtrabackup_provider.core.catalog import Catalog
 from xtrabackup_provider.core.lock import LOCK_NAME
-from xtrabackup_provider.core.sandbox import SandboxServer, free_port, table_checksums
+from xtrabackup_provider.core.sandbox import free_port, table_checksums
 from xtrabackup_provider.core.storage import S3Store
 
 # Importing the CLI must not import Airflow: it has to work on a host where Airflow is broken.
@@ -89,9 +89,7 @@ def test_backup_list_restore_round_trip_without_airflow(mariadb, tmp_path):
     target = tmp_path / "restored" / "data"
     restored = cli("restore", *common, "--target-datadir", str(target), env=passphrase)
     assert restored.returncode == 0, restored.stderr
-    with SandboxServer.on_datadir(target, tmp_path / "sb", server_id=990) as server:
-        server.start()
-        assert table_checksums(server, [db]) == expected
+    assert restored_checksums(target, tmp_path / "sb", [db], server_id=990) == expected
 
     again = cli("restore", *common, "--target-datadir", str(target), env=passphrase)
     assert again.returncode == 2 and "not an empty directory" in again.stderr

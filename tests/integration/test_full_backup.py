@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import add_orders, root_target, seed_database, unique_name
+from helpers import add_orders, restore_with, root_target, seed_database, unique_name
 from manifest_factory import CLUSTER, HOST, PREFIX, make_manifest
 from xtrabackup_provider.core.backup import BackupError, BackupRequest, run_backup
 from xtrabackup_provider.core.catalog import Catalog, new_backup_id
@@ -73,14 +73,7 @@ def test_full_backup_is_encrypted_and_restores_identical_data(seeded, s3_server,
     assert manifest.gtid and manifest.binlog_file
 
     target = tmp_path / "restored" / "data"
-    report = restore(
-        RestoreRequest(
-            catalog=catalog,
-            target_datadir=target,
-            private_key=gpg_keys.private_key,
-            passphrase=gpg_keys.passphrase,
-        )
-    )
+    report = restore_with(catalog, gpg_keys, target)
     assert report.chain == [manifest.backup_id]
     assert not (tmp_path / "restored" / f".xbp-restore-{manifest.backup_id}").exists(), "scratch left behind"
     with _start_restored(target, tmp_path / "sb") as restored:
@@ -109,14 +102,7 @@ def test_restore_with_the_wrong_private_key_names_the_recipients(
     run_backup(BackupRequest(catalog=catalog, target=_target(server), public_keys=[gpg_keys.public_key]))
     target = tmp_path / "data"
     with pytest.raises(GpgError, match=gpg_keys.fingerprint):
-        restore(
-            RestoreRequest(
-                catalog=catalog,
-                target_datadir=target,
-                private_key=other_gpg_keys.private_key,
-                passphrase=other_gpg_keys.passphrase,
-            )
-        )
+        restore_with(catalog, other_gpg_keys, target)
     assert not target.exists() or list(target.iterdir()) == []
 
 
@@ -132,14 +118,7 @@ def test_tampered_object_is_refused_before_prepare(seeded, s3_server, bucket, gp
     catalog.store.put_bytes(key, bytes(data))
     target = tmp_path / "data"
     with pytest.raises(PipelineError, match="sha256|gpg|decompress"):
-        restore(
-            RestoreRequest(
-                catalog=catalog,
-                target_datadir=target,
-                private_key=gpg_keys.private_key,
-                passphrase=gpg_keys.passphrase,
-            )
-        )
+        restore_with(catalog, gpg_keys, target)
     assert not target.exists() or list(target.iterdir()) == []
 
 

@@ -11,14 +11,14 @@ from datetime import UTC, datetime
 import pytest
 
 from glacier_helpers import finish_restores, restore_header, slow_restores
-from helpers import seed_database, unique_name
+from helpers import restored_checksums, seed_database, unique_name
 from xtrabackup_provider import cli
 from xtrabackup_provider.core.backup import BackupRequest, run_backup
 from xtrabackup_provider.core.catalog import Catalog
 from xtrabackup_provider.core.glacier import GlacierError, key_states, parse_restore_header, request_restores
 from xtrabackup_provider.core.mysql import MySQLTarget
 from xtrabackup_provider.core.restore import RestoreError, RestoreRequest, restore
-from xtrabackup_provider.core.sandbox import SandboxServer, table_checksums
+from xtrabackup_provider.core.sandbox import table_checksums
 from xtrabackup_provider.core.storage import S3Store, make_s3_client
 from xtrabackup_provider.triggers.glacier import GlacierRestoreTrigger
 
@@ -80,9 +80,7 @@ def test_archived_backup_is_refused_then_glacier_restore_waits_and_it_restores(
     assert 'ongoing-request="false"' in restore_header(client, bucket, key)
 
     restore(request)
-    with SandboxServer.on_datadir(target, tmp_path / "sb", server_id=931) as restored:
-        restored.start()
-        assert table_checksums(restored, [db]) == expected
+    assert restored_checksums(target, tmp_path / "sb", [db], server_id=931) == expected
 
 
 def test_trigger_serializes_waits_while_restoring_and_fires_when_restored(s3_server, bucket):

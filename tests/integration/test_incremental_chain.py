@@ -19,13 +19,12 @@ from typing import Any
 
 import pytest
 
-from helpers import add_orders, seed_database, unique_name
+from helpers import add_orders, restore_with, restored_checksums, seed_database, unique_name
 from xtrabackup_provider.core.backup import BackupRequest, run_backup
 from xtrabackup_provider.core.catalog import Catalog, CatalogError, Manifest
 from xtrabackup_provider.core.mysql import MySQLTarget, server_facts
 from xtrabackup_provider.core.pipeline import PipelineError
 from xtrabackup_provider.core.prepare import PrepareError
-from xtrabackup_provider.core.restore import RestoreReport, RestoreRequest, restore
 from xtrabackup_provider.core.sandbox import SandboxServer, table_checksums
 from xtrabackup_provider.core.storage import S3Store, make_s3_client
 
@@ -184,24 +183,6 @@ def chain(mariadb_factory, s3_server, gpg_keys) -> Iterator[Chain]:
         mariadb_factory.discard(server)
 
 
-def _restore(catalog: Catalog, keys, target: Path, backup_id: str | None = None) -> RestoreReport:
-    return restore(
-        RestoreRequest(
-            catalog=catalog,
-            target_datadir=target,
-            backup_id=backup_id,
-            private_key=keys.private_key,
-            passphrase=keys.passphrase,
-        )
-    )
-
-
-def _checksums_of_restored(target: Path, basedir: Path, dbs: list[str]) -> dict[str, int]:
-    with SandboxServer.on_datadir(target, basedir, server_id=900) as restored:
-        restored.start()
-        return table_checksums(restored, dbs)
-
-
 def _assert_empty_or_absent(path: Path) -> None:
     assert not path.exists() or list(path.iterdir()) == [], f"{path} was written to: {list(path.iterdir())}"
 
@@ -239,7 +220,7 @@ def test_manifests_form_a_valid_chain(chain: Chain, s3_server):
 def test_restore_latest_applies_the_whole_chain(chain: Chain, s3_server, gpg_keys, tmp_path):
     catalog = _catalog(s3_server, chain.bucket)
     target = tmp_path / "latest" / "data"
-    report = _restore(catalog, gpg_keys, target)
+    report = restore_with(catalog, gpg_keys, target)
 
     assert report.backup_id == chain.ids[-1]
     assert report.chain == chain.ids
@@ -260,7 +241,7 @@ def test_restore_latest_applies_the_whole_chain(chain: Chain, s3_server, gpg_key
     assert sorted(p.name for p in target.parent.iterdir()) == ["data"]
 
     expected = chain.states[-1]
-    restored = _checksums_of_restored(target, tmp_path / "sb", chain.dbs)
+    restored = restored_checksums(target, tmp_path / "sb", chain.dbs)
     assert set(restored) == set(expected)
     assert restored == expected
     assert f"{chain.db}.audit" not in restored and f"{chain.db}.coupons" not in restored
@@ -272,7 +253,7 @@ def test_restore_of_a_middle_incremental_matches_that_point(chain: Chain, s3_ser
     catalog = _catalog(s3_server, chain.bucket)
     third = chain.ids[3]  # the 3rd incremental: tables dropped, column added, no small tables yet
     target = tmp_path / "mid" / "data"
-    report = _restore(catalog, gpg_keys, target, backup_id=third)
+    report = restore_with(catalog, gpg_keys, target, backup_id=third)
     assert report.chain == chain.ids[:4]
     assert len(report.prepare_argv) == 4
     assert not any("--apply-log-only" in a for argv in report.prepare_argv for a in argv)
@@ -308,7 +289,7 @@ def test_missing_link_fails_before_any_download(chain: Chain, s3_server, gpg_key
 
     target = tmp_path / "restore" / "data"
     with pytest.raises(CatalogError) as excinfo:
-        _restore(catalog, gpg_keys, target)
+        restore_with(catalog, gpg_keys, target)
     message = str(excinfo.value)
     assert third in message and chain.ids[4] in message, message
     assert "missing link" in message
@@ -343,7 +324,7 @@ def test_tampered_incremental_is_refused_before_prepare_and_older_points_still_r
             _captured_logs("xtrabackup_provider.core.prepare") as prepare_logs,
             pytest.raises(PipelineError) as excinfo,
         ):
-            _restore(catalog, gpg_keys, target)
+            restore_with(catalog, gpg_keys, target)
         message = str(excinfo.value)
         assert key in message, (
             f"flip at {offset}: the error does not name the damaged object {key}: {message}"
@@ -357,9 +338,9 @@ def test_tampered_incremental_is_refused_before_prepare_and_older_points_still_r
 
     # The damage is local: the chain up to the 1st incremental does not include that object.
     good = tmp_path / "good" / "data"
-    report = _restore(catalog, gpg_keys, good, backup_id=chain.ids[1])
+    report = restore_with(catalog, gpg_keys, good, backup_id=chain.ids[1])
     assert report.chain == chain.ids[:2]
-    assert _checksums_of_restored(good, tmp_path / "sb", chain.dbs) == chain.states[1]
+    assert restored_checksums(good, tmp_path / "sb", chain.dbs) == chain.states[1]
 
 
 def test_incremental_on_another_servers_chain_is_refused(
@@ -421,15 +402,7 @@ def test_failed_prepare_in_the_middle_of_the_chain_names_the_step_and_leaves_no_
     tool, calls = _failing_tool(tmp_path, failing)
     target = tmp_path / "restore" / "data"
     with pytest.raises(PrepareError) as excinfo:
-        restore(
-            RestoreRequest(
-                catalog=catalog,
-                target_datadir=target,
-                private_key=gpg_keys.private_key,
-                passphrase=gpg_keys.passphrase,
-                binary=str(tool),
-            )
-        )
+        restore_with(catalog, gpg_keys, target, binary=str(tool))
     message = str(excinfo.value)
     assert failing in message and "simulated failure" in message, message
     prepares = [line for line in calls.read_text().splitlines() if "--prepare" in line]
@@ -447,21 +420,11 @@ def test_keep_scratch_keeps_every_extracted_backup(chain: Chain, s3_server, gpg_
     catalog = _catalog(s3_server, chain.bucket)
     target = tmp_path / "restore" / "data"
     scratch = tmp_path / "scratch"
-    restore(
-        RestoreRequest(
-            catalog=catalog,
-            target_datadir=target,
-            backup_id=chain.ids[2],
-            private_key=gpg_keys.private_key,
-            passphrase=gpg_keys.passphrase,
-            scratch_dir=scratch,
-            keep_scratch=True,
-        )
-    )
+    restore_with(catalog, gpg_keys, target, backup_id=chain.ids[2], scratch_dir=scratch, keep_scratch=True)
     assert sorted(p.name for p in scratch.iterdir()) == chain.ids[:3]
     for inc in chain.ids[1:3]:  # an applied incremental is kept when asked to
         assert (scratch / inc / "xtrabackup_checkpoints").is_file() or any((scratch / inc).iterdir())
-    assert _checksums_of_restored(target, tmp_path / "sb", chain.dbs) == chain.states[2]
+    assert restored_checksums(target, tmp_path / "sb", chain.dbs) == chain.states[2]
 
 
 def test_the_restore_keyring_keeps_the_private_key_passphrase_protected(
@@ -484,9 +447,11 @@ def test_the_restore_keyring_keeps_the_private_key_passphrase_protected(
 
     monkeypatch.setattr(restore_mod, "fetch_one", inspecting_fetch_one)
     target = tmp_path / "restore" / "data"
-    _restore(catalog=_catalog(s3_server, chain.bucket), keys=gpg_keys, target=target, backup_id=chain.ids[1])
+    restore_with(
+        catalog=_catalog(s3_server, chain.bucket), keys=gpg_keys, target=target, backup_id=chain.ids[1]
+    )
     assert seen, "no private key in the restore's GPG home"
     for name, content in seen.items():
         assert b"(protected-private-key" in content and b"(private-key" not in content, name
     assert homes and not any(h.exists() for h in homes), "the restore's GPG home was not wiped"
-    assert _checksums_of_restored(target, tmp_path / "sb", chain.dbs) == chain.states[1]
+    assert restored_checksums(target, tmp_path / "sb", chain.dbs) == chain.states[1]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import add_orders, seed_database, unique_name
+from helpers import add_orders, restore_with, seed_database, unique_name
 from xtrabackup_provider.cli import main
 from xtrabackup_provider.core.backup import BackupRequest, run_backup
 from xtrabackup_provider.core.binlog import ShipRequest, ship_binlogs
@@ -21,7 +21,6 @@ from xtrabackup_provider.core.binlog_catalog import BinlogCatalog, server_uuids
 from xtrabackup_provider.core.catalog import Catalog, Manifest
 from xtrabackup_provider.core.mysql import MySQLTarget
 from xtrabackup_provider.core.report_html import fmt_bytes, fmt_seconds
-from xtrabackup_provider.core.restore import RestoreRequest, restore
 from xtrabackup_provider.core.restore_test import RestoreTestRequest, read_report, run_restore_test
 from xtrabackup_provider.core.storage import LocalStore
 
@@ -228,15 +227,7 @@ def test_restore_logs_fetch_progress_per_backup(fleet, gpg_keys, tmp_path):
     logger.addHandler(handler)
     level, logger.level = logger.level, logging.INFO
     try:
-        restore(
-            RestoreRequest(
-                catalog=fleet.catalogs["db1"],
-                target_datadir=tmp_path / "data",
-                private_key=gpg_keys.private_key,
-                passphrase=gpg_keys.passphrase,
-                progress_seconds=0,  # every chunk: the small test backups fit in one or two
-            )
-        )
+        restore_with(fleet.catalogs["db1"], gpg_keys, tmp_path / "data", progress_seconds=0)
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)

@@ -14,15 +14,14 @@ from typing import Any
 
 import pytest
 
-from helpers import add_orders, seed_database, take_backup, unique_name
+from helpers import add_orders, restore_with, restored_checksums, seed_database, take_backup, unique_name
 from manifest_factory import CLUSTER, HOST, PREFIX, make_manifest
 from xtrabackup_provider.core.catalog import Catalog, Manifest
 from xtrabackup_provider.core.lock import LOCK_NAME
-from xtrabackup_provider.core.restore import RestoreRequest, restore
 from xtrabackup_provider.core.restore_test import RestoreTestRequest, run_restore_test
 from xtrabackup_provider.core.retention import RetentionPolicy
 from xtrabackup_provider.core.retention_apply import apply_plan, plan_host
-from xtrabackup_provider.core.sandbox import SandboxServer, table_checksums
+from xtrabackup_provider.core.sandbox import table_checksums
 from xtrabackup_provider.core.storage import S3Store, make_s3_client
 
 
@@ -98,18 +97,9 @@ def test_applied_plan_keeps_valid_chains_the_verified_one_and_the_newest_restore
     assert not plan_host(catalog, policy, later).deletes, "a second run has nothing left to delete"
 
     target = tmp_path / "restored" / "data"
-    restored = restore(
-        RestoreRequest(
-            catalog=catalog,
-            target_datadir=target,
-            private_key=gpg_keys.private_key,
-            passphrase=gpg_keys.passphrase,
-        )
-    )
+    restored = restore_with(catalog, gpg_keys, target)
     assert restored.chain == [c[0].backup_id, c[1].backup_id]
-    with SandboxServer.on_datadir(target, tmp_path / "sb", server_id=931) as server:
-        server.start()
-        assert table_checksums(server, [db]) == newest_state
+    assert restored_checksums(target, tmp_path / "sb", [db], server_id=931) == newest_state
 
 
 def _put(catalog: Catalog, m: Manifest, **extra: Any) -> None:

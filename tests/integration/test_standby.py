@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from helpers import add_orders, seed_database, unique_name
+from helpers import add_orders, restored_checksums, seed_database, unique_name
 from xtrabackup_provider.core.backup import BackupRequest, run_backup
 from xtrabackup_provider.core.catalog import Catalog
 from xtrabackup_provider.core.mysql import MySQLTarget
-from xtrabackup_provider.core.sandbox import SandboxServer, table_checksums
+from xtrabackup_provider.core.sandbox import table_checksums
 from xtrabackup_provider.core.standby import load_state, restore_from_standby, update_standby
 from xtrabackup_provider.core.storage import LocalStore
 
@@ -40,9 +40,7 @@ def test_standby_follows_the_chain_and_restores_the_newest_state(mariadb, gpg_ke
     expected = table_checksums(mariadb, [db])
     datadir = tmp_path / "restored" / "data"
     assert restore_from_standby(standby, datadir) == ids[-1]
-    with SandboxServer.on_datadir(datadir, tmp_path / "sb", server_id=950) as restored:
-        restored.start()
-        assert table_checksums(restored, [db]) == expected
+    assert restored_checksums(datadir, tmp_path / "sb", [db], server_id=950) == expected
 
     # MariaBackup: the standby keeps taking incrementals after a restore from it.
     add_orders(mariadb, db, 100)
@@ -51,9 +49,7 @@ def test_standby_follows_the_chain_and_restores_the_newest_state(mariadb, gpg_ke
     expected = table_checksums(mariadb, [db])
     datadir2 = tmp_path / "restored2" / "data"
     restore_from_standby(standby, datadir2)
-    with SandboxServer.on_datadir(datadir2, tmp_path / "sb2", server_id=951) as restored:
-        restored.start()
-        assert table_checksums(restored, [db]) == expected
+    assert restored_checksums(datadir2, tmp_path / "sb2", [db], server_id=951) == expected
 
     # A new full starts a new chain: the standby is rebuilt from it.
     new_full = backup("full")
