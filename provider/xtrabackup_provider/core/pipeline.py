@@ -284,13 +284,8 @@ def _stream_through_processes(
     stored = 0
     stopped_early = False
     try:
-        gpg = None
-        if decrypt_argv:
-            # Named after the object: several objects are decrypted at once in a chain restore, and
-            # gpg's own integrity errors ("message has been manipulated") must say which one failed.
-            gpg = _Proc(
-                f"gpg --decrypt of {object_name}", decrypt_argv, stdin=subprocess.PIPE, pass_fds=pass_fds
-            )
+        gpg = _gpg_stage(decrypt_argv, pass_fds, object_name)
+        if gpg:
             stages.append(gpg)
             _widen(gpg.popen.stdout)
         zstd_in: Any = gpg.popen.stdout if gpg else subprocess.PIPE
@@ -324,11 +319,7 @@ def _stream_through_processes(
         _check_stages(stages, unzstd, object_name, consumer_name)
         if stopped_early:
             raise PipelineError(f"{stages[0].name} exited before reading the whole of {object_name}")
-        if expected_sha256 and digest.hexdigest() != expected_sha256:
-            raise PipelineError(
-                f"{object_name}: sha256 {digest.hexdigest()} does not match the manifest's {expected_sha256}; "
-                "the stored object was altered or truncated"
-            )
+        _check_sha256(digest, expected_sha256, object_name)
         sizes = _ZSTD_SIZE.findall(unzstd.stderr_text())
         raw = int(sizes[-1]) if sizes else -1
     except BaseException:
@@ -339,6 +330,26 @@ def _stream_through_processes(
         for proc in stages:
             proc.close()
     return RestoreStreamResult(stored, digest.hexdigest(), raw, time.monotonic() - started)
+
+
+def _gpg_stage(decrypt_argv: list[str] | None, pass_fds: tuple[int, ...], object_name: str) -> _Proc | None:
+    # Named after the object: several objects are decrypted at once in a chain restore, and gpg's
+    # own integrity errors ("message has been manipulated") must say which one failed.
+    if not decrypt_argv:
+        return None
+    return _Proc(f"gpg --decrypt of {object_name}", decrypt_argv, stdin=subprocess.PIPE, pass_fds=pass_fds)
+
+
+def _check_sha256(digest: Any, expected: str | None, object_name: str) -> None:
+    if expected and digest.hexdigest() != expected:
+        raise PipelineError(
+            f"{object_name}: sha256 {digest.hexdigest()} does not match the manifest's {expected}; "
+            "the stored object was altered or truncated"
+        )
+
+
+def _damaged(object_name: str, detail: str) -> PipelineError:
+    return PipelineError(f"{object_name}: zstd could not decompress it ({detail}); the object is damaged")
 
 
 def _check_stages(stages: list[_Proc], unzstd: _Proc, object_name: str, consumer_name: str) -> None:
@@ -352,9 +363,7 @@ def _check_stages(stages: list[_Proc], unzstd: _Proc, object_name: str, consumer
         raise PipelineError(f"{consumer_name} exited before reading the whole of {object_name}")
     cause = causes[0]
     if cause is unzstd:
-        raise PipelineError(
-            f"{object_name}: zstd could not decompress it ({cause.stderr_tail() or 'no stderr'}); the object is damaged"
-        )
+        raise _damaged(object_name, cause.stderr_tail() or "no stderr")
     cause.check()
 
 
@@ -379,13 +388,7 @@ def _stream_in_process(
     feeder: _Worker | None = None
     handoff: queue.Queue[Any] = queue.Queue(maxsize=8)
     try:
-        # Named after the object: in a chain restore several objects are decrypted at once, and
-        # gpg's own integrity errors ("message has been manipulated") must say which one failed.
-        gpg = (
-            _Proc(f"gpg --decrypt of {object_name}", decrypt_argv, stdin=subprocess.PIPE, pass_fds=pass_fds)
-            if decrypt_argv
-            else None
-        )
+        gpg = _gpg_stage(decrypt_argv, pass_fds, object_name)
         consumer = _Proc(consumer_name, consumer_argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
         procs = [p for p in (gpg, consumer) if p]
 
@@ -415,9 +418,7 @@ def _stream_in_process(
                     counts["raw"] += len(block)
                     consumer.popen.stdin.write(block)
         except zstandard.ZstdError as exc:
-            raise PipelineError(
-                f"{object_name}: zstd could not decompress it ({exc}); the object is damaged"
-            ) from exc
+            raise _damaged(object_name, str(exc)) from exc
         except BrokenPipeError:
             consumer.check()  # the extractor died: its own error says why (disk full, bad stream)
             raise PipelineError(f"{consumer_name} exited before reading the whole of {object_name}") from None
@@ -428,11 +429,7 @@ def _stream_in_process(
             raise feeder.error  # a download failed: that is the cause, not gpg's truncated input
         for proc in procs:
             proc.check()
-        if expected_sha256 and digest.hexdigest() != expected_sha256:
-            raise PipelineError(
-                f"{object_name}: sha256 {digest.hexdigest()} does not match the manifest's {expected_sha256}; "
-                "the stored object was altered or truncated"
-            )
+        _check_sha256(digest, expected_sha256, object_name)
     except BaseException:
         for proc in procs:
             proc.kill()
