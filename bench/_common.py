@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO / "provider") not in sys.path:
     sys.path.insert(0, str(REPO / "provider"))
 
-from xtrabackup_provider.core.sandbox import SandboxServer  # noqa: E402
+from xtrabackup_provider.core.db.sandbox import SandboxServer  # noqa: E402
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -664,7 +664,7 @@ def moto_s3(timeout: float = 60, *, stock_ranges: bool = False) -> Iterator[str]
     neither the method under test nor a baseline pays for the server's Python work. The child exits
     when its stdin closes (this context's exit, or the parent dying); it is killed if it lingers.
     """
-    from xtrabackup_provider.core.sandbox import free_port
+    from xtrabackup_provider.core.db.sandbox import free_port
 
     port = free_port()
     env = dict(os.environ, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")

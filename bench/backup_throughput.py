@@ -39,7 +39,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
-from xtrabackup_provider.core import engine  # noqa: E402
+from xtrabackup_provider.core.engine.argv import BackupOptions, backup_argv  # noqa: E402
+from xtrabackup_provider.core.engine.tools import detect_tool
 
 SECTION = "backup_throughput"
 TARGET_B_OVER_C = 1.10
@@ -85,10 +86,10 @@ class Method:
 def pipeline_child() -> int:
     """Run one run_backup() from a JSON config on stdin; print a JSON result on stdout."""
     cfg = json.loads(sys.stdin.read())
-    from xtrabackup_provider.core import backup
-    from xtrabackup_provider.core.catalog import Catalog
-    from xtrabackup_provider.core.mysql import MySQLTarget
-    from xtrabackup_provider.core.storage import LocalStore
+    from xtrabackup_provider.core.backup import run as backup
+    from xtrabackup_provider.core.catalog.backups import Catalog
+    from xtrabackup_provider.core.db.server import MySQLTarget
+    from xtrabackup_provider.core.storage.local import LocalStore
 
     stream: dict[str, float] = {}
     real_stream = backup.stream_to_store
@@ -150,7 +151,7 @@ class Bench:
         self.key = key
         self.keep = keep
         self.creds = server.write_client_defaults(work / "client.cnf")  # 0600
-        self.tool = engine.detect_tool("mariabackup")
+        self.tool = detect_tool("mariabackup")
         self.seq = 0
         self.verified: set[str] = set()
         shutil.rmtree(work / "runs", ignore_errors=True)  # a kept work dir's previous outputs
@@ -169,13 +170,13 @@ class Bench:
     def stream_argv(self, run_dir: Path) -> list[str]:
         (run_dir / "lsn").mkdir()
         (run_dir / "scratch").mkdir()
-        opts = engine.BackupOptions(
+        opts = BackupOptions(
             datadir=str(self.server.datadir),
             lsn_dir=str(run_dir / "lsn"),
             scratch_dir=str(run_dir / "scratch"),
             parallel=PARALLEL,
         )
-        return engine.backup_argv(self.tool, str(self.creds), opts)
+        return backup_argv(self.tool, str(self.creds), opts)
 
     # (a)
     def raw(self) -> Run:

@@ -36,14 +36,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
-from xtrabackup_provider.core.binlog import BinlogShipper, ShipRequest, master_position  # noqa: E402
-from xtrabackup_provider.core.binlog_catalog import BinlogManifest  # noqa: E402
-from xtrabackup_provider.core.binlog_events import parse_gtid_pos  # noqa: E402
-from xtrabackup_provider.core.binlog_stream import ship_continuous  # noqa: E402
-from xtrabackup_provider.core.catalog import Catalog  # noqa: E402
-from xtrabackup_provider.core.mysql import MySQLTarget, server_facts  # noqa: E402
-from xtrabackup_provider.core.sandbox import SandboxServer  # noqa: E402
-from xtrabackup_provider.core.storage import S3Store, StorageError, make_s3_client  # noqa: E402
+from xtrabackup_provider.core.binlog.catalog import BinlogManifest  # noqa: E402
+from xtrabackup_provider.core.binlog.events import parse_gtid_pos  # noqa: E402
+from xtrabackup_provider.core.binlog.follow import ship_continuous  # noqa: E402
+from xtrabackup_provider.core.binlog.ship import BinlogShipper, ShipRequest, master_position  # noqa: E402
+from xtrabackup_provider.core.catalog.backups import Catalog  # noqa: E402
+from xtrabackup_provider.core.db.sandbox import SandboxServer  # noqa: E402
+from xtrabackup_provider.core.db.server import MySQLTarget, server_facts  # noqa: E402
+from xtrabackup_provider.core.storage.base import StorageError  # noqa: E402
+from xtrabackup_provider.core.storage.s3 import S3Store, make_s3_client
 
 SECTION = "binlog_rpo"
 POLL = 0.025

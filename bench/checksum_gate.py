@@ -39,8 +39,9 @@ from _common import (
     update_doc_section,
     workdir,
 )
-from xtrabackup_provider.core.consistency import ChecksumOptions, GatePolicy, check_replica, run_checksum
-from xtrabackup_provider.core.mysql import MySQLTarget
+from xtrabackup_provider.core.db.checksum import ChecksumOptions, run_checksum
+from xtrabackup_provider.core.db.gate import GatePolicy, check_replica
+from xtrabackup_provider.core.db.server import MySQLTarget
 
 
 def _replicate(source: SandboxServer, replica: SandboxServer, password: str) -> None:

@@ -65,14 +65,26 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
-from xtrabackup_provider.core import engine, prepare  # noqa: E402
-from xtrabackup_provider.core import restore as restore_mod  # noqa: E402
-from xtrabackup_provider.core.backup import BackupRequest, run_backup  # noqa: E402
-from xtrabackup_provider.core.catalog import Catalog, Manifest  # noqa: E402
-from xtrabackup_provider.core.crypto import GpgHome, generate_key_pair, passphrase_pipe  # noqa: E402
-from xtrabackup_provider.core.mysql import MySQLTarget  # noqa: E402
-from xtrabackup_provider.core.sandbox import SandboxServer, table_checksums  # noqa: E402
-from xtrabackup_provider.core.storage import S3Store, make_s3_client  # noqa: E402
+from xtrabackup_provider.core.backup.run import BackupRequest, run_backup  # noqa: E402
+from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.catalog.manifest import Manifest  # noqa: E402
+from xtrabackup_provider.core.db.sandbox import SandboxServer, table_checksums  # noqa: E402
+from xtrabackup_provider.core.db.server import MySQLTarget  # noqa: E402
+from xtrabackup_provider.core.engine.argv import (
+    BackupOptions,
+    PrepareStep,
+    PrepareTuning,
+    backup_argv,
+    copy_back_argv,
+    extract_argv,
+    prepare_argv,
+    prepare_steps,
+)  # noqa: E402
+from xtrabackup_provider.core.engine.tools import ToolVersion, detect_tool
+from xtrabackup_provider.core.pipeline.gpg import GpgHome, generate_key_pair, passphrase_pipe  # noqa: E402
+from xtrabackup_provider.core.restore import chain as restore_mod  # noqa: E402
+from xtrabackup_provider.core.restore import prepare
+from xtrabackup_provider.core.storage.s3 import S3Store, make_s3_client  # noqa: E402
 
 SECTION = "restore_rto"
 TARGET_RTO_RATIO = 1.5
@@ -235,7 +247,7 @@ class Restores:
         self.private_key = private_key
         self.passphrase = passphrase
         self.expected = expected
-        self.tool = engine.detect_tool("mariabackup")
+        self.tool = detect_tool("mariabackup")
         self.seq = 0
 
     def _fresh(self, name: str) -> Path:
@@ -287,7 +299,7 @@ class Restores:
 
             return wrapper
 
-        def timed_step(tool: Any, step: engine.PrepareStep, tuning: Any) -> Any:
+        def timed_step(tool: Any, step: PrepareStep, tuning: Any) -> Any:
             result = real["run_step"](tool, step, tuning)
             run.prepare_steps.append((_step_name(len(run.prepare_steps)), result.seconds))
             return result
@@ -384,13 +396,13 @@ class Restores:
             t0 = time.monotonic()
             for n, d in zip(names, dirs, strict=True):
                 d.mkdir()
-                script = f"{C.quote(engine.extract_argv(self.tool, str(d)))} < {raw / n}.xbstream"
+                script = f"{C.quote(extract_argv(self.tool, str(d)))} < {raw / n}.xbstream"
                 C.run_measured(C.shell_pipeline(script)).check(f"mbstream -x {n}")
             run.phases["extract"] = time.monotonic() - t0
 
             t0 = time.monotonic()
-            for step in engine.prepare_steps(self.tool, str(dirs[0]), [str(d) for d in dirs[1:]]):
-                argv = engine.prepare_argv(self.tool, step)  # no tuning: the tool's default memory
+            for step in prepare_steps(self.tool, str(dirs[0]), [str(d) for d in dirs[1:]]):
+                argv = prepare_argv(self.tool, step)  # no tuning: the tool's default memory
                 s0 = time.monotonic()
                 C.run_measured(argv).check(_step_name(len(run.prepare_steps)))
                 run.prepare_steps.append((_step_name(len(run.prepare_steps)), time.monotonic() - s0))
@@ -399,7 +411,7 @@ class Restores:
 
             t0 = time.monotonic()
             datadir.mkdir()
-            argv = engine.copy_back_argv(self.tool, str(dirs[0]), str(datadir), move=False)
+            argv = copy_back_argv(self.tool, str(dirs[0]), str(datadir), move=False)
             C.run_measured(argv).check("copy-back")
             run.phases["copy-back"] = time.monotonic() - t0
             run.cpu_seconds = _cpu() - cpu0
@@ -472,7 +484,7 @@ def data_bytes(datadir: Path) -> int:
 
 
 def big_redo_backup(
-    work: Path, server: SandboxServer, tool: engine.ToolVersion, redo_target: int, result: MemoryResult
+    work: Path, server: SandboxServer, tool: ToolVersion, redo_target: int, result: MemoryResult
 ) -> Path:
     """A backup of ``server`` taken under a write load, with at least ``redo_target`` bytes of copied redo.
 
@@ -487,13 +499,13 @@ def big_redo_backup(
     for d in ("lsn", "scratch", "backup"):
         (work / d).mkdir()
     backup_dir = work / "backup"
-    opts = engine.BackupOptions(
+    opts = BackupOptions(
         datadir=str(server.datadir),
         lsn_dir=str(work / "lsn"),
         scratch_dir=str(work / "scratch"),
         parallel=2,
     )
-    argv = engine.backup_argv(tool, str(creds), opts)
+    argv = backup_argv(tool, str(creds), opts)
     log_file = work / "mariabackup.log"
     load = WriteLoad(server, C.max_id(server, "events", DATABASE))
     gate = threading.Event()
@@ -509,7 +521,7 @@ def big_redo_backup(
             )
             procs.append(producer)
             consumer = subprocess.Popen(
-                engine.extract_argv(tool, str(backup_dir)),
+                extract_argv(tool, str(backup_dir)),
                 stdin=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
@@ -589,9 +601,7 @@ def _batch_info(stderr: str) -> tuple[int, int, list[str]]:
     return multi, batches, recovery
 
 
-def prepare_runs(
-    work: Path, tool: engine.ToolVersion, backup_dir: Path, result: MemoryResult, repeats: int
-) -> None:
+def prepare_runs(work: Path, tool: ToolVersion, backup_dir: Path, result: MemoryResult, repeats: int) -> None:
     result.available = prepare.available_memory()
     result.sized = prepare.size_use_memory(result.redo_bytes, result.available)
     variants = {"sized": result.sized, "default": prepare.DEFAULT_USE_MEMORY}
@@ -604,10 +614,8 @@ def prepare_runs(
             subprocess.run(["cp", "-a", "--reflink=auto", str(backup_dir), str(scratch)], check=True)
             _sync()
             try:
-                step = engine.PrepareStep(str(scratch), None, apply_log_only=False)
-                argv = engine.prepare_argv(
-                    tool, step, engine.PrepareTuning(use_memory_bytes=variants[variant])
-                )
+                step = PrepareStep(str(scratch), None, apply_log_only=False)
+                argv = prepare_argv(tool, step, PrepareTuning(use_memory_bytes=variants[variant]))
                 m = C.run_measured(argv)
                 m.check(f"mariabackup --prepare ({variant})")
             finally:
@@ -1032,7 +1040,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.only in (None, "memory"):
             mem = MemoryResult()
             C.log(f"part 2: a backup with >= {C.fmt_bytes(redo_target)} of copied redo")
-            tool = engine.detect_tool("mariabackup")
+            tool = detect_tool("mariabackup")
             mem_work = work / "memory"
             mem_work.mkdir(exist_ok=True)
 

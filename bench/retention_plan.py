@@ -3,7 +3,7 @@
     .venv/bin/python bench/retention_plan.py [--count 100000] [--repeats 5] [--write-docs]
 
 Builds one host's catalog in memory: `--count` backups an hour apart (11 years at 100,000), a full
-every 24 and incrementals in between, as real `core.catalog.Manifest` objects (the test suite's
+every 24 and incrementals in between, as real `core.catalog.manifest.Manifest` objects (the test suite's
 factory, tests/manifest_factory.py). Then, in one invocation, alternating over `--repeats` rounds:
 
   (a) sort     ``sorted(manifests, key=(started_at, backup_id))``: the floor any planner pays.
@@ -32,9 +32,10 @@ import _common as C  # noqa: E402
 
 sys.path.insert(0, str(C.REPO / "tests"))
 from manifest_factory import CLUSTER, HOST, PREFIX, UUID, make_manifest  # noqa: E402
-from xtrabackup_provider.core.catalog import Manifest  # noqa: E402
-from xtrabackup_provider.core.retention import BinlogItem, RetentionPolicy, plan_retention  # noqa: E402
-from xtrabackup_provider.core.storage import ObjectInfo  # noqa: E402
+from xtrabackup_provider.core.catalog.manifest import Manifest  # noqa: E402
+from xtrabackup_provider.core.retention.model import BinlogItem, RetentionPolicy
+from xtrabackup_provider.core.retention.plan import plan_retention  # noqa: E402
+from xtrabackup_provider.core.storage.base import ObjectInfo  # noqa: E402
 
 SECTION = "retention_plan"
 TARGET_SECONDS = 1.0

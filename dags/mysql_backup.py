@@ -1,7 +1,7 @@
 """Backups of every configured MySQL/MariaDB host: one DAG per cluster, one task group mapped
 over its hosts (the map index shows the host): optional checksum gate -> `choose_kind`
 (@task.branch, the chain policy) -> `full_backup` or `incremental_backup` -> `retention`
-(core/retention.py; deletes only with `retention.confirm: true`).
+(core/retention/plan.py; deletes only with `retention.confirm: true`).
 
 Hosts with different `checksum_gate` settings get one mapped group each (`backup`,
 `gated_backup`, ...). A backup must run on its host's worker: when the hosts of a group have
@@ -21,13 +21,13 @@ from typing import Any
 from airflow.sdk import DAG, task, task_group
 
 from xtrabackup_provider import policy
-from xtrabackup_provider.core.config import (
+from xtrabackup_provider.core.config.load import load_config
+from xtrabackup_provider.core.config.schema import (
     ChecksumGateConfig,
     ClusterConfig,
     ConfigError,
     FleetConfig,
     HostConfig,
-    load_config,
 )
 from xtrabackup_provider.operators.backup import XtraBackupOperator
 from xtrabackup_provider.operators.decide import choose_backup_kind

@@ -14,7 +14,8 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG
 
-from xtrabackup_provider.core.config import BinlogConfig, ClusterConfig, FleetConfig, load_config
+from xtrabackup_provider.core.config.load import load_config
+from xtrabackup_provider.core.config.schema import BinlogConfig, ClusterConfig, FleetConfig
 from xtrabackup_provider.operators.binlog import BinlogShipOperator
 
 

@@ -13,7 +13,8 @@ from datetime import datetime
 
 from airflow.sdk import DAG
 
-from xtrabackup_provider.core.config import ClusterConfig, FleetConfig, HostConfig, load_config
+from xtrabackup_provider.core.config.load import load_config
+from xtrabackup_provider.core.config.schema import ClusterConfig, FleetConfig, HostConfig
 from xtrabackup_provider.operators.checksum import TableChecksumOperator
 
 

@@ -32,8 +32,8 @@ os.environ.update(
     }
 )
 
-from xtrabackup_provider.core.crypto import generate_key_pair  # noqa: E402
-from xtrabackup_provider.core.sandbox import SandboxServer, free_port, table_checksums  # noqa: E402
+from xtrabackup_provider.core.db.sandbox import SandboxServer, free_port, table_checksums  # noqa: E402
+from xtrabackup_provider.core.pipeline.gpg import generate_key_pair  # noqa: E402
 
 BIN = Path(sys.executable).parent
 
@@ -163,9 +163,9 @@ def cli(*args: str) -> str:
 
 
 def print_restore_report(config: Path) -> None:
-    from xtrabackup_provider.core.config import load_config
-    from xtrabackup_provider.core.factory import make_catalog
-    from xtrabackup_provider.core.restore_test import read_report
+    from xtrabackup_provider.core.catalog.reports import read_report
+    from xtrabackup_provider.core.config.load import load_config
+    from xtrabackup_provider.core.config.wiring import make_catalog
 
     catalog = make_catalog(load_config(config), "demo", "db1")
     newest = catalog.backup_ids()[-1]

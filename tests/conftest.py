@@ -37,7 +37,7 @@ from typing import Any  # noqa: E402
 import pytest  # noqa: E402
 
 from helpers import GpgKeys, S3Server, generate_gpg_keys, start_replication, wait_caught_up  # noqa: E402
-from xtrabackup_provider.core.sandbox import SandboxServer  # noqa: E402
+from xtrabackup_provider.core.db.sandbox import SandboxServer  # noqa: E402
 
 # sun_path limit is 107 bytes; leave room for "<name>-<id>/mysqld.sock".
 _MAX_SANDBOX_ROOT = 70

@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xtrabackup_provider.core.backup import BackupRequest, run_backup
-from xtrabackup_provider.core.catalog import Catalog, Manifest
-from xtrabackup_provider.core.crypto import GpgHome, generate_key_pair
-from xtrabackup_provider.core.mysql import MySQLTarget
-from xtrabackup_provider.core.restore import RestoreReport, RestoreRequest, restore
-from xtrabackup_provider.core.sandbox import SandboxServer, free_port, table_checksums
+from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
+from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.catalog.manifest import Manifest
+from xtrabackup_provider.core.db.sandbox import SandboxServer, free_port, table_checksums
+from xtrabackup_provider.core.db.server import MySQLTarget
+from xtrabackup_provider.core.pipeline.gpg import GpgHome, generate_key_pair
+from xtrabackup_provider.core.restore.chain import RestoreReport, RestoreRequest, restore
 
 # -- waiting ---------------------------------------------------------------------------------------
 

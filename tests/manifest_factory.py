@@ -1,4 +1,4 @@
-"""A factory for valid `core.catalog.Manifest` objects, shared by unit tests and benchmarks.
+"""A factory for valid `core.catalog.manifest.Manifest` objects, shared by unit tests and benchmarks.
 
 No I/O and no fixtures: it builds manifests in memory. Object keys follow the catalog layout
 `<PREFIX>/<CLUSTER>/<HOST>/backups/<backup_id>/backup.xbstream.zst`.
@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from xtrabackup_provider.core.catalog import Manifest
+from xtrabackup_provider.core.catalog.manifest import Manifest
 
 PREFIX = "backups-prod"
 CLUSTER = "c1"

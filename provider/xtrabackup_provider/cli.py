@@ -14,12 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from .cli_binlog import add_binlog_parsers, add_restore_targets, cmd_binlogs, cmd_pitr_restore, pitr_target
-from .core import config as cfg
-from .core.catalog import CatalogError, manifest_summary
-from .core.config import ConfigError, FleetConfig
-from .core.crypto import GpgError
-from .core.engine import EngineError
-from .core.factory import (
+from .core.catalog.manifest import CatalogError, manifest_summary
+from .core.config.load import load_config, parse_config
+from .core.config.schema import CONFIG_ENV, ConfigError, FleetConfig
+from .core.config.wiring import (
     SetupError,
     chain_policy,
     cli_target,
@@ -27,10 +25,14 @@ from .core.factory import (
     read_private_key,
     read_public_keys,
 )
-from .core.mysql import ServerError
-from .core.pipeline import PipelineError
-from .core.prepare import PrepareError
-from .core.storage import StorageError
+from .core.db.server import ServerError
+from .core.engine.tools import EngineError
+from .core.pipeline.gpg import GpgError
+from .core.pipeline.process import PipelineError
+from .core.restore.archived import chain_states
+from .core.restore.prepare import PrepareError
+from .core.storage.base import StorageError
+from .core.storage.glacier import request_restores, wait_for_restores, waiting
 
 USER_ERRORS = (
     ConfigError,
@@ -174,9 +176,9 @@ def load(args: argparse.Namespace) -> FleetConfig:
     """The fleet config from the file, or one built from flags; flags override the file."""
     import os
 
-    if args.config or os.environ.get(cfg.CONFIG_ENV):
-        raw: dict[str, Any] = cfg.load_config(args.config).model_dump(exclude_none=True)
-        source = args.config or os.environ[cfg.CONFIG_ENV]
+    if args.config or os.environ.get(CONFIG_ENV):
+        raw: dict[str, Any] = load_config(args.config).model_dump(exclude_none=True)
+        source = args.config or os.environ[CONFIG_ENV]
     else:
         raw = {"clusters": [{"name": args.cluster, "hosts": [{"name": args.host}]}], "storage": {}}
         source = "command-line flags"
@@ -201,14 +203,14 @@ def load(args: argparse.Namespace) -> FleetConfig:
             raw["encryption"] = {"enabled": False}
     if getattr(args, "public_key_file", None):
         raw.setdefault("encryption", {})["public_key_files"] = args.public_key_file
-    config = cfg.parse_config(raw, source)
+    config = parse_config(raw, source)
     config.find_host(args.cluster, args.host)
     return config
 
 
 def cmd_backup(args: argparse.Namespace, config: FleetConfig) -> int:
-    from .core.backup import BackupRequest, run_backup
-    from .core.progress import ProgressLogger
+    from .core.backup.run import BackupRequest, run_backup
+    from .core.common.progress import ProgressLogger
 
     host = config.find_host(args.cluster, args.host)
     policy = config.policy
@@ -262,7 +264,7 @@ def cmd_list(args: argparse.Namespace, config: FleetConfig) -> int:
 def cmd_restore(args: argparse.Namespace, config: FleetConfig) -> int:
     from dataclasses import asdict
 
-    from .core.restore import RestoreRequest, restore
+    from .core.restore.chain import RestoreRequest, restore
 
     if (target := pitr_target(args)) is not None:
         return cmd_pitr_restore(args, config, target)
@@ -292,7 +294,7 @@ def cmd_checksum(args: argparse.Namespace, config: FleetConfig) -> int:
     """Exit 0 when clean, 1 on differences (or a blocked gate), 2 when the run failed."""
     from dataclasses import asdict
 
-    from .core.consistency import run_configured_checksum
+    from .core.config.checksum import run_configured_checksum
 
     run, verdict = run_configured_checksum(config, args.cluster, args.host)
     if args.json:
@@ -317,9 +319,9 @@ def cmd_retention(args: argparse.Namespace, config: FleetConfig) -> int:
     """Print the plan (and apply it with `apply --confirm`); exit 1 when a manifest was unreadable."""
     from dataclasses import asdict
 
-    from .core.catalog import dumps
-    from .core.retention import plan_table
-    from .core.retention_apply import apply_plan, plan_host
+    from .core.catalog.manifest import dumps
+    from .core.retention.apply import apply_plan, plan_host
+    from .core.retention.model import plan_table
 
     catalog = make_catalog(config, args.cluster, args.host)
     plan = plan_host(catalog, config.retention, getattr(args, "at", None))
@@ -342,17 +344,14 @@ def cmd_retention(args: argparse.Namespace, config: FleetConfig) -> int:
 
 def cmd_glacier_restore(args: argparse.Namespace, config: FleetConfig) -> int:
     """Request restores; with --wait, poll until every object is readable (exit 2 on timeout)."""
-    from .core import glacier
 
     catalog = make_catalog(config, args.cluster, args.host)
-    states = glacier.chain_states(catalog, None if args.backup_id == "latest" else args.backup_id)
+    states = chain_states(catalog, None if args.backup_id == "latest" else args.backup_id)
     tier = args.tier or config.storage.glacier_restore_tier
-    states = glacier.request_restores(
-        catalog.store, states, tier, args.days or config.storage.glacier_restore_days
-    )
-    if args.wait and glacier.waiting(states):
+    states = request_restores(catalog.store, states, tier, args.days or config.storage.glacier_restore_days)
+    if args.wait and waiting(states):
         keys = [s.key for s in states]
-        states = glacier.wait_for_restores(
+        states = wait_for_restores(
             catalog.store, keys, poll=args.poll_interval, timeout=args.timeout, on_poll=_print_pending
         )
     if args.json:
@@ -373,7 +372,7 @@ def _print_pending(states: list[Any]) -> None:
 
 def cmd_verify(args: argparse.Namespace, config: FleetConfig) -> int:
     """A report per backup; exit 1 when any backup has a problem."""
-    from .core.verify import VerifyRequest, verify
+    from .core.restore.verify import VerifyRequest, verify
 
     catalog = make_catalog(config, args.cluster, args.host)
     key, passphrase = read_private_key(config, args.private_key_file) if args.deep else (None, None)
@@ -396,7 +395,7 @@ def cmd_verify(args: argparse.Namespace, config: FleetConfig) -> int:
 def cmd_keygen(args: argparse.Namespace) -> int:
     import os
 
-    from .core.crypto import generate_key_pair
+    from .core.pipeline.gpg import generate_key_pair
 
     passphrase = os.environ.get(args.passphrase_env)
     if not passphrase:
@@ -419,8 +418,7 @@ COMMANDS["binlogs"] = cmd_binlogs
 
 
 def cmd_report(args: argparse.Namespace, config: FleetConfig) -> int:
-    from .core.report import write_report
-    from .core.report_html import fmt_seconds
+    from .core.report.html import fmt_seconds, write_report
 
     report = write_report(config, args.cluster, args.out)
     for h in report.hosts:
@@ -464,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "keygen":
             return cmd_keygen(args)
         if args.command in FLEET_COMMANDS:
-            config = cfg.load_config(args.config)
+            config = load_config(args.config)
             return FLEET_COMMANDS[args.command](args, config)
         config = load(args)
         return COMMANDS[args.command](args, config)
@@ -484,7 +482,7 @@ def _s3_failure(exc: Exception, config: FleetConfig | None) -> str | None:
     """One line for a botocore error: the bucket and endpoint, and what to check; else None."""
     if not type(exc).__module__.startswith("botocore"):
         return None
-    from .core.storage import s3_hint
+    from .core.storage.s3 import s3_hint
 
     storage = config.storage if config is not None else None
     bucket = (storage.bucket if storage else None) or "?"

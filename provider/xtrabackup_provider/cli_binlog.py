@@ -10,8 +10,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from .core.config import BinlogConfig, FleetConfig
-from .core.factory import cli_target, make_catalog, read_private_key, read_public_keys
+from .core.config.schema import BinlogConfig, FleetConfig
+from .core.config.wiring import cli_target, make_catalog, read_private_key, read_public_keys
 
 
 def add_binlog_parsers(sub: Any, add_common: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -52,12 +52,12 @@ def add_restore_targets(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_binlogs(args: argparse.Namespace, config: FleetConfig) -> int:
-    from .core.binlog import list_binlogs
+    from .core.binlog.ship import list_binlogs
 
     if args.binlogs_command == "list":
         return _print_listing(list_binlogs(make_catalog(config, args.cluster, args.host)), args.json)
-    from .core.binlog import ShipRequest, ship_binlogs
-    from .core.binlog_stream import ship_continuous
+    from .core.binlog.follow import ship_continuous
+    from .core.binlog.ship import ShipRequest, ship_binlogs
 
     settings = config.cluster(args.cluster).binlogs or BinlogConfig()
     req = ShipRequest(
@@ -104,7 +104,7 @@ def _print_listing(listing: dict[str, Any], as_json: bool) -> int:
 
 def pitr_target(args: argparse.Namespace) -> Any:
     """The PitrTarget the restore flags name, or None for a plain restore."""
-    from .core.pitr import PitrTarget
+    from .core.pitr.plan import PitrTarget
 
     if getattr(args, "to_time", None):
         return PitrTarget.at_time(args.to_time)
@@ -118,7 +118,7 @@ def pitr_target(args: argparse.Namespace) -> Any:
 def cmd_pitr_restore(args: argparse.Namespace, config: FleetConfig, target: Any) -> int:
     from dataclasses import asdict
 
-    from .core.pitr import PitrRequest, point_in_time_restore
+    from .core.pitr.recover import PitrRequest, point_in_time_restore
 
     key, passphrase = read_private_key(config, args.private_key_file)
     settings = config.cluster(args.cluster).binlogs or BinlogConfig()

@@ -7,8 +7,8 @@ import json
 import pytest
 import yaml
 
-from xtrabackup_provider.core.catalog import Catalog
-from xtrabackup_provider.core.storage import S3Store, make_s3_client
+from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.storage.s3 import S3Store, make_s3_client
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import yaml
 from dag_helpers import load_dag_module, task_states
 
 from helpers import add_orders, restore_with, restored_checksums, seed_database, unique_name
-from xtrabackup_provider.core.sandbox import SandboxServer, table_checksums
+from xtrabackup_provider.core.db.sandbox import SandboxServer, table_checksums
 
 
 def _run(dag, kind: str = "auto"):

@@ -14,10 +14,10 @@ import pytest
 import yaml
 from dag_helpers import load_dag_module, task_states
 
-from xtrabackup_provider.core.binlog import ShipRequest, ship_binlogs
-from xtrabackup_provider.core.binlog_catalog import BinlogCatalog
-from xtrabackup_provider.core.mysql import MySQLTarget, server_facts
-from xtrabackup_provider.core.pitr_test import PITR_REPORT_NAME
+from xtrabackup_provider.core.binlog.catalog import BinlogCatalog
+from xtrabackup_provider.core.binlog.ship import ShipRequest, ship_binlogs
+from xtrabackup_provider.core.db.server import MySQLTarget, server_facts
+from xtrabackup_provider.core.pitr.pitr_test import PITR_REPORT_NAME
 
 TRIGGER = "xtrabackup_provider.triggers.binlog.BinlogShippedTrigger"
 

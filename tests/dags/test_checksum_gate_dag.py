@@ -17,8 +17,8 @@ from helpers import (
     wait_caught_up,
     wait_for,
 )
-from xtrabackup_provider.core.catalog import Catalog
-from xtrabackup_provider.core.storage import LocalStore
+from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.storage.local import LocalStore
 
 
 @pytest.fixture(scope="module")

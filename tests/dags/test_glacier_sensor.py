@@ -12,7 +12,7 @@ from dag_helpers import load_dag_module
 
 from glacier_helpers import finish_restores, restore_header, slow_restores
 from helpers import seed_database, unique_name
-from xtrabackup_provider.core.restore_test import read_report
+from xtrabackup_provider.core.catalog.reports import read_report
 
 TRIGGER = "xtrabackup_provider.triggers.glacier.GlacierRestoreTrigger"
 

@@ -12,8 +12,8 @@ import pytest
 import yaml
 from dag_helpers import load_dag_module, task_states
 
-from xtrabackup_provider.core.catalog import Catalog
-from xtrabackup_provider.core.config import ConfigError
+from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.config.schema import ConfigError
 from xtrabackup_provider.policy import HOST_QUEUE
 
 

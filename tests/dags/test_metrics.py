@@ -14,8 +14,8 @@ import yaml
 from dag_helpers import load_dag_module
 
 from helpers import seed_database, unique_name, wait_for
-from xtrabackup_provider.core.binlog_catalog import BinlogCatalog, server_uuids
-from xtrabackup_provider.core.restore_test import read_report
+from xtrabackup_provider.core.binlog.catalog import BinlogCatalog, server_uuids
+from xtrabackup_provider.core.catalog.reports import read_report
 
 NAME = "airflow.xtrabackup.{what}.dagtest.db1.{metric}"
 

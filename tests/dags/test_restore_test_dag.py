@@ -5,7 +5,7 @@ from __future__ import annotations
 from dag_helpers import load_dag_module
 
 from helpers import seed_database, unique_name
-from xtrabackup_provider.core.restore_test import read_report
+from xtrabackup_provider.core.catalog.reports import read_report
 
 
 def _backup_twice(server, db):

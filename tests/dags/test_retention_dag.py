@@ -13,7 +13,7 @@ import yaml
 from dag_helpers import load_dag_module, task_states
 
 from helpers import restore_with, restored_checksums, seed_database, unique_name
-from xtrabackup_provider.core.sandbox import table_checksums
+from xtrabackup_provider.core.db.sandbox import table_checksums
 
 
 def _set_retention(retention: dict) -> None:

@@ -11,7 +11,7 @@ from types import ModuleType
 import pytest
 
 from helpers import seed_database, unique_name
-from xtrabackup_provider.core.sandbox import SandboxServer
+from xtrabackup_provider.core.db.sandbox import SandboxServer
 
 
 @pytest.fixture(scope="module")

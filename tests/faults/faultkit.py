@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from xtrabackup_provider.core.catalog import Catalog
-from xtrabackup_provider.core.mysql import MySQLTarget
-from xtrabackup_provider.core.sandbox import SandboxServer
-from xtrabackup_provider.core.storage import S3Store, make_s3_client
+from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.db.sandbox import SandboxServer
+from xtrabackup_provider.core.db.server import MySQLTarget
+from xtrabackup_provider.core.storage.s3 import S3Store, make_s3_client
 
 REGION = "us-east-1"
 

@@ -34,12 +34,14 @@ from faultkit import (
 )
 
 from helpers import add_orders, restore_with, restored_checksums, wait_for
-from xtrabackup_provider.core.backup import BackupRequest, run_backup
-from xtrabackup_provider.core.catalog import Catalog, Manifest
-from xtrabackup_provider.core.lock import LOCK_NAME, HostLock, HostLockBusy
-from xtrabackup_provider.core.pipeline import PipelineError
-from xtrabackup_provider.core.sandbox import SandboxServer, table_checksums
-from xtrabackup_provider.core.storage import LocalStore, StorageError
+from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
+from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.catalog.lock import LOCK_NAME, HostLock, HostLockBusy
+from xtrabackup_provider.core.catalog.manifest import Manifest
+from xtrabackup_provider.core.db.sandbox import SandboxServer, table_checksums
+from xtrabackup_provider.core.pipeline.process import PipelineError
+from xtrabackup_provider.core.storage.base import StorageError
+from xtrabackup_provider.core.storage.local import LocalStore
 
 PREFIX = "backups/c1/db1/"
 
@@ -291,10 +293,10 @@ def test_s3_endpoint_down_past_the_retries_fails_clearly_and_the_next_run_cleans
 
 _KILLED_WORKER = """
 import json, os, signal, sys
-from xtrabackup_provider.core import catalog as cat
-from xtrabackup_provider.core.backup import BackupRequest, run_backup
-from xtrabackup_provider.core.mysql import MySQLTarget
-from xtrabackup_provider.core.storage import S3Store, make_s3_client
+from xtrabackup_provider.core.catalog import backups as cat
+from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
+from xtrabackup_provider.core.db.server import MySQLTarget
+from xtrabackup_provider.core.storage.s3 import S3Store, make_s3_client
 
 args = json.loads(sys.stdin.read())
 
@@ -500,9 +502,9 @@ def test_a_directory_store_gets_the_same_host_lock(tmp_path):
 
 _HOLD_AND_DIE = """
 import os, signal, sys
-from xtrabackup_provider.core.catalog import Catalog
-from xtrabackup_provider.core.lock import HostLock
-from xtrabackup_provider.core.storage import LocalStore
+from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.catalog.lock import HostLock
+from xtrabackup_provider.core.storage.local import LocalStore
 HostLock(Catalog(LocalStore(sys.argv[1]), "backups", "c1", "db1")).acquire()
 os.kill(os.getpid(), signal.SIGKILL)
 """

@@ -19,11 +19,12 @@ from faultkit import ProcScanner, s3_catalog, snapshot, target, wait_next_second
 
 from helpers import add_orders, gpg_home, restore_with, restored_checksums, run_gpg, unique_name
 from xtrabackup_provider import cli
-from xtrabackup_provider.core.backup import BackupRequest, run_backup
-from xtrabackup_provider.core.catalog import MAX_MANIFEST_BYTES, Catalog, CatalogError, Manifest
-from xtrabackup_provider.core.crypto import GpgError
-from xtrabackup_provider.core.restore_test import RestoreTestRequest, run_restore_test
-from xtrabackup_provider.core.sandbox import SandboxServer, table_checksums
+from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
+from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.catalog.manifest import MAX_MANIFEST_BYTES, CatalogError, Manifest
+from xtrabackup_provider.core.db.sandbox import SandboxServer, table_checksums
+from xtrabackup_provider.core.pipeline.gpg import GpgError
+from xtrabackup_provider.core.restore.restore_test import RestoreTestRequest, run_restore_test
 
 HOSTILE_ID = "20991231T235959Z-inc"  # newer than any real backup: "latest" would pick it
 

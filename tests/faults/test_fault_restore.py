@@ -13,11 +13,12 @@ import pytest
 from faultkit import s3_catalog, snapshot, target, tmpfs, tree_bytes
 
 from helpers import restore_with
-from xtrabackup_provider.core.backup import BackupRequest, run_backup
-from xtrabackup_provider.core.catalog import Catalog, Manifest
-from xtrabackup_provider.core.crypto import GpgError
-from xtrabackup_provider.core.pipeline import PipelineError
-from xtrabackup_provider.core.restore import RestoreError, RestoreRequest, restore
+from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
+from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.catalog.manifest import Manifest
+from xtrabackup_provider.core.pipeline.gpg import GpgError
+from xtrabackup_provider.core.pipeline.process import PipelineError
+from xtrabackup_provider.core.restore.chain import RestoreError, RestoreRequest, restore
 
 
 @pytest.fixture(scope="module")

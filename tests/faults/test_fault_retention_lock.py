@@ -16,12 +16,13 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from faultkit import open_uploads, s3_catalog, snapshot, target, wait_next_second
 
-from xtrabackup_provider.core.backup import BackupRequest, run_backup
-from xtrabackup_provider.core.catalog import Catalog, Manifest
-from xtrabackup_provider.core.lock import LOCK_NAME, HostLock, HostLockBusy
-from xtrabackup_provider.core.retention import RetentionPolicy
-from xtrabackup_provider.core.retention_apply import apply_plan, plan_host
-from xtrabackup_provider.core.sandbox import SandboxServer
+from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
+from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.catalog.lock import LOCK_NAME, HostLock, HostLockBusy
+from xtrabackup_provider.core.catalog.manifest import Manifest
+from xtrabackup_provider.core.db.sandbox import SandboxServer
+from xtrabackup_provider.core.retention.apply import apply_plan, plan_host
+from xtrabackup_provider.core.retention.model import RetentionPolicy
 
 PREFIX = "backups/c1/db1/"
 

@@ -28,8 +28,8 @@ from faultkit import (
 )
 
 from helpers import add_orders, seed_database, unique_name
-from xtrabackup_provider.core.backup import BackupRequest, run_backup
-from xtrabackup_provider.core.restore_test import RestoreTestRequest, run_restore_test
+from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
+from xtrabackup_provider.core.restore.restore_test import RestoreTestRequest, run_restore_test
 
 
 def _secrets(password: str, keys) -> dict[str, str]:
@@ -190,8 +190,8 @@ def test_dag_runs_keep_secrets_out_of_task_logs_xcom_and_argv(fleet, gpg_keys, a
     assert len(catalog.backup_ids()) == 1
     # dag.test() runs the tasks in this process: their log records are the task logs.
     for task_line in (
-        "xtrabackup_provider.core.backup INFO registered",
-        "xtrabackup_provider.core.restore_test",
+        "xtrabackup_provider.core.backup.run INFO registered",
+        "xtrabackup_provider.core.restore.restore_test",
     ):
         assert any(line.startswith(task_line) for line in logs), f"no task log line {task_line!r} captured"
     assert scan.errors == [] and scan.processes(lambda argv: "--backup" in argv)

@@ -39,13 +39,14 @@ from helpers import (
     unique_name,
     wait_caught_up,
 )
-from xtrabackup_provider.core.backup import BackupRequest, run_backup
-from xtrabackup_provider.core.catalog import Catalog, Manifest
-from xtrabackup_provider.core.decision import ChainPolicy
-from xtrabackup_provider.core.lock import LOCK_NAME, HostLockBusy
-from xtrabackup_provider.core.retention import RetentionPolicy
-from xtrabackup_provider.core.retention_apply import ApplyReport, apply_plan, plan_host
-from xtrabackup_provider.core.sandbox import SandboxServer, table_checksums
+from xtrabackup_provider.core.backup.decide import ChainPolicy
+from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
+from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.catalog.lock import LOCK_NAME, HostLockBusy
+from xtrabackup_provider.core.catalog.manifest import Manifest
+from xtrabackup_provider.core.db.sandbox import SandboxServer, table_checksums
+from xtrabackup_provider.core.retention.apply import ApplyReport, apply_plan, plan_host
+from xtrabackup_provider.core.retention.model import RetentionPolicy
 
 CYCLES = int(os.environ.get("XBP_SOAK_CYCLES", "50"))
 CHAIN_LENGTH = 4  # incrementals per full

@@ -12,14 +12,16 @@ import zstandard
 
 from helpers import gpg_home, run_gpg, unique_name, wait_for
 from xtrabackup_provider.cli import main as cli_main
-from xtrabackup_provider.core.backup import BackupRequest, run_backup
-from xtrabackup_provider.core.binlog import ShipRequest, is_shipped, lag_target, ship_binlogs
-from xtrabackup_provider.core.binlog_catalog import BinlogCatalog, BinlogGapError, retention_items
-from xtrabackup_provider.core.binlog_stream import ship_continuous
-from xtrabackup_provider.core.catalog import Catalog
-from xtrabackup_provider.core.mysql import MySQLTarget, server_facts
-from xtrabackup_provider.core.pitr import PitrError, PitrRequest, PitrTarget, fetch_binlogs, make_plan
-from xtrabackup_provider.core.storage import S3Store, make_s3_client
+from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
+from xtrabackup_provider.core.binlog.catalog import BinlogCatalog, BinlogGapError
+from xtrabackup_provider.core.binlog.follow import ship_continuous
+from xtrabackup_provider.core.binlog.ship import ShipRequest, is_shipped, lag_target, ship_binlogs
+from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.db.server import MySQLTarget, server_facts
+from xtrabackup_provider.core.pitr.plan import PitrError, PitrTarget, make_plan
+from xtrabackup_provider.core.pitr.recover import PitrRequest, fetch_binlogs
+from xtrabackup_provider.core.retention.apply import retention_items
+from xtrabackup_provider.core.storage.s3 import S3Store, make_s3_client
 
 
 def _catalog(s3_server, bucket: str) -> Catalog:

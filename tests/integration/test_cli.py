@@ -15,10 +15,10 @@ import yaml
 
 from helpers import add_orders, restored_checksums, seed_database, unique_name
 from manifest_factory import CLUSTER, HOST, PREFIX, make_manifest
-from xtrabackup_provider.core.catalog import Catalog
-from xtrabackup_provider.core.lock import LOCK_NAME
-from xtrabackup_provider.core.sandbox import free_port, table_checksums
-from xtrabackup_provider.core.storage import S3Store
+from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.catalog.lock import LOCK_NAME
+from xtrabackup_provider.core.db.sandbox import free_port, table_checksums
+from xtrabackup_provider.core.storage.s3 import S3Store
 
 # Importing the CLI must not import Airflow: it has to work on a host where Airflow is broken.
 RUN = (

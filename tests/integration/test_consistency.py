@@ -24,15 +24,10 @@ from helpers import (
     wait_for,
 )
 from xtrabackup_provider import cli
-from xtrabackup_provider.core.consistency import (
-    ChecksumOptions,
-    GatePolicy,
-    check_replica,
-    replica_dsn,
-    run_checksum,
-)
-from xtrabackup_provider.core.mysql import MySQLTarget
-from xtrabackup_provider.core.sandbox import SandboxServer
+from xtrabackup_provider.core.db.checksum import ChecksumOptions, replica_dsn, run_checksum
+from xtrabackup_provider.core.db.gate import GatePolicy, check_replica
+from xtrabackup_provider.core.db.sandbox import SandboxServer
+from xtrabackup_provider.core.db.server import MySQLTarget
 
 
 @dataclass

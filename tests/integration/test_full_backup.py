@@ -16,14 +16,16 @@ import pytest
 
 from helpers import add_orders, restore_with, root_target, seed_database, unique_name
 from manifest_factory import CLUSTER, HOST, PREFIX, make_manifest
-from xtrabackup_provider.core.backup import BackupError, BackupRequest, run_backup
-from xtrabackup_provider.core.catalog import Catalog, new_backup_id
-from xtrabackup_provider.core.crypto import GpgError
-from xtrabackup_provider.core.mysql import MySQLTarget
-from xtrabackup_provider.core.pipeline import PipelineError
-from xtrabackup_provider.core.restore import RestoreError, RestoreRequest, restore
-from xtrabackup_provider.core.sandbox import SandboxServer, table_checksums
-from xtrabackup_provider.core.storage import LocalStore, S3Store, make_s3_client
+from xtrabackup_provider.core.backup.run import BackupError, BackupRequest, run_backup
+from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.catalog.manifest import new_backup_id
+from xtrabackup_provider.core.db.sandbox import SandboxServer, table_checksums
+from xtrabackup_provider.core.db.server import MySQLTarget
+from xtrabackup_provider.core.pipeline.gpg import GpgError
+from xtrabackup_provider.core.pipeline.process import PipelineError
+from xtrabackup_provider.core.restore.chain import RestoreError, RestoreRequest, restore
+from xtrabackup_provider.core.storage.local import LocalStore
+from xtrabackup_provider.core.storage.s3 import S3Store, make_s3_client
 
 
 def _catalog(s3_server, bucket: str, host: str = "db1") -> Catalog:

@@ -13,13 +13,18 @@ import pytest
 from glacier_helpers import finish_restores, restore_header, slow_restores
 from helpers import restored_checksums, seed_database, unique_name
 from xtrabackup_provider import cli
-from xtrabackup_provider.core.backup import BackupRequest, run_backup
-from xtrabackup_provider.core.catalog import Catalog
-from xtrabackup_provider.core.glacier import GlacierError, key_states, parse_restore_header, request_restores
-from xtrabackup_provider.core.mysql import MySQLTarget
-from xtrabackup_provider.core.restore import RestoreError, RestoreRequest, restore
-from xtrabackup_provider.core.sandbox import table_checksums
-from xtrabackup_provider.core.storage import S3Store, make_s3_client
+from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
+from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.db.sandbox import table_checksums
+from xtrabackup_provider.core.db.server import MySQLTarget
+from xtrabackup_provider.core.restore.chain import RestoreError, RestoreRequest, restore
+from xtrabackup_provider.core.storage.glacier import (
+    GlacierError,
+    key_states,
+    parse_restore_header,
+    request_restores,
+)
+from xtrabackup_provider.core.storage.s3 import S3Store, make_s3_client
 from xtrabackup_provider.triggers.glacier import GlacierRestoreTrigger
 
 

@@ -21,7 +21,7 @@ from helpers import (
     unique_name,
     wait_caught_up,
 )
-from xtrabackup_provider.core.sandbox import SandboxError, SandboxServer, table_checksums
+from xtrabackup_provider.core.db.sandbox import SandboxError, SandboxServer, table_checksums
 
 
 def test_replica_catches_up_with_same_checksums(mariadb_source, mariadb_replica):

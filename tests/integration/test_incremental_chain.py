@@ -20,13 +20,14 @@ from typing import Any
 import pytest
 
 from helpers import add_orders, restore_with, restored_checksums, seed_database, unique_name
-from xtrabackup_provider.core.backup import BackupRequest, run_backup
-from xtrabackup_provider.core.catalog import Catalog, CatalogError, Manifest
-from xtrabackup_provider.core.mysql import MySQLTarget, server_facts
-from xtrabackup_provider.core.pipeline import PipelineError
-from xtrabackup_provider.core.prepare import PrepareError
-from xtrabackup_provider.core.sandbox import SandboxServer, table_checksums
-from xtrabackup_provider.core.storage import S3Store, make_s3_client
+from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
+from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.catalog.manifest import CatalogError, Manifest
+from xtrabackup_provider.core.db.sandbox import SandboxServer, table_checksums
+from xtrabackup_provider.core.db.server import MySQLTarget, server_facts
+from xtrabackup_provider.core.pipeline.process import PipelineError
+from xtrabackup_provider.core.restore.prepare import PrepareError
+from xtrabackup_provider.core.storage.s3 import S3Store, make_s3_client
 
 SMALL_TABLES = 1000
 
@@ -321,7 +322,7 @@ def test_tampered_incremental_is_refused_before_prepare_and_older_points_still_r
 
         target = tmp_path / f"bad{n}" / "data"
         with (
-            _captured_logs("xtrabackup_provider.core.prepare") as prepare_logs,
+            _captured_logs("xtrabackup_provider.core.restore.prepare") as prepare_logs,
             pytest.raises(PipelineError) as excinfo,
         ):
             restore_with(catalog, gpg_keys, target)
@@ -432,7 +433,7 @@ def test_the_restore_keyring_keeps_the_private_key_passphrase_protected(
 ):
     """The restore's throwaway agent stores the key under its minimum S2K count (one derivation per
     object): still protected by the passphrase, never in the clear, and wiped afterwards."""
-    from xtrabackup_provider.core import restore as restore_mod
+    from xtrabackup_provider.core.restore import chain as restore_mod
 
     seen: dict[str, bytes] = {}
     homes: list[Path] = []

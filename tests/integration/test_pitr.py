@@ -17,12 +17,14 @@ import pytest
 
 from helpers import commit_known, iso_utc, root_target, unique_name
 from xtrabackup_provider.cli import main as cli_main
-from xtrabackup_provider.core.backup import BackupRequest, run_backup
-from xtrabackup_provider.core.binlog import ShipRequest, ship_binlogs
-from xtrabackup_provider.core.catalog import Catalog, Manifest
-from xtrabackup_provider.core.pitr import PitrError, PitrRequest, PitrTarget, point_in_time_restore
-from xtrabackup_provider.core.sandbox import SandboxServer
-from xtrabackup_provider.core.storage import S3Store, make_s3_client
+from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
+from xtrabackup_provider.core.binlog.ship import ShipRequest, ship_binlogs
+from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.catalog.manifest import Manifest
+from xtrabackup_provider.core.db.sandbox import SandboxServer
+from xtrabackup_provider.core.pitr.plan import PitrError, PitrTarget
+from xtrabackup_provider.core.pitr.recover import PitrRequest, point_in_time_restore
+from xtrabackup_provider.core.storage.s3 import S3Store, make_s3_client
 
 
 @dataclass

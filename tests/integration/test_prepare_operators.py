@@ -18,17 +18,20 @@ from pathlib import Path
 import pytest
 
 from helpers import add_orders, seed_database, unique_name
-from xtrabackup_provider.core import engine
-from xtrabackup_provider.core.backup import BackupRequest, run_backup
-from xtrabackup_provider.core.catalog import Catalog, Manifest
-from xtrabackup_provider.core.mysql import MySQLTarget
-from xtrabackup_provider.core.pipeline import stream_from_store
-from xtrabackup_provider.core.restore import copy_back
-from xtrabackup_provider.core.sandbox import SandboxServer, table_checksums
-from xtrabackup_provider.core.storage import LocalStore
+from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
+from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.catalog.manifest import Manifest
+from xtrabackup_provider.core.db.sandbox import SandboxServer, table_checksums
+from xtrabackup_provider.core.db.server import MySQLTarget
+from xtrabackup_provider.core.engine.argv import PrepareStep, prepare_argv
+from xtrabackup_provider.core.engine.metadata import read_checkpoints
+from xtrabackup_provider.core.engine.tools import EngineError, detect_tool
+from xtrabackup_provider.core.pipeline.from_store import stream_from_store
+from xtrabackup_provider.core.restore.chain import copy_back
+from xtrabackup_provider.core.storage.local import LocalStore
 from xtrabackup_provider.operators.prepare import XtraBackupFinalPrepareOperator, XtraBackupPrepareOperator
 
-PREPARE_LOGGER = "xtrabackup_provider.core.prepare"
+PREPARE_LOGGER = "xtrabackup_provider.core.restore.prepare"
 
 
 @dataclass
@@ -120,7 +123,7 @@ def _prepare_argvs() -> Iterator[list[list[str]]]:
 
 
 def _checkpoints_type(directory: Path) -> str:
-    return engine.read_checkpoints(directory).backup_type
+    return read_checkpoints(directory).backup_type
 
 
 # What the tool writes after a prepare: MariaBackup 10.5+ records "log-applied" for a complete
@@ -151,9 +154,9 @@ def test_operators_prepare_full_then_incremental_and_the_copy_matches_the_source
     assert not any(a.startswith("--incremental-dir") for a in argvs[0])
     assert f"--incremental-dir={inc}" in argvs[1]
     assert _checkpoints_type(base) in PREPARED
-    assert engine.read_checkpoints(base).to_lsn == backups.incremental.to_lsn
+    assert read_checkpoints(base).to_lsn == backups.incremental.to_lsn
 
-    tool = engine.detect_tool("mariabackup")
+    tool = detect_tool("mariabackup")
     target = tmp_path / "restored" / "data"
     copy_back(tool, base, target, move=False)
     with SandboxServer.on_datadir(target, tmp_path / "sb", server_id=910) as restored:
@@ -172,11 +175,11 @@ def test_operators_prepare_full_then_incremental_and_the_copy_matches_the_source
 def test_apply_log_only_is_dropped_on_mariabackup_even_when_asked(backups: Backups, tmp_path):
     base = _extract(backups.store, backups.full, tmp_path / "base")
     inc = _extract(backups.store, backups.incremental, tmp_path / "inc")
-    tool = engine.detect_tool("mariabackup")
+    tool = detect_tool("mariabackup")
     assert not tool.capabilities.apply_log_only, f"{tool.text}: expected a MariaBackup 10.5+ on this worker"
     # Asked directly, the engine refuses to build such a step: the operator is what drops the flag.
-    with pytest.raises(engine.EngineError, match="apply-log-only"):
-        engine.prepare_argv(tool, engine.PrepareStep(str(base), None, apply_log_only=True))
+    with pytest.raises(EngineError, match="apply-log-only"):
+        prepare_argv(tool, PrepareStep(str(base), None, apply_log_only=True))
 
     with _prepare_argvs() as argvs:
         result = XtraBackupPrepareOperator(

@@ -15,14 +15,16 @@ import yaml
 
 from helpers import add_orders, restore_with, seed_database, unique_name
 from xtrabackup_provider.cli import main
-from xtrabackup_provider.core.backup import BackupRequest, run_backup
-from xtrabackup_provider.core.binlog import ShipRequest, ship_binlogs
-from xtrabackup_provider.core.binlog_catalog import BinlogCatalog, server_uuids
-from xtrabackup_provider.core.catalog import Catalog, Manifest
-from xtrabackup_provider.core.mysql import MySQLTarget
-from xtrabackup_provider.core.report_html import fmt_bytes, fmt_seconds
-from xtrabackup_provider.core.restore_test import RestoreTestRequest, read_report, run_restore_test
-from xtrabackup_provider.core.storage import LocalStore
+from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
+from xtrabackup_provider.core.binlog.catalog import BinlogCatalog, server_uuids
+from xtrabackup_provider.core.binlog.ship import ShipRequest, ship_binlogs
+from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.catalog.manifest import Manifest
+from xtrabackup_provider.core.catalog.reports import read_report
+from xtrabackup_provider.core.db.server import MySQLTarget
+from xtrabackup_provider.core.report.html import fmt_bytes, fmt_seconds
+from xtrabackup_provider.core.restore.restore_test import RestoreTestRequest, run_restore_test
+from xtrabackup_provider.core.storage.local import LocalStore
 
 
 @dataclass
@@ -223,7 +225,7 @@ class _Lines(logging.Handler):
 
 def test_restore_logs_fetch_progress_per_backup(fleet, gpg_keys, tmp_path):
     handler = _Lines()
-    logger = logging.getLogger("xtrabackup_provider.core.restore")
+    logger = logging.getLogger("xtrabackup_provider.core.restore.chain")
     logger.addHandler(handler)
     level, logger.level = logger.level, logging.INFO
     try:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import secrets
 
 from helpers import seed_database, start_replication, unique_name, wait_caught_up
-from xtrabackup_provider.core.backup import BackupRequest, run_backup
-from xtrabackup_provider.core.catalog import Catalog
-from xtrabackup_provider.core.mysql import MySQLTarget
-from xtrabackup_provider.core.restore_test import RestoreTestRequest, read_report, run_restore_test
-from xtrabackup_provider.core.storage import LocalStore
+from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
+from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.catalog.reports import read_report
+from xtrabackup_provider.core.db.server import MySQLTarget
+from xtrabackup_provider.core.restore.restore_test import RestoreTestRequest, run_restore_test
+from xtrabackup_provider.core.storage.local import LocalStore
 
 
 def _target(server) -> MySQLTarget:

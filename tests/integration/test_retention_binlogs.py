@@ -28,15 +28,23 @@ from pathlib import Path
 import pytest
 
 from helpers import KnownPoint, commit_known, iso_utc, root_target, take_backup, unique_name
-from xtrabackup_provider.core.binlog import ShipRequest, ship_binlogs
-from xtrabackup_provider.core.binlog_catalog import BinlogCatalog
-from xtrabackup_provider.core.binlog_events import binlog_number
-from xtrabackup_provider.core.catalog import Catalog, Manifest
-from xtrabackup_provider.core.pitr import PitrError, PitrRequest, PitrTarget, make_plan, point_in_time_restore
-from xtrabackup_provider.core.retention import BINLOG_CLOCK_SLACK, DAY, Plan, PlanItem, RetentionPolicy
-from xtrabackup_provider.core.retention_apply import apply_plan, plan_host
-from xtrabackup_provider.core.sandbox import SandboxServer
-from xtrabackup_provider.core.storage import S3Store, make_s3_client
+from xtrabackup_provider.core.binlog.catalog import BinlogCatalog
+from xtrabackup_provider.core.binlog.events import binlog_number
+from xtrabackup_provider.core.binlog.ship import ShipRequest, ship_binlogs
+from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.catalog.manifest import Manifest
+from xtrabackup_provider.core.db.sandbox import SandboxServer
+from xtrabackup_provider.core.pitr.plan import PitrError, PitrTarget, make_plan
+from xtrabackup_provider.core.pitr.recover import PitrRequest, point_in_time_restore
+from xtrabackup_provider.core.retention.apply import apply_plan, plan_host
+from xtrabackup_provider.core.retention.model import (
+    BINLOG_CLOCK_SLACK,
+    DAY,
+    Plan,
+    PlanItem,
+    RetentionPolicy,
+)
+from xtrabackup_provider.core.storage.s3 import S3Store, make_s3_client
 
 BACKDATE = timedelta(hours=3)
 

@@ -16,13 +16,14 @@ import pytest
 
 from helpers import add_orders, restore_with, restored_checksums, seed_database, take_backup, unique_name
 from manifest_factory import CLUSTER, HOST, PREFIX, make_manifest
-from xtrabackup_provider.core.catalog import Catalog, Manifest
-from xtrabackup_provider.core.lock import LOCK_NAME
-from xtrabackup_provider.core.restore_test import RestoreTestRequest, run_restore_test
-from xtrabackup_provider.core.retention import RetentionPolicy
-from xtrabackup_provider.core.retention_apply import apply_plan, plan_host
-from xtrabackup_provider.core.sandbox import table_checksums
-from xtrabackup_provider.core.storage import S3Store, make_s3_client
+from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.catalog.lock import LOCK_NAME
+from xtrabackup_provider.core.catalog.manifest import Manifest
+from xtrabackup_provider.core.db.sandbox import table_checksums
+from xtrabackup_provider.core.restore.restore_test import RestoreTestRequest, run_restore_test
+from xtrabackup_provider.core.retention.apply import apply_plan, plan_host
+from xtrabackup_provider.core.retention.model import RetentionPolicy
+from xtrabackup_provider.core.storage.s3 import S3Store, make_s3_client
 
 
 class RecordingS3Store(S3Store):

@@ -19,13 +19,14 @@ import pytest
 
 from faults.faultkit import S3Proxy
 from helpers import gpg_home, run_gpg, seed_database, unique_name
-from xtrabackup_provider.core import lifecycle
-from xtrabackup_provider.core.backup import BackupRequest, run_backup
-from xtrabackup_provider.core.catalog import Catalog
-from xtrabackup_provider.core.mysql import MySQLTarget
-from xtrabackup_provider.core.storage import ARCHIVE_TAG, PutOptions, S3Store, StorageError, make_s3_client
-from xtrabackup_provider.core.upload import UploadManifest, UploadRequest, upload
-from xtrabackup_provider.core.verify import VerifyRequest, verify
+from xtrabackup_provider.core.backup.files import UploadManifest, UploadRequest, upload
+from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
+from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.db.server import MySQLTarget
+from xtrabackup_provider.core.restore.verify import VerifyRequest, verify
+from xtrabackup_provider.core.storage import lifecycle
+from xtrabackup_provider.core.storage.base import ARCHIVE_TAG, PutOptions, StorageError
+from xtrabackup_provider.core.storage.s3 import S3Store, make_s3_client
 
 MiB = 1024 * 1024
 KMS_KEY = "arn:aws:kms:us-east-1:123456789012:key/0b5e3a1c-xbp-test"
@@ -94,7 +95,7 @@ def test_quick_verify_flags_a_lock_or_sse_the_object_does_not_have(s3_server, bu
     store = S3Store(make_s3_client(s3_server.endpoint_url, "us-east-1"), bucket)
     prefix = "backups/c1/db1/backups/20260101T000000Z-full"
     manifest = upload(UploadRequest(store, src, prefix, PutOptions("STANDARD", "AES256")))
-    from xtrabackup_provider.core.verify import quick_problems
+    from xtrabackup_provider.core.restore.verify import quick_problems
 
     obj = manifest.objects[0]
     assert quick_problems(obj, store.head(obj.key)) == []

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from helpers import add_orders, restored_checksums, seed_database, unique_name
-from xtrabackup_provider.core.backup import BackupRequest, run_backup
-from xtrabackup_provider.core.catalog import Catalog
-from xtrabackup_provider.core.mysql import MySQLTarget
-from xtrabackup_provider.core.sandbox import table_checksums
-from xtrabackup_provider.core.standby import load_state, restore_from_standby, update_standby
-from xtrabackup_provider.core.storage import LocalStore
+from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
+from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.db.sandbox import table_checksums
+from xtrabackup_provider.core.db.server import MySQLTarget
+from xtrabackup_provider.core.restore.standby import load_state, restore_from_standby, update_standby
+from xtrabackup_provider.core.storage.local import LocalStore
 
 
 def test_standby_follows_the_chain_and_restores_the_newest_state(mariadb, gpg_keys, tmp_path):

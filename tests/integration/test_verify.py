@@ -15,13 +15,13 @@ import zstandard
 from helpers import add_orders, seed_database, unique_name
 from manifest_factory import CLUSTER, HOST, PREFIX, make_manifest
 from xtrabackup_provider import cli
-from xtrabackup_provider.core.backup import BackupRequest, run_backup
-from xtrabackup_provider.core.catalog import Catalog
-from xtrabackup_provider.core.mysql import MySQLTarget
-from xtrabackup_provider.core.restore import RestoreRequest, restore
-from xtrabackup_provider.core.storage import S3Store, make_s3_client
-from xtrabackup_provider.core.verify import VerifyRequest, verify
-from xtrabackup_provider.core.xbstream import XbstreamChecker, XbstreamError
+from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
+from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.db.server import MySQLTarget
+from xtrabackup_provider.core.engine.xbstream import XbstreamChecker, XbstreamError
+from xtrabackup_provider.core.restore.chain import RestoreRequest, restore
+from xtrabackup_provider.core.restore.verify import VerifyRequest, verify
+from xtrabackup_provider.core.storage.s3 import S3Store, make_s3_client
 
 
 def _flip(client, bucket: str, key: str, at: int) -> None:

@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 
 from manifest_factory import make_manifest
-from xtrabackup_provider.core import binlog_events as ev
-from xtrabackup_provider.core.binlog import download_argv
-from xtrabackup_provider.core.binlog_catalog import (
+from xtrabackup_provider.core.binlog import events as ev
+from xtrabackup_provider.core.binlog.catalog import (
     BinlogError,
     BinlogGap,
     BinlogIndex,
@@ -22,17 +21,12 @@ from xtrabackup_provider.core.binlog_catalog import (
     check_not_reset,
     find_gap,
 )
-from xtrabackup_provider.core.binlog_stream import default_replica_server_id
-from xtrabackup_provider.core.config import ConfigError, parse_config
-from xtrabackup_provider.core.pitr import (
-    PitrError,
-    PitrPlan,
-    PitrReport,
-    PitrTarget,
-    choose_backup,
-    plan_binlogs,
-    where_replay_stops,
-)
+from xtrabackup_provider.core.binlog.follow import default_replica_server_id
+from xtrabackup_provider.core.binlog.ship import download_argv
+from xtrabackup_provider.core.config.load import parse_config
+from xtrabackup_provider.core.config.schema import ConfigError
+from xtrabackup_provider.core.pitr.plan import PitrError, PitrPlan, PitrTarget, choose_backup, plan_binlogs
+from xtrabackup_provider.core.pitr.recover import PitrReport, where_replay_stops
 
 T0 = 1_800_000_000  # an epoch second
 UUID = "mariadb-db1-3306-7"

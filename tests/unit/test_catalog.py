@@ -8,16 +8,15 @@ from datetime import UTC, datetime
 import pytest
 
 from manifest_factory import CLUSTER, HOST, PREFIX, SHA, make_manifest  # shared with the retention tests
-from xtrabackup_provider.core.catalog import (
+from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.catalog.chain import resolve_chain, validate_chain
+from xtrabackup_provider.core.catalog.manifest import (
     MAX_MANIFEST_BYTES,
-    Catalog,
     CatalogError,
     Manifest,
     parse_manifest,
-    resolve_chain,
-    validate_chain,
 )
-from xtrabackup_provider.core.storage import LocalStore
+from xtrabackup_provider.core.storage.local import LocalStore
 
 T0 = datetime(2026, 11, 1, 10, 30, tzinfo=UTC)
 

@@ -6,23 +6,26 @@ from datetime import timedelta
 
 import pytest
 
-from xtrabackup_provider.core.config import ConfigError, parse_config
-from xtrabackup_provider.core.consistency import (
-    ChecksumFindings,
+from xtrabackup_provider.core.config.load import parse_config
+from xtrabackup_provider.core.config.schema import ConfigError
+from xtrabackup_provider.core.db.checksum import (
     ChecksumOptions,
     ConsistencyError,
-    GatePolicy,
-    ReplicaHealth,
-    TableDiff,
-    check_dsn,
     checksum_argv,
     decode_exit,
-    evaluate_gate,
     interpret,
     parse_results,
     replica_dsn,
 )
-from xtrabackup_provider.core.mysql import MySQLTarget
+from xtrabackup_provider.core.db.dsn import check_dsn
+from xtrabackup_provider.core.db.gate import (
+    ChecksumFindings,
+    GatePolicy,
+    ReplicaHealth,
+    TableDiff,
+    evaluate_gate,
+)
+from xtrabackup_provider.core.db.server import MySQLTarget
 
 # Captured from pt-table-checksum 3.2.1 against MariaDB 10.11 after a row changed on the replica.
 DIFF_OUTPUT = """Checking if all tables can be checksummed ...

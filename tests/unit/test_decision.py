@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from xtrabackup_provider.core.catalog import Manifest
-from xtrabackup_provider.core.decision import ChainPolicy, decide
+from xtrabackup_provider.core.backup.decide import ChainPolicy, decide
+from xtrabackup_provider.core.catalog.manifest import Manifest
 
 UUID = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 FULL_AT = datetime(2026, 11, 1, 10, 30, tzinfo=UTC)

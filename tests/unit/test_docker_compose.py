@@ -461,9 +461,9 @@ def test_each_db_host_queue_has_a_worker_that_sees_its_datadir() -> None:
 
 
 def test_fleet_docker_yaml_is_a_valid_fleet_config() -> None:
-    config = pytest.importorskip("xtrabackup_provider.core.config")
+    load = pytest.importorskip("xtrabackup_provider.core.config.load")
     fleet()  # resolves the path through the compose file first
     try:
-        config.load_config(ROOT / "dags/config/fleet.docker.yaml")
-    except config.ConfigError as exc:
+        load.load_config(ROOT / "dags/config/fleet.docker.yaml")
+    except load.ConfigError as exc:
         pytest.fail(f"dags/config/fleet.docker.yaml does not validate against the fleet schema: {exc}")

@@ -4,24 +4,24 @@ from __future__ import annotations
 
 import pytest
 
-from xtrabackup_provider.core.engine import (
+from xtrabackup_provider.core.engine.argv import (
     BackupOptions,
-    BinlogPosition,
-    EngineError,
     PrepareStep,
     PrepareTuning,
-    ToolVersion,
     backup_argv,
     copy_back_argv,
     extract_argv,
+    prepare_argv,
+    prepare_steps,
+)
+from xtrabackup_provider.core.engine.metadata import (
+    BinlogPosition,
     parse_binlog_info,
     parse_binlog_pos,
     parse_checkpoints,
     parse_info,
-    parse_tool_version,
-    prepare_argv,
-    prepare_steps,
 )
+from xtrabackup_provider.core.engine.tools import EngineError, ToolVersion, parse_tool_version
 
 UUID_A = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 UUID_B = "8c1c2f3e-2d1a-11ef-a3b1-0242ac120002"

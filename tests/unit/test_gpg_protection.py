@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from xtrabackup_provider.core.crypto import AGENT_S2K_COUNT, GpgHome, generate_key_pair
+from xtrabackup_provider.core.pipeline.gpg import AGENT_S2K_COUNT, GpgHome, generate_key_pair
 
 
 def _protect_counts(armored_private_key: str) -> list[int]:

@@ -6,8 +6,8 @@ import copy
 
 import pytest
 
-from xtrabackup_provider.core.lifecycle import LifecycleError, desired_rules, merge, parse_specs
-from xtrabackup_provider.core.storage import ARCHIVE_TAG
+from xtrabackup_provider.core.storage.base import ARCHIVE_TAG
+from xtrabackup_provider.core.storage.lifecycle import LifecycleError, desired_rules, merge, parse_specs
 
 SPEC = {
     "id": "xbp-main",

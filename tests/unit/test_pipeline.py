@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from xtrabackup_provider.core.pipeline import PipelineError, stream_from_store, stream_to_store
-from xtrabackup_provider.core.storage import LocalStore, StorageError
+from xtrabackup_provider.core.pipeline.from_store import stream_from_store
+from xtrabackup_provider.core.pipeline.process import PipelineError
+from xtrabackup_provider.core.pipeline.to_store import stream_to_store
+from xtrabackup_provider.core.storage.base import StorageError
+from xtrabackup_provider.core.storage.local import LocalStore
 
 KEY = "c1/db1/backups/20261101T103000Z-full/backup.xbstream.zst"
 

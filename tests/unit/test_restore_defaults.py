@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from xtrabackup_provider.core.restore import RestoreRequest, default_parallel_downloads
+from xtrabackup_provider.core.restore.chain import RestoreRequest, default_parallel_downloads
 
 
 def test_objects_streamed_at_once_follow_the_usable_cores(monkeypatch):

@@ -16,26 +16,24 @@ import yaml
 
 from manifest_factory import CLUSTER, HOST, PREFIX, UUID, make_manifest
 from xtrabackup_provider.cli import main
-from xtrabackup_provider.core.catalog import Catalog, Manifest
-from xtrabackup_provider.core.config import ConfigError, parse_config
-from xtrabackup_provider.core.lock import LOCK_NAME
-from xtrabackup_provider.core.retention import (
+from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.catalog.lock import LOCK_NAME
+from xtrabackup_provider.core.catalog.manifest import Manifest
+from xtrabackup_provider.core.config.load import parse_config
+from xtrabackup_provider.core.config.schema import ConfigError
+from xtrabackup_provider.core.retention.apply import RetentionError, apply_plan, marker_batches, plan_host
+from xtrabackup_provider.core.retention.model import (
     NOT_CONFIGURED,
     BinlogItem,
     Plan,
     RetentionPolicy,
     early_deletion_usd,
     parse_policy,
-    plan_retention,
     plan_table,
 )
-from xtrabackup_provider.core.retention_apply import (
-    RetentionError,
-    apply_plan,
-    marker_batches,
-    plan_host,
-)
-from xtrabackup_provider.core.storage import GiB, LocalStore, ObjectInfo
+from xtrabackup_provider.core.retention.plan import plan_retention
+from xtrabackup_provider.core.storage.base import GiB, ObjectInfo
+from xtrabackup_provider.core.storage.local import LocalStore
 
 NOW = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)
 BACKUPS = f"{PREFIX}/{CLUSTER}/{HOST}/backups/"

@@ -21,16 +21,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from manifest_factory import CLUSTER, HOST, PREFIX, UUID, make_manifest
-from xtrabackup_provider.core.catalog import Catalog, CatalogError, Manifest, resolve_chain
-from xtrabackup_provider.core.retention import (
-    MIN_STORAGE,
-    BinlogItem,
-    Plan,
-    RetentionPolicy,
-    plan_retention,
-)
-from xtrabackup_provider.core.retention_apply import apply_plan, plan_host
-from xtrabackup_provider.core.storage import GiB, LocalStore, ObjectInfo, StorageError
+from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.catalog.chain import resolve_chain
+from xtrabackup_provider.core.catalog.manifest import CatalogError, Manifest
+from xtrabackup_provider.core.retention.apply import apply_plan, plan_host
+from xtrabackup_provider.core.retention.model import MIN_STORAGE, BinlogItem, Plan, RetentionPolicy
+from xtrabackup_provider.core.retention.plan import plan_retention
+from xtrabackup_provider.core.storage.base import GiB, ObjectInfo, StorageError
+from xtrabackup_provider.core.storage.local import LocalStore
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 FMT = "%Y%m%dT%H%M%SZ"

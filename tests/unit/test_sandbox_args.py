@@ -8,12 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from xtrabackup_provider.core.sandbox import (
-    SandboxError,
-    SandboxServer,
-    _quote_option_value,
-    free_port,
-)
+from xtrabackup_provider.core.db.sandbox import SandboxError, SandboxServer, _quote_option_value, free_port
 
 
 def _server(tmp_path: Path, **kw) -> SandboxServer:

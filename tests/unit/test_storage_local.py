@@ -11,15 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from xtrabackup_provider.core.mysql import MySQLTarget, ServerError, defaults_file
-from xtrabackup_provider.core.storage import (
-    MAX_PARTS,
-    LocalStore,
-    MiB,
-    StorageError,
-    check_key,
-    choose_part_size,
-)
+from xtrabackup_provider.core.db.server import MySQLTarget, ServerError, defaults_file
+from xtrabackup_provider.core.storage.base import MAX_PARTS, MiB, StorageError, check_key, choose_part_size
+from xtrabackup_provider.core.storage.local import LocalStore
 
 TiB = 1024**4
 

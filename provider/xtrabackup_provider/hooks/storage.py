@@ -6,8 +6,10 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
-from ..core.catalog import Catalog
-from ..core.storage import LocalStore, ObjectStore, S3Store
+from ..core.catalog.backups import Catalog
+from ..core.storage.base import ObjectStore
+from ..core.storage.local import LocalStore
+from ..core.storage.s3 import S3Store
 
 
 class BackupStorageHook(BaseHook):

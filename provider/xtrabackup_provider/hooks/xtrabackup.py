@@ -6,8 +6,8 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
-from ..core.engine import Flavour, ToolVersion, detect_tool
-from ..core.mysql import MySQLTarget
+from ..core.db.server import MySQLTarget
+from ..core.engine.tools import Flavour, ToolVersion, detect_tool
 
 
 class XtraBackupHook(BaseHook):

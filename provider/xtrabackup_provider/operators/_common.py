@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.catalog import Catalog
+from ..core.catalog.backups import Catalog
 
 
 def host_catalog(op: Any) -> Catalog:

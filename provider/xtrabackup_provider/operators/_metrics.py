@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..core.catalog import Manifest
+    from ..core.catalog.manifest import Manifest
 
 log = logging.getLogger(__name__)
 PREFIX = "xtrabackup"
@@ -79,10 +79,10 @@ def restore_test_done(cluster: str, host: str, passed: bool, timings: dict[str, 
 
 
 def binlogs_shipped(cluster: str, host: str, summary: dict[str, Any], catalog: Any) -> None:
-    """After a shipping run: counts, and the lag the newest shipped binlog leaves (core.report)."""
+    """After a shipping run: counts, and the lag the newest shipped binlog leaves (core.report.model)."""
     from datetime import UTC, datetime
 
-    from ..core.report import newest_binlog
+    from ..core.report.model import newest_binlog
 
     gauges = {"shipped_count": float(summary.get("shipped_count") or 0)}
     try:

@@ -99,10 +99,10 @@ class XtraBackupOperator(BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         from datetime import timedelta
 
-        from ..core.backup import BackupRequest, run_backup
-        from ..core.catalog import GateResult
-        from ..core.decision import ChainPolicy
-        from ..core.progress import ProgressLogger
+        from ..core.backup.decide import ChainPolicy
+        from ..core.backup.run import BackupRequest, run_backup
+        from ..core.catalog.manifest import GateResult
+        from ..core.common.progress import ProgressLogger
         from ..hooks.gpg import GpgKeysHook
         from ..hooks.xtrabackup import XtraBackupHook
 

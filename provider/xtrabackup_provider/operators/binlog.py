@@ -72,9 +72,9 @@ class BinlogShipOperator(BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
-        from ..core.binlog import ShipRequest, ship_binlogs
-        from ..core.binlog_catalog import BinlogGapError
-        from ..core.binlog_stream import ship_continuous
+        from ..core.binlog.catalog import BinlogGapError
+        from ..core.binlog.follow import ship_continuous
+        from ..core.binlog.ship import ShipRequest, ship_binlogs
         from ..hooks.gpg import GpgKeysHook
         from ..hooks.xtrabackup import XtraBackupHook
 

@@ -61,7 +61,7 @@ class TableChecksumOperator(BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
-        from ..core.consistency import ConsistencyError, checksum_options, replica_dsn, run_checksum
+        from ..core.db.checksum import ConsistencyError, checksum_options, replica_dsn, run_checksum
         from ..hooks.xtrabackup import XtraBackupHook
 
         # Host and port of each replica's connection (its unix socket is of no use on the source).

@@ -24,8 +24,8 @@ def choose_backup_kind(
     requested: str = "auto",
 ) -> dict[str, Any]:
     """Return {"kind", "reason", "parent_id"}; `requested` full/incremental overrides the policy."""
-    from ..core.decision import ChainPolicy, decide
-    from ..core.mysql import server_facts
+    from ..core.backup.decide import ChainPolicy, decide
+    from ..core.db.server import server_facts
     from ..hooks.storage import BackupStorageHook
     from ..hooks.xtrabackup import XtraBackupHook
 

@@ -65,8 +65,8 @@ class PitrRestoreTestOperator(BaseOperator):
         from dataclasses import asdict
         from pathlib import Path
 
-        from ..core.pitr import PitrTarget
-        from ..core.pitr_test import run_pitr_test
+        from ..core.pitr.pitr_test import run_pitr_test
+        from ..core.pitr.plan import PitrTarget
 
         target = PitrTarget.at_time(self.target_time)
         key, passphrase = private_key(self.gpg_conn_id)

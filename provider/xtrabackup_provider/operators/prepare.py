@@ -43,13 +43,13 @@ class XtraBackupPrepareOperator(BaseOperator):
         self.max_free_memory_pct = max_free_memory_pct
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from ..core import engine, prepare
+        from ..core.engine.argv import PrepareStep
+        from ..core.engine.tools import detect_tool
+        from ..core.restore import prepare
 
-        tool = engine.detect_tool(
-            "xtrabackup" if self.flavour == "xtrabackup" else "mariabackup", self.binary
-        )
+        tool = detect_tool("xtrabackup" if self.flavour == "xtrabackup" else "mariabackup", self.binary)
         apply_log_only = self.apply_log_only and tool.capabilities.apply_log_only
-        step = engine.PrepareStep(self.target_dir, self.incremental_dir, apply_log_only)
+        step = PrepareStep(self.target_dir, self.incremental_dir, apply_log_only)
         dirs = [Path(d) for d in (self.target_dir, self.incremental_dir) if d]
         tuning = prepare.tuning_for(
             tool,

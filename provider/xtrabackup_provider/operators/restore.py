@@ -52,7 +52,7 @@ class XtraBackupRestoreOperator(BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         from dataclasses import asdict
 
-        from ..core.restore import RestoreRequest, restore
+        from ..core.restore.chain import RestoreRequest, restore
 
         key, passphrase = private_key(self.gpg_conn_id)
         report = restore(

@@ -67,7 +67,7 @@ class RestoreTestOperator(BaseOperator):
         from dataclasses import asdict
         from pathlib import Path
 
-        from ..core.restore_test import RestoreTestRequest, run_restore_test
+        from ..core.restore.restore_test import RestoreTestRequest, run_restore_test
 
         if self.level not in ("quick", "full"):
             raise ValueError(f"level must be quick or full, not {self.level!r}")

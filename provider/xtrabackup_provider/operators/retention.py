@@ -15,10 +15,10 @@ log = logging.getLogger(__name__)
 
 class ApplyRetentionOperator(BaseOperator):
     """Keep or delete every backup and leftover object of `cluster/host` by `policy` (the keys of
-    the fleet config's `retention:` section, see core/retention.py); binlogs are not handed in yet.
+    the fleet config's `retention:` section, see core/retention/plan.py); binlogs are not handed in yet.
 
     Dry run until `confirm=True`: the plan is logged and nothing is deleted. When confirmed,
-    manifests are deleted before the data they name (core/retention_apply.py). Returns small
+    manifests are deleted before the data they name (core/retention/apply.py). Returns small
     metadata for XCom: counts, bytes, and the first deleted names.
     """
 
@@ -51,8 +51,8 @@ class ApplyRetentionOperator(BaseOperator):
         self.max_table_rows = max_table_rows
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from ..core.retention import parse_policy, plan_table
-        from ..core.retention_apply import apply_plan, plan_host
+        from ..core.retention.apply import apply_plan, plan_host
+        from ..core.retention.model import parse_policy, plan_table
 
         policy = parse_policy(self.policy, f"{self.task_id} ({self.cluster}/{self.host})")
         catalog = host_catalog(self)

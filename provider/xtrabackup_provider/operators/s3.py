@@ -45,8 +45,8 @@ class BucketLifecycleOperator(BaseOperator):
         self.check_only = check_only
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from ..core import lifecycle
-        from ..core.storage import S3Store
+        from ..core.storage import lifecycle
+        from ..core.storage.s3 import S3Store
         from ..hooks.storage import BackupStorageHook
 
         lifecycle.parse_specs(self.rules)  # a bad spec fails before any S3 call
@@ -100,7 +100,8 @@ class GlacierRestoreRequestOperator(BaseOperator):
         self.aws_conn_id = aws_conn_id
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from ..core.glacier import chain_states, request_restores
+        from ..core.restore.archived import chain_states
+        from ..core.storage.glacier import request_restores
         from ..hooks.storage import BackupStorageHook
 
         catalog = BackupStorageHook(self.aws_conn_id, bucket=self.bucket).get_catalog(
@@ -150,7 +151,7 @@ class VerifyBackupOperator(BaseOperator):
         self.gpg_conn_id = gpg_conn_id
 
     def execute(self, context: Any) -> list[dict[str, Any]]:
-        from ..core.verify import VerifyRequest, verify
+        from ..core.restore.verify import VerifyRequest, verify
         from ..hooks.gpg import GpgKeysHook
 
         if self.mode not in ("quick", "deep"):
@@ -195,7 +196,7 @@ class GpgEncryptOperator(BaseOperator):
         self.remove_source = remove_source
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from ..core.upload import encrypt_file
+        from ..core.backup.files import encrypt_file
         from ..hooks.gpg import GpgKeysHook
 
         source = Path(self.source_path)
@@ -241,8 +242,8 @@ class BackupUploadOperator(BaseOperator):
         self.object_lock_days = object_lock_days
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from ..core.storage import ARCHIVE_TAGGING, STORAGE_CLASSES, PutOptions
-        from ..core.upload import UploadRequest, upload
+        from ..core.backup.files import UploadRequest, upload
+        from ..core.storage.base import ARCHIVE_TAGGING, STORAGE_CLASSES, PutOptions
         from ..hooks.storage import BackupStorageHook
 
         if self.storage_class not in STORAGE_CLASSES:

@@ -13,7 +13,7 @@ from ._common import host_catalog, private_key
 
 class XtraBackupStandbyOperator(BaseOperator):
     """After each backup, merge the new incrementals into a standby directory on this worker,
-    so that a restore from it needs only the final step (see core/standby.py for the rules)."""
+    so that a restore from it needs only the final step (see core/restore/standby.py for the rules)."""
 
     template_fields: Sequence[str] = ("cluster", "host", "standby_dir", "prefix", "bucket")
 
@@ -45,7 +45,7 @@ class XtraBackupStandbyOperator(BaseOperator):
         self.use_memory = use_memory
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from ..core.standby import update_standby
+        from ..core.restore.standby import update_standby
 
         key, passphrase = private_key(self.gpg_conn_id)
         catalog = host_catalog(self)

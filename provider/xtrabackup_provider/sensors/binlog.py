@@ -11,7 +11,7 @@ from airflow.sdk import BaseSensorOperator
 from airflow.sdk.bases.sensor import PokeReturnValue
 
 if TYPE_CHECKING:
-    from ..core.config import ClusterConfig, FleetConfig
+    from ..core.config.schema import ClusterConfig, FleetConfig
 
 
 class BinlogLagFailed(RuntimeError):
@@ -70,7 +70,7 @@ class BinlogLagSensor(BaseSensorOperator):
 
     def _fix_point(self) -> Any:
         if self._point is None:
-            from ..core.binlog import lag_target
+            from ..core.binlog.ship import lag_target
             from ..hooks.xtrabackup import XtraBackupHook
 
             self._point = lag_target(XtraBackupHook(self.mysql_conn_id).get_target(), self.gtid or None)
@@ -82,7 +82,7 @@ class BinlogLagSensor(BaseSensorOperator):
         return {"server_uuid": point.server_uuid, "point": point.describe(), "deferred": deferred}
 
     def poke(self, context: Any) -> PokeReturnValue:
-        from ..core.binlog import is_shipped
+        from ..core.binlog.ship import is_shipped
 
         point = self._fix_point()
         if is_shipped(self._catalog(), point):
@@ -92,7 +92,7 @@ class BinlogLagSensor(BaseSensorOperator):
     def execute(self, context: Any) -> Any:
         if not self.deferrable:
             return super().execute(context)
-        from ..core.binlog import is_shipped
+        from ..core.binlog.ship import is_shipped
 
         point = self._fix_point()
         if is_shipped(self._catalog(), point):

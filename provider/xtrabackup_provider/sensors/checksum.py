@@ -12,8 +12,8 @@ from airflow.sdk import BaseSensorOperator
 from airflow.sdk.bases.sensor import PokeReturnValue
 
 if TYPE_CHECKING:
-    from ..core.config import ChecksumGateConfig, ClusterConfig
-    from ..core.consistency import GateVerdict
+    from ..core.config.schema import ChecksumGateConfig, ClusterConfig
+    from ..core.db.gate import GateVerdict
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class ReplicaChecksumSensor(BaseSensorOperator):
         return f"replica {self.cluster}/{name}" if self.cluster else f"replica {name}"
 
     def _check(self) -> GateVerdict:
-        from ..core.consistency import GatePolicy, check_replica
+        from ..core.db.gate import GatePolicy, check_replica
         from ..hooks.xtrabackup import XtraBackupHook
 
         if self.on_diff not in ("fail", "skip", "mark") or self.on_blocked not in ("fail", "wait"):
@@ -81,7 +81,7 @@ class ReplicaChecksumSensor(BaseSensorOperator):
     def _decide(self, verdict: GateVerdict, final: bool) -> PokeReturnValue:
         from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-        from ..core.consistency import ChecksumGateError
+        from ..core.db.gate import ChecksumGateError
 
         if verdict.outcome == "blocked":
             if self.on_blocked == "wait" and not final:
@@ -127,7 +127,7 @@ class ReplicaChecksumSensor(BaseSensorOperator):
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
         """Back from the trigger: check once more here and apply the policy (no more waiting)."""
-        from ..core.consistency import ChecksumGateError
+        from ..core.db.gate import ChecksumGateError
 
         if event.get("status") == "timeout":
             raise ChecksumGateError(f"backup blocked after waiting {self.timeout}s: {event.get('reason')}")

@@ -11,7 +11,7 @@ from airflow.sdk import BaseSensorOperator
 from airflow.sdk.bases.sensor import PokeReturnValue
 
 if TYPE_CHECKING:
-    from ..core.config import StorageConfig
+    from ..core.config.schema import StorageConfig
 
 
 class GlacierRestoreFailed(RuntimeError):
@@ -69,8 +69,8 @@ class GlacierRestoreSensor(BaseSensorOperator):
     def _keys(self, store: Any) -> list[str]:
         if self.keys is not None:
             return list(self.keys)
-        from ..core.catalog import Catalog
-        from ..core.glacier import chain_keys
+        from ..core.catalog.backups import Catalog
+        from ..core.restore.archived import chain_keys
 
         catalog = Catalog(store, self.prefix, self.cluster or "", self.host or "")
         backup_id = None if self.backup_id in (None, "", "latest") else self.backup_id
@@ -79,7 +79,7 @@ class GlacierRestoreSensor(BaseSensorOperator):
 
     def _check(self) -> tuple[list[str], list[dict[str, Any]]]:
         """(keys still being restored, state rows); raises when waiting would never end."""
-        from ..core.glacier import key_states, lost_restores, waiting
+        from ..core.storage.glacier import key_states, lost_restores, waiting
 
         store = self._store()
         states = key_states(store, self._keys(store))
@@ -143,7 +143,8 @@ def chain_needs_restore(
     aws_conn_id: str = "aws_default",
 ) -> bool:
     """For a DAG branch: does restoring `backup_id` (or the newest) read archived objects?"""
-    from ..core.glacier import chain_states, waiting
+    from ..core.restore.archived import chain_states
+    from ..core.storage.glacier import waiting
     from ..hooks.storage import BackupStorageHook
 
     catalog = BackupStorageHook(aws_conn_id, bucket=bucket).get_catalog(prefix, cluster, host)

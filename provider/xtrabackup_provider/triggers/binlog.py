@@ -68,7 +68,7 @@ class BinlogShippedTrigger(BaseTrigger):
         )
 
     def _check(self) -> bool:
-        from ..core.binlog import LagTarget, is_shipped
+        from ..core.binlog.ship import LagTarget, is_shipped
         from ..hooks.storage import BackupStorageHook
 
         catalog = BackupStorageHook(self.aws_conn_id, self.bucket, self.local_path).get_catalog(

@@ -55,7 +55,7 @@ class ReplicaChecksumTrigger(BaseTrigger):
         )
 
     def _blocked_reason(self) -> str | None:
-        from ..core.consistency import GatePolicy, check_replica
+        from ..core.db.gate import GatePolicy, check_replica
         from ..hooks.xtrabackup import XtraBackupHook
 
         policy = GatePolicy(

@@ -51,7 +51,7 @@ class GlacierRestoreTrigger(BaseTrigger):
         return BackupStorageHook(self.aws_conn_id, bucket=self.bucket).get_store()
 
     def _poll(self, store: Any) -> list[dict[str, Any]]:
-        from ..core.glacier import key_states
+        from ..core.storage.glacier import key_states
 
         return [s.row() for s in key_states(store, self.keys)]
 

@@ -1,0 +1,313 @@
+"""Take one backup end to end: decide, stream, then register the manifest last."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from ..catalog.backups import Catalog
+from ..catalog.lock import HostLock
+from ..catalog.manifest import (
+    BACKUP_OBJECT_NAME,
+    CatalogError,
+    GateResult,
+    Manifest,
+    StoredObject,
+    new_backup_id,
+)
+from ..common.files import directory_size
+from ..db.heartbeat import wait_for_heartbeat, write_heartbeat
+from ..db.server import MySQLTarget, ServerFacts, defaults_file, server_facts
+from ..engine.argv import BackupOptions, backup_argv
+from ..engine.metadata import read_binlog_position, read_checkpoints, read_info
+from ..engine.tools import Flavour, ToolVersion, detect_tool
+from ..pipeline.gpg import GpgHome
+from ..pipeline.to_store import stream_to_store
+from ..storage.base import ARCHIVE_TAGGING, PutOptions
+from ..storage.s3 import S3Store
+from .decide import ChainPolicy, Decision, decide
+
+log = logging.getLogger(__name__)
+
+
+class BackupError(RuntimeError):
+    """The backup could not be taken; nothing was registered."""
+
+
+@dataclass
+class BackupRequest:
+    catalog: Catalog
+    target: MySQLTarget
+    flavour: Flavour = "mariabackup"
+    binary: str | None = None
+    datadir: str | None = None  # default: the server's @@datadir
+    kind: str = "auto"  # "auto" | "full" | "incremental"
+    public_keys: list[str] = field(
+        default_factory=list
+    )  # armored; none = unencrypted (refused unless allowed)
+    allow_unencrypted: bool = False
+    compression_level: int = 3
+    zstd_threads: int = 0  # 0 = one per core
+    parallel: int = 2
+    storage_classes: dict[str, str] = field(
+        default_factory=lambda: {"full": "STANDARD", "incremental": "STANDARD"}
+    )
+    sse: str | None = None
+    kms_key_id: str | None = None
+    object_lock_mode: str | None = None  # "GOVERNANCE" | "COMPLIANCE": retention on the backup object
+    object_lock_days: int | None = None
+    # Under the host lock no other run of this host is live, so every open upload is debris.
+    stale_uploads_after: timedelta = timedelta(0)
+    policy: ChainPolicy = field(default_factory=ChainPolicy)
+    gates: list[GateResult] = field(default_factory=list)
+    host_defaults_file: str | None = None
+    heartbeat: bool = False  # write the restore-test canary row before the backup starts
+    heartbeat_target: MySQLTarget | None = None  # the source, when backing up a replica
+    heartbeat_wait: float = 60  # seconds a replica gets to apply the heartbeat before the backup
+    progress: Callable[[int], None] | None = None
+
+
+def plan(req: BackupRequest, facts: ServerFacts, tool: ToolVersion, now: datetime) -> Decision:
+    """The decision for this run, honouring a forced kind."""
+    problems: list[str] = []
+    manifests = req.catalog.manifests(problems)
+    for problem in problems:
+        log.warning("ignoring unreadable manifest: %s", problem)
+    auto = decide(manifests, req.policy, now, facts.server_uuid, (tool.flavour, tool.major))
+    if req.kind == "full":
+        # A branch that already chose "full" by policy runs this: keep the policy's reason.
+        return auto if auto.kind == "full" else Decision("full", "a full backup was requested")
+    if req.kind == "incremental" and auto.kind != "incremental":
+        if auto.parent is None and manifests:
+            newest = max(manifests, key=lambda m: m.backup_id)
+            return Decision("incremental", "an incremental was requested", parent=newest)
+        raise BackupError(f"an incremental was requested but {auto.reason}; take a full backup first")
+    return auto
+
+
+def run_backup(req: BackupRequest, now: datetime | None = None) -> Manifest:
+    # One run per host at a time, from the decision to the manifest (HostLockBusy otherwise).
+    with HostLock(req.catalog):
+        return _run_locked(req, now)
+
+
+# Backup ids have one-second resolution and must sort in the order the backups were taken.
+MAX_CLOCK_WAIT_SECONDS = 5
+
+
+def _start_after_newest(catalog: Catalog) -> datetime:
+    """Now, in a later second than the newest backup's id (under the host lock): a run that
+    follows one that took under a second waits for the next second rather than reuse its id."""
+    ids = catalog.backup_ids()
+    newest = ids[-1][:16] if ids else ""  # "YYYYmmddTHHMMSSZ"
+    deadline = time.monotonic() + MAX_CLOCK_WAIT_SECONDS
+    while new_backup_id("full", now := datetime.now(UTC))[:16] <= newest:
+        if time.monotonic() > deadline:
+            raise BackupError(
+                f"the newest backup of {catalog.describe()}, {ids[-1]}, is later than this worker's clock "
+                f"({now:%Y-%m-%dT%H:%M:%SZ}); backup ids must follow each other in time: sync the clocks (NTP)"
+            )
+        time.sleep(0.05)
+    return now
+
+
+def _run_locked(req: BackupRequest, now: datetime | None) -> Manifest:
+    started = _start_after_newest(req.catalog)
+    tool = detect_tool(req.flavour, req.binary)
+    facts = server_facts(req.target)
+    decision = plan(req, facts, tool, now or started)
+    log.info("backup kind %s: %s", decision.kind, decision.reason)
+    if decision.parent is not None:
+        _check_parent(decision.parent, facts, tool)
+    backup_id = new_backup_id(decision.kind, started)
+    if req.catalog.store.head(req.catalog.manifest_key(backup_id)) is not None:
+        raise BackupError(
+            f"backup {backup_id} already exists in {req.catalog.describe()}; another run is active"
+        )
+    datadir = req.datadir or facts.datadir
+    _abort_stale_uploads(req)
+    if req.heartbeat:
+        _heartbeat(req, backup_id)
+    with GpgHome() as gpg, tempfile.TemporaryDirectory(prefix="xbp-backup-") as work:
+        recipients = _recipients(gpg, req)
+        stored = _stream(req, tool, decision, Path(work), datadir, backup_id, gpg, recipients)
+        lsn_dir = Path(work) / "lsn"
+        checkpoints = read_checkpoints(lsn_dir)
+        info = read_info(lsn_dir)
+        binlog = read_binlog_position(lsn_dir)
+    if decision.parent and checkpoints.from_lsn != decision.parent.to_lsn:
+        raise BackupError(
+            f"{backup_id}: the tool started at LSN {checkpoints.from_lsn}, not at parent "
+            f"{decision.parent.backup_id}'s to_lsn {decision.parent.to_lsn}; not registering it"
+        )
+    manifest = Manifest(
+        backup_id=backup_id,
+        cluster=req.catalog.cluster,
+        host=req.catalog.host,
+        kind="full" if decision.kind == "full" else "incremental",
+        parent_id=decision.parent_id,
+        chain_root=decision.parent.chain_root if decision.parent else backup_id,
+        decision_reason=decision.reason,
+        engine_flavour=tool.flavour,
+        engine_version=tool.text,
+        engine_major=tool.major,
+        server_version=info.server_version or facts.version,
+        server_uuid=facts.server_uuid,
+        server_id=facts.server_id,
+        from_lsn=checkpoints.from_lsn,
+        to_lsn=checkpoints.to_lsn,
+        last_lsn=checkpoints.last_lsn,
+        binlog_file=binlog.file,
+        binlog_position=binlog.position,
+        gtid=binlog.gtid,
+        started_at=started,
+        finished_at=datetime.now(UTC),
+        objects=[stored],
+        raw_bytes=stored.raw_size,
+        stored_bytes=stored.size,
+        gates=req.gates,
+        estimate_memory=tool.capabilities.estimate_memory,
+        extra={"heartbeat": req.heartbeat},
+    )
+    req.catalog.write(manifest)
+    log.info(
+        "registered %s (%s, %d raw bytes -> %d stored) at %s",
+        backup_id,
+        manifest.kind,
+        manifest.raw_bytes,
+        manifest.stored_bytes,
+        req.catalog.describe(backup_id),
+    )
+    return manifest
+
+
+def _abort_stale_uploads(req: BackupRequest) -> None:
+    """Multipart uploads a failed run could not abort (endpoint down) are removed by the next run."""
+    store = req.catalog.store
+    if isinstance(store, S3Store):
+        store.abort_stale_uploads(req.catalog.host_prefix + "/backups/", req.stale_uploads_after)
+
+
+def _put_options(req: BackupRequest, storage_class: str, expected_size: int | None) -> PutOptions:
+    lock_until = None
+    if req.object_lock_mode and req.object_lock_days:
+        if not isinstance(req.catalog.store, S3Store):
+            raise BackupError(f"Object Lock is configured but {req.catalog.store.location} is not S3")
+        lock_until = datetime.now(UTC) + timedelta(days=req.object_lock_days)
+    return PutOptions(
+        storage_class,
+        req.sse,
+        req.kms_key_id,
+        expected_size,
+        lock_mode=req.object_lock_mode if lock_until else None,
+        lock_until=lock_until,
+        tagging=ARCHIVE_TAGGING,
+    )
+
+
+def _heartbeat(req: BackupRequest, backup_id: str) -> None:
+    write_heartbeat(req.heartbeat_target or req.target, backup_id)
+    if req.heartbeat_target and not wait_for_heartbeat(req.target, backup_id, req.heartbeat_wait):
+        # Go on: the backup is still worth having, and a restore test will flag the missing canary.
+        log.warning(
+            "the replica did not apply heartbeat %s within %.0fs; it is lagging or stopped",
+            backup_id,
+            req.heartbeat_wait,
+        )
+
+
+def _recipients(gpg: GpgHome, req: BackupRequest) -> list[str]:
+    if not req.public_keys:
+        if not req.allow_unencrypted:
+            raise BackupError(
+                "no GPG public key configured; backups are encrypted unless allow_unencrypted is set"
+            )
+        return []
+    fprs: list[str] = []
+    for n, key in enumerate(req.public_keys):
+        fprs += gpg.import_keys(key, f"public key #{n + 1}")
+    gpg.check_recipients_usable(fprs)
+    return fprs
+
+
+def _stream(
+    req: BackupRequest,
+    tool: ToolVersion,
+    decision: Decision,
+    work: Path,
+    datadir: str,
+    backup_id: str,
+    gpg: GpgHome,
+    recipients: list[str],
+) -> StoredObject:
+    lsn_dir, scratch = work / "lsn", work / "scratch"
+    lsn_dir.mkdir()
+    scratch.mkdir()
+    name = BACKUP_OBJECT_NAME + ".zst" + (".gpg" if recipients else "")
+    key = req.catalog.object_key(backup_id, name)
+    storage_class = req.storage_classes.get(decision.kind, "STANDARD")
+    options = _put_options(req, storage_class, directory_size(datadir))
+    opts = BackupOptions(
+        datadir=datadir,
+        lsn_dir=str(lsn_dir),
+        scratch_dir=str(scratch),
+        incremental_lsn=decision.parent.to_lsn if decision.parent else None,
+        parallel=req.parallel,
+        host_defaults_file=req.host_defaults_file,
+    )
+    t0 = time.monotonic()
+    with defaults_file(req.target) as creds:
+        argv = backup_argv(tool, creds, opts)
+        log.info(
+            "streaming %s -> zstd(level %d) -> %s -> %s/%s",
+            tool.flavour,
+            req.compression_level,
+            "gpg" if recipients else "no encryption",
+            req.catalog.store.location,
+            key,
+        )
+        writer = req.catalog.store.open_writer(key, options)
+        result = stream_to_store(
+            argv,
+            writer,
+            encrypt_argv=gpg.encrypt_argv(recipients) if recipients else None,
+            level=req.compression_level,
+            threads=req.zstd_threads,
+            producer_name=f"{tool.flavour} --backup",
+            progress=req.progress,
+        )
+    shutil.rmtree(scratch, ignore_errors=True)
+    log.info("streamed %d bytes in %.1fs", result.raw_bytes, time.monotonic() - t0)
+    return StoredObject(
+        key=key,
+        size=result.stored_bytes,
+        sha256=result.sha256,
+        raw_size=result.raw_bytes,
+        compression="zstd",
+        encryption="gpg" if recipients else "none",
+        recipients=recipients,
+        storage_class=storage_class,
+        sse=req.sse,
+        kms_key_id=req.kms_key_id if req.sse == "aws:kms" else None,
+        object_lock_mode=options.lock_mode,
+        object_lock_until=options.lock_until,
+    )
+
+
+def _check_parent(parent: Manifest, facts: ServerFacts, tool: ToolVersion) -> None:
+    if parent.server_uuid != facts.server_uuid:
+        raise CatalogError(
+            f"parent {parent.backup_id} is from server {parent.server_uuid}, this server is {facts.server_uuid}; "
+            "an incremental needs a parent from the same server"
+        )
+    if (parent.engine_flavour, parent.engine_major) != (tool.flavour, tool.major):
+        raise CatalogError(
+            f"parent {parent.backup_id} was taken with {parent.engine_flavour} {parent.engine_major}, "
+            f"this worker has {tool.flavour} {tool.major}; take a full backup"
+        )

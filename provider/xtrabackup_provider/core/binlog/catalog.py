@@ -1,0 +1,432 @@
+"""Shipped binlogs in object storage: manifests, gap markers, and what they cover.
+
+Layout, per server (MariaDB has no server_uuid: core.db.server.server_facts derives one):
+
+    <prefix>/<cluster>/<host>/binlogs/<server_uuid>/<binlog>.zst.gpg         a closed binlog
+    <prefix>/<cluster>/<host>/binlogs/<server_uuid>/<binlog>.json            its manifest, written last
+    <prefix>/<cluster>/<host>/binlogs/<server_uuid>/<binlog>.partial-<offset>.zst.gpg
+    <prefix>/<cluster>/<host>/binlogs/<server_uuid>/<binlog>.partial.json    the open binlog so far
+    <prefix>/<cluster>/<host>/binlogs/<server_uuid>/gaps/<first>..<last>.json binlogs lost before shipping
+
+A binlog is shipped when its manifest exists. The open binlog (continuous mode) is stored as
+segments that each hold the bytes since the previous one, so progress uploads cost what was
+written, not the whole file. Manifests hold no secrets: listing, lag checks, retention and
+PITR planning need no keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ..catalog.backups import Catalog
+from ..catalog.manifest import NAME_RE, Manifest, StoredObject
+from ..storage.base import StorageError
+from .events import GtidPos, binlog_name, binlog_number, gtid_reached, parse_gtid_pos
+
+BINLOG_DIR = "binlogs"
+GAP_DIR = "gaps"
+PARTIAL = ".partial"
+BINLOG_NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}\.\d{6,}$"
+MAX_BINLOG_MANIFEST_BYTES = 4 * 1024 * 1024
+
+
+class BinlogError(RuntimeError):
+    """Binlogs cannot be shipped or used; the message names the server, binlog or object."""
+
+
+class BinlogGapError(BinlogError):
+    """Binlogs were purged on the server before they were shipped; the gap is recorded."""
+
+
+class BinlogSegment(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    offset: int = Field(ge=0)
+    raw_size: int = Field(ge=0)
+    raw_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    object: StoredObject
+
+
+class BinlogManifest(BaseModel):
+    """One shipped binlog (complete) or the shipped part of the open one (partial)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format_version: Literal[1] = 1
+    name: str = Field(pattern=BINLOG_NAME_RE)
+    cluster: str = Field(pattern=NAME_RE)
+    host: str = Field(pattern=NAME_RE)
+    server_uuid: str
+    server_id: int = Field(ge=0, le=2**32)
+    complete: bool
+    size: int = Field(ge=0)  # raw bytes stored (a complete binlog: the whole file)
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")  # of the whole raw file
+    events: int = Field(ge=0)
+    first_event_time: datetime | None = None
+    last_event_time: datetime | None = None
+    # Every event the server wrote to this binlog before this instant is stored.
+    covers_until: datetime | None = None
+    gtid_start: str = ""  # the server's GTID state when the binlog was opened
+    gtid_first: str = ""  # first GTID per domain in this binlog
+    gtid_last: str = ""  # last GTID per domain in this binlog
+    segments: list[BinlogSegment] = Field(min_length=1, max_length=100_000)
+    shipped_at: datetime
+
+    @model_validator(mode="after")
+    def _contiguous(self) -> BinlogManifest:
+        at = 0
+        for seg in self.segments:
+            if seg.offset != at:
+                raise ValueError(f"segment at offset {seg.offset} does not continue the previous one ({at})")
+            at += seg.raw_size
+        if at != self.size:
+            raise ValueError(f"segments hold {at} bytes, the manifest says {self.size}")
+        if self.complete and (len(self.segments) != 1 or not self.sha256):
+            raise ValueError("a complete binlog is one object with the sha256 of the whole file")
+        return self
+
+    @property
+    def number(self) -> int:
+        return binlog_number(self.name)[1]
+
+    @property
+    def stored_bytes(self) -> int:
+        return sum(s.object.size for s in self.segments)
+
+    def gtids(self) -> tuple[GtidPos, GtidPos]:
+        return parse_gtid_pos(self.gtid_first), parse_gtid_pos(self.gtid_last)
+
+    def to_json(self) -> bytes:
+        return self.model_dump_json(indent=2).encode()
+
+
+class BinlogGap(BaseModel):
+    """Binlogs the server purged before they were shipped: point-in-time recovery cannot cross them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    server_uuid: str
+    first_missing: str = Field(pattern=BINLOG_NAME_RE)
+    last_missing: str = Field(pattern=BINLOG_NAME_RE)
+    last_shipped: str | None = None
+    server_oldest: str
+    detected_at: datetime
+
+    def covers(self, number: int) -> bool:
+        return binlog_number(self.first_missing)[1] <= number <= binlog_number(self.last_missing)[1]
+
+    def describe(self) -> str:
+        span = (
+            self.first_missing
+            if self.first_missing == self.last_missing
+            else f"{self.first_missing}..{self.last_missing}"
+        )
+        return f"{span} (purged before shipping; detected {self.detected_at:%Y-%m-%d %H:%M:%S} UTC)"
+
+
+Loader = Callable[[str, bool], "BinlogManifest | str"]  # (name, partial) -> manifest or problem
+
+
+class _Manifests(Mapping[str, BinlogManifest]):
+    """Binlog name -> manifest, known from the listing and read on first use.
+
+    Membership and iteration need no read: a shipping run that only asks "is it shipped?"
+    costs one LIST whatever the history's length. A manifest that cannot be read raises.
+    """
+
+    def __init__(self, names: Iterable[str], load: Loader, partial: bool) -> None:
+        self._names = set(names)
+        self._load, self._partial = load, partial
+        self._cache: dict[str, BinlogManifest] = {}
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._names, key=binlog_number))
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __getitem__(self, name: str) -> BinlogManifest:
+        if name not in self._names:
+            raise KeyError(name)
+        if name not in self._cache:
+            item = self._load(name, self._partial)
+            if isinstance(item, str):
+                raise BinlogError(item)
+            self._cache[name] = item
+        return self._cache[name]
+
+    def add(self, manifest: BinlogManifest) -> None:
+        self._names.add(manifest.name)
+        self._cache[manifest.name] = manifest
+
+
+class BinlogIndex:
+    """Everything shipped for one server: names from one listing, manifests read when needed."""
+
+    def __init__(
+        self, server_uuid: str, complete: _Manifests, partial: _Manifests, gaps: list[BinlogGap] | None = None
+    ) -> None:
+        self.server_uuid = server_uuid
+        self.complete = complete
+        self.partial = partial
+        self.gaps = gaps or []
+        self.problems: list[str] = []
+
+    @classmethod
+    def of(
+        cls, server_uuid: str, manifests: Iterable[BinlogManifest], gaps: Iterable[BinlogGap] = ()
+    ) -> BinlogIndex:
+        """An index over manifests in memory."""
+        missing: Loader = lambda name, _partial: f"{name}: no manifest"  # noqa: E731
+        index = cls(server_uuid, _Manifests((), missing, False), _Manifests((), missing, True), list(gaps))
+        for m in manifests:
+            (index.complete if m.complete else index.partial).add(m)
+        return index
+
+    def best(self, name: str) -> BinlogManifest | None:
+        """The complete binlog if shipped, else the shipped part of it."""
+        if name in self.complete:
+            return self.complete[name]
+        return self.partial.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(set(self.complete) | set(self.partial), key=binlog_number)
+
+    def shipped(self) -> list[BinlogManifest]:
+        """One manifest per binlog (complete preferred), in binlog order; reads them all."""
+        with ThreadPoolExecutor(8) as pool:
+            return [m for m in pool.map(self.best, self.names()) if m is not None]
+
+    def last_complete(self, base: str) -> int | None:
+        numbers = [binlog_number(n)[1] for n in self.complete if binlog_number(n)[0] == base]
+        return max(numbers) if numbers else None
+
+    def gap_at(self, number: int) -> BinlogGap | None:
+        return next((g for g in self.gaps if g.covers(number)), None)
+
+    def covers_position(self, file: str, position: int) -> bool:
+        """True when everything the server wrote to `file` before `position` is stored."""
+        if file in self.complete:
+            return True
+        return file in self.partial and self.partial[file].size >= position
+
+    def covers_gtid(self, want: GtidPos) -> bool:
+        """True when the shipped binlogs reach `want` in every domain (reads the newest first)."""
+        have: GtidPos = {}
+        for name in reversed(self.names()):
+            m = self.best(name)
+            for domain, gtid in parse_gtid_pos(m.gtid_last if m else "").items():
+                have.setdefault(domain, gtid)  # the newest binlog holding a domain has its highest
+            if gtid_reached(have, want) or all(d in have for d in want):
+                break
+        return gtid_reached(have, want)
+
+    def chain_from(self, start: str) -> tuple[list[BinlogManifest], str]:
+        """Contiguous shipped binlogs from `start` on (only the last may be partial), and why it ends."""
+        base, number = binlog_number(start)
+        chain: list[BinlogManifest] = []
+        while True:
+            name = binlog_name(base, number)
+            gap = self.gap_at(number)
+            if gap is not None:
+                return chain, f"gap: {gap.describe()}"
+            m = self.best(name)
+            if m is None:
+                later = any(binlog_number(n) > (base, number) for n in self.names())
+                why = f"{name} is not shipped" + (" although later binlogs are" if later else "")
+                return chain, why
+            chain.append(m)
+            if not m.complete:
+                return chain, f"{name} is the open binlog (shipped up to byte {m.size})"
+            number += 1
+
+
+class BinlogCatalog:
+    """The shipped binlogs of one server of one host."""
+
+    def __init__(self, catalog: Catalog, server_uuid: str) -> None:
+        if not server_uuid or "/" in server_uuid or server_uuid in (".", ".."):
+            raise BinlogError(f"server uuid {server_uuid!r} cannot name a storage directory")
+        self.catalog = catalog
+        self.store = catalog.store
+        self.server_uuid = server_uuid
+        self.prefix = f"{catalog.host_prefix}/{BINLOG_DIR}/{server_uuid}"
+
+    def describe(self) -> str:
+        return f"{self.store.location}/{self.prefix}"
+
+    def manifest_key(self, name: str, partial: bool = False) -> str:
+        return f"{self.prefix}/{name}{PARTIAL if partial else ''}.json"
+
+    def object_key(self, name: str, encrypted: bool) -> str:
+        return f"{self.prefix}/{name}.zst" + (".gpg" if encrypted else "")
+
+    def segment_key(self, name: str, offset: int, encrypted: bool) -> str:
+        return f"{self.prefix}/{name}{PARTIAL}-{offset:012d}.zst" + (".gpg" if encrypted else "")
+
+    def gap_key(self, gap: BinlogGap) -> str:
+        return f"{self.prefix}/{GAP_DIR}/{gap.first_missing}..{gap.last_missing}.json"
+
+    def index(self) -> BinlogIndex:
+        """One LIST of this server's directory; gap markers are read now, manifests when used."""
+        complete, partial, gap_keys = [], [], []
+        for info in self.store.list(self.prefix + "/"):
+            rest = info.key[len(self.prefix) + 1 :]
+            if rest.startswith(GAP_DIR + "/") and rest.endswith(".json"):
+                gap_keys.append(info.key)
+            elif rest.endswith(PARTIAL + ".json"):
+                partial.append(rest[: -len(PARTIAL + ".json")])
+            elif rest.endswith(".json") and "/" not in rest:
+                complete.append(rest[: -len(".json")])
+        index = BinlogIndex(
+            self.server_uuid,
+            _Manifests(complete, self._manifest, False),
+            _Manifests(partial, self._manifest, True),
+        )
+        with ThreadPoolExecutor(8) as pool:
+            for item in pool.map(self._load, gap_keys):
+                if isinstance(item, BinlogGap):
+                    index.gaps.append(item)
+                else:
+                    index.problems.append(str(item))
+        return index
+
+    def _manifest(self, name: str, partial: bool) -> BinlogManifest | str:
+        item = self._load(self.manifest_key(name, partial))
+        return item if isinstance(item, BinlogManifest | str) else f"{name}: not a binlog manifest"
+
+    def _load(self, key: str) -> BinlogManifest | BinlogGap | str:
+        where = f"{self.store.location}/{key}"
+        try:
+            data = self.store.get_bytes(key)
+        except StorageError as exc:
+            return f"{where}: {exc}"
+        if len(data) > MAX_BINLOG_MANIFEST_BYTES:
+            return f"{where}: {len(data)} bytes, over the {MAX_BINLOG_MANIFEST_BYTES} limit; ignored"
+        try:
+            if key.startswith(f"{self.prefix}/{GAP_DIR}/"):
+                return BinlogGap.model_validate_json(data)
+            manifest = BinlogManifest.model_validate_json(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            return f"{where}: invalid: {'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+        return self._check_own(manifest, key, where)
+
+    def _check_own(self, m: BinlogManifest, key: str, where: str) -> BinlogManifest | str:
+        """A manifest must describe this server's binlog and name objects in this directory only."""
+        expected = self.manifest_key(m.name, partial=not m.complete)
+        owner = (m.cluster, m.host, m.server_uuid)
+        if key != expected or owner != (self.catalog.cluster, self.catalog.host, self.server_uuid):
+            return f"{where}: describes {'/'.join(owner)}/{m.name}; it was copied or tampered with"
+        outside = [s.object.key for s in m.segments if not s.object.key.startswith(self.prefix + "/")]
+        if outside:
+            return f"{where}: names object {outside[0]!r} outside {self.prefix}/; refusing it"
+        return m
+
+    def write_manifest(self, manifest: BinlogManifest, new: list[BinlogSegment] | None = None) -> None:
+        """Write the manifest last, after checking the objects it names are stored at their size
+        (`new`: only those, when the others were checked by an earlier write of this manifest)."""
+        for seg in manifest.segments if new is None else new:
+            info = self.store.head(seg.object.key)
+            if info is None or info.size != seg.object.size:
+                found = "missing" if info is None else f"{info.size} bytes"
+                raise BinlogError(
+                    f"refusing to register {manifest.name}: {seg.object.key} is {found}, expected {seg.object.size}"
+                )
+        self.store.put_bytes(self.manifest_key(manifest.name, not manifest.complete), manifest.to_json())
+
+    def write_gap(self, gap: BinlogGap) -> str:
+        key = self.gap_key(gap)
+        self.store.put_bytes(key, gap.model_dump_json(indent=2).encode())
+        return key
+
+    def drop_partial(self, partial: BinlogManifest | None) -> None:
+        """Once a binlog is stored complete, its partial manifest and segments are debris."""
+        if partial is None:
+            return
+        self.store.delete([self.manifest_key(partial.name, partial=True)])
+        self.store.delete([s.object.key for s in partial.segments])
+
+
+def server_uuids(catalog: Catalog) -> list[str]:
+    """The servers whose binlogs were shipped for this host (a host can change servers)."""
+    base = f"{catalog.host_prefix}/{BINLOG_DIR}/"
+    return sorted({info.key[len(base) :].split("/", 1)[0] for info in catalog.store.list(base)})
+
+
+# ---------------------------------------------------------------------------------------------
+# pure checks over an index and the server's binlog list
+
+
+def find_gap(index: BinlogIndex, server_logs: list[str], now: datetime | None = None) -> BinlogGap | None:
+    """A new gap: binlogs after the last one shipped that the server no longer has."""
+    if not server_logs:
+        return None
+    base, oldest = binlog_number(server_logs[0])
+    last = index.last_complete(base)
+    if last is None or oldest <= last + 1:
+        return None
+    first_missing, last_missing = last + 1, oldest - 1
+    if any(g.covers(first_missing) and g.covers(last_missing) for g in index.gaps):
+        return None  # recorded by an earlier run
+    return BinlogGap(
+        server_uuid=index.server_uuid,
+        first_missing=binlog_name(base, first_missing),
+        last_missing=binlog_name(base, last_missing),
+        last_shipped=binlog_name(base, last),
+        server_oldest=server_logs[0],
+        detected_at=now or datetime.now(UTC),
+    )
+
+
+def check_not_reset(index: BinlogIndex, server_logs: list[tuple[str, int]], where: str) -> None:
+    """Refuse to ship into a history the server no longer continues (RESET MASTER, another server).
+
+    Cheap by design (at most one manifest read): the server's open binlog must be newer than
+    every binlog shipped closed, and the newest one shipped must still have the server's size.
+    """
+    if not server_logs:
+        return
+    base, open_number = binlog_number(server_logs[-1][0])
+    last = index.last_complete(base)
+    if last is None:
+        return
+    newest = binlog_name(base, last)
+    closed = dict(server_logs[:-1])
+    if open_number <= last:
+        found = f"the server is writing {server_logs[-1][0]}, but {newest} was already shipped closed"
+    elif newest in closed and index.complete[newest].size != closed[newest]:
+        found = (
+            f"{newest} is {closed[newest]} bytes on the server but {index.complete[newest].size} in storage"
+        )
+    else:
+        return
+    raise BinlogError(
+        f"{where}: {found} (server {index.server_uuid}); the server's binlogs were reset (RESET MASTER?) "
+        "or another server reports the same identity. Point-in-time recovery across this is impossible: "
+        "take a new full backup and move the old binlogs aside"
+    )
+
+
+def binlogs_needed(index: BinlogIndex, backup: Manifest) -> list[str]:
+    """The shipped binlogs needed to reach any point after `backup`, up to the first gap or hole."""
+    if not backup.binlog_file:
+        return []
+    chain, _why = index.chain_from(backup.binlog_file)
+    return [m.name for m in chain]
+
+
+def binlogs_older_than(index: BinlogIndex, oldest_kept: Manifest) -> list[str]:
+    """Shipped binlogs that no kept backup needs (all before the oldest kept backup's binlog)."""
+    if not oldest_kept.binlog_file:
+        return []
+    base, first = binlog_number(oldest_kept.binlog_file)
+    return [m.name for m in index.shipped() if binlog_number(m.name)[0] == base and m.number < first]

@@ -1,0 +1,465 @@
+"""Ship closed binlogs over the replication protocol, compressed and encrypted like backups.
+
+`mariadb-binlog --read-from-remote-server --raw` copies a binlog byte for byte through a client
+connection, so shipping needs no access to the datadir and runs on any worker. Each copy is
+summarised (times, GTIDs), streamed through zstd and gpg to the store, and registered by a
+manifest written last. A binlog is closed when the server lists a later one. A run ships every
+closed binlog that has no manifest yet, so a second run ships nothing twice.
+
+Binlogs the server purged before they were shipped are a gap: the run records it (a marker
+object that PITR refuses to cross), ships what is still there, and then fails with the names.
+Continuous mode (--stop-never) is in binlog_stream.py; it reuses the shipper below.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from ..catalog.backups import Catalog
+from ..catalog.manifest import StoredObject
+from ..common.files import sha256_range
+from ..db.server import MySQLTarget, ServerError, ServerFacts, defaults_file, query, server_facts
+from ..pipeline.gpg import GpgHome
+from ..pipeline.to_store import stream_to_store
+from ..storage.base import ObjectStore, ObjectWriter, PutOptions
+from .catalog import (
+    BinlogCatalog,
+    BinlogError,
+    BinlogGap,
+    BinlogGapError,
+    BinlogIndex,
+    BinlogManifest,
+    BinlogSegment,
+    check_not_reset,
+    find_gap,
+    server_uuids,
+)
+from .events import BinlogSummary, format_gtid_pos, parse_gtid_pos, summarize
+
+log = logging.getLogger(__name__)
+
+_ER_NO_BINARY_LOGGING = 1381
+SMALL_OBJECT = 8 * 1024 * 1024  # raw bytes up to which a segment is buffered and PUT in one request
+
+
+@dataclass
+class ShipRequest:
+    catalog: Catalog
+    target: MySQLTarget
+    public_keys: list[str] = field(default_factory=list)  # armored; none = unencrypted (if allowed)
+    allow_unencrypted: bool = False
+    binary: str | None = None  # mariadb-binlog / mysqlbinlog; default by server flavour
+    flush: bool = False  # FLUSH BINARY LOGS first, so the binlog open until now is shipped too
+    compression_level: int = 3
+    storage_class: str = "STANDARD"
+    sse: str | None = None
+    kms_key_id: str | None = None
+    workdir: str | None = None  # local scratch for the copies (default: the system temp dir)
+    replica_server_id: int | None = None  # continuous mode's replication client id
+
+
+@dataclass
+class ShipReport:
+    server_uuid: str
+    shipped: list[str] = field(default_factory=list)
+    already_shipped: int = 0
+    gaps: list[str] = field(default_factory=list)
+    progress_uploads: int = 0
+    raw_bytes: int = 0
+    stored_bytes: int = 0
+    open_binlog: str | None = None
+
+    def summary(self) -> dict[str, Any]:
+        """Small metadata for XCom and the CLI (names are capped: a first run can ship hundreds)."""
+        return {
+            "server_uuid": self.server_uuid,
+            "shipped_count": len(self.shipped),
+            "shipped": self.shipped[:20],
+            "last_shipped": self.shipped[-1] if self.shipped else None,
+            "already_shipped": self.already_shipped,
+            "gaps": self.gaps,
+            "progress_uploads": self.progress_uploads,
+            "raw_bytes": self.raw_bytes,
+            "stored_bytes": self.stored_bytes,
+            "open_binlog": self.open_binlog,
+        }
+
+
+def binlog_tool(binary: str | None, facts: ServerFacts) -> str:
+    tool = binary or ("mariadb-binlog" if facts.is_mariadb else "mysqlbinlog")
+    if shutil.which(tool) is None:
+        raise BinlogError(f"{tool} not found on this worker; install the MariaDB/MySQL client tools")
+    return tool
+
+
+def download_argv(
+    binary: str,
+    credentials_file: str,
+    dest_dir: Path,
+    first: str,
+    *,
+    stop_never: bool = False,
+    replica_server_id: int | None = None,
+) -> list[str]:
+    """argv copying binlog `first` (and with --stop-never every later one, live) into dest_dir."""
+    # The defaults file must be the first option, or the tool ignores it.
+    argv = [
+        binary,
+        f"--defaults-extra-file={credentials_file}",
+        "--read-from-remote-server",
+        "--raw",
+        f"--result-file={dest_dir}/",
+    ]
+    if stop_never:
+        argv.append("--stop-never")
+        if replica_server_id is not None:
+            argv.append(f"--stop-never-slave-server-id={replica_server_id}")
+    return [*argv, first]
+
+
+def server_binlogs(target: MySQLTarget) -> list[tuple[str, int]]:
+    """SHOW BINARY LOGS: (name, size), oldest first; the last one is open."""
+    import MySQLdb
+
+    try:
+        rows = query(target, "SHOW BINARY LOGS")
+    except MySQLdb.Error as exc:
+        if exc.args and exc.args[0] == _ER_NO_BINARY_LOGGING:
+            raise BinlogError(
+                f"{target.address}: binary logging is off; enable log_bin in the server's config for "
+                "binlog shipping and point-in-time recovery"
+            ) from exc
+        raise ServerError(f"{target.address}: SHOW BINARY LOGS failed: {exc}") from exc
+    return [(str(r[0]), int(r[1])) for r in rows]
+
+
+def master_position(target: MySQLTarget) -> tuple[str, int]:
+    rows = query(target, "SHOW MASTER STATUS")
+    if not rows:
+        raise BinlogError(f"{target.address}: SHOW MASTER STATUS is empty; is binary logging on?")
+    return str(rows[0][0]), int(rows[0][1])
+
+
+def _when(epoch: int | None) -> datetime | None:
+    return datetime.fromtimestamp(epoch, UTC) if epoch is not None else None
+
+
+class BinlogShipper:
+    """One shipping run against one server: its identity, the storage index, the encryption keys."""
+
+    def __init__(self, req: ShipRequest) -> None:
+        self.req = req
+        self.facts = server_facts(req.target)
+        self.binary = binlog_tool(req.binary, self.facts)
+        self.bcat = BinlogCatalog(req.catalog, self.facts.server_uuid)
+        self.report = ShipReport(self.facts.server_uuid)
+        self.gpg = GpgHome()
+        self.recipients: list[str] = []
+        self.scratch = Path(tempfile.mkdtemp(prefix="xbp-binlog-", dir=req.workdir))  # 0700
+
+    def __enter__(self) -> BinlogShipper:
+        try:
+            self.recipients = _import_recipients(self.gpg, self.req.public_keys, self.req.allow_unencrypted)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.gpg.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+    @property
+    def where(self) -> str:
+        return f"{self.req.target.address} (server {self.facts.server_uuid})"
+
+    # -- batch ---------------------------------------------------------------------------------
+    def run_batch(self) -> ShipReport:
+        if self.req.flush:
+            query(self.req.target, "FLUSH BINARY LOGS")
+        logs = server_binlogs(self.req.target)
+        index = self.index()
+        closed = dict(logs[:-1])
+        check_not_reset(index, logs, self.where)
+        gap = self.record_gap(index, [name for name, _ in logs])
+        for name, size in closed.items():
+            if name in index.complete:
+                self.report.already_shipped += 1
+                continue
+            path = self.download(name)
+            summary = summarize(path)
+            if not summary.closed or summary.size != size:
+                raise BinlogError(
+                    f"{self.where}: the copy of {name} is {summary.size} bytes ending with event type "
+                    f"{summary.last_type}; the server lists {size} bytes and the binlog is closed. Not shipping it"
+                )
+            self.ship_complete(path, name, summary, index.partial.get(name))
+            path.unlink()
+        self.report.open_binlog = logs[-1][0] if logs else None
+        if gap is not None:
+            raise self.gap_error(gap)
+        return self.report
+
+    def index(self) -> BinlogIndex:
+        index = self.bcat.index()
+        for problem in index.problems:
+            log.warning("ignoring unreadable binlog manifest: %s", problem)
+        return index
+
+    def record_gap(self, index: BinlogIndex, server_logs: list[str]) -> BinlogGap | None:
+        gap = find_gap(index, server_logs)
+        if gap is None:
+            return None
+        key = self.bcat.write_gap(gap)
+        index.gaps.append(gap)
+        self.report.gaps.append(f"{gap.first_missing}..{gap.last_missing}")
+        log.error("binlog gap recorded at %s/%s: %s", self.bcat.store.location, key, gap.describe())
+        return gap
+
+    def gap_error(self, gap: BinlogGap) -> BinlogGapError:
+        return BinlogGapError(
+            f"{self.where}: binlogs {gap.first_missing}..{gap.last_missing} were purged on the server "
+            f"before they were shipped (last shipped {gap.last_shipped}, the server's oldest is "
+            f"{gap.server_oldest}). The gap is recorded at {self.bcat.describe()}/gaps/ and point-in-time "
+            "recovery will not cross it: take a new full backup now, and ship more often or keep binlogs "
+            f"longer (expire_logs_days). The {len(self.report.shipped)} binlog(s) after the gap were shipped"
+        )
+
+    def download(self, name: str) -> Path:
+        with defaults_file(self.req.target) as creds:
+            argv = download_argv(self.binary, creds, self.scratch, name)
+            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        path = self.scratch / name
+        if proc.returncode != 0 or not path.is_file():
+            raise BinlogError(
+                f"{self.binary} could not copy {name} from {self.where} (exit {proc.returncode}): "
+                f"{proc.stderr.strip()[-1500:] or '(no stderr)'}. The user needs REPLICATION SLAVE and "
+                "BINLOG MONITOR (REPLICATION CLIENT); if the server purged it meanwhile, the next run records the gap"
+            )
+        return path
+
+    # -- uploads -------------------------------------------------------------------------------
+    def ship_complete(
+        self, path: Path, name: str, summary: BinlogSummary, partial: BinlogManifest | None
+    ) -> BinlogManifest:
+        encrypted = bool(self.recipients)
+        segment = self.upload_range(path, self.bcat.object_key(name, encrypted), 0, summary.size)
+        manifest = self.manifest(name, summary, [segment], complete=True)
+        self.bcat.write_manifest(manifest)
+        self.bcat.drop_partial(partial)
+        self.report.shipped.append(name)
+        log.info(
+            "shipped %s: %d bytes -> %d stored, GTIDs %s..%s",
+            name,
+            summary.size,
+            segment.object.size,
+            manifest.gtid_first or "-",
+            manifest.gtid_last or "-",
+        )
+        return manifest
+
+    def ship_progress(
+        self,
+        path: Path,
+        name: str,
+        summary: BinlogSummary,
+        partial: BinlogManifest | None,
+        covers_until: datetime | None,
+    ) -> BinlogManifest:
+        """Store the open binlog's bytes since the last progress upload as one more segment."""
+        start = partial.size if partial else 0
+        new = []
+        if summary.size > start:
+            key = self.bcat.segment_key(name, start, bool(self.recipients))
+            new.append(self.upload_range(path, key, start, summary.size - start))
+        segments = (list(partial.segments) if partial else []) + new
+        manifest = self.manifest(name, summary, segments, complete=False, covers_until=covers_until)
+        self.bcat.write_manifest(manifest, new if partial else None)
+        self.report.progress_uploads += 1
+        return manifest
+
+    def upload_range(self, path: Path, key: str, offset: int, size: int) -> BinlogSegment:
+        raw_sha = sha256_range(path, offset, size)
+        producer = [
+            "dd",
+            f"if={path}",
+            "iflag=skip_bytes,count_bytes",
+            f"skip={offset}",
+            f"count={size}",
+            "bs=1M",
+            "status=none",
+        ]
+        req = self.req
+        options = PutOptions(req.storage_class, req.sse, req.kms_key_id, expected_size=size)
+        writer: ObjectWriter = (
+            _SmallWriter(self.bcat.store, key, options)
+            if size <= SMALL_OBJECT
+            else self.bcat.store.open_writer(key, options)
+        )
+        result = stream_to_store(
+            producer,
+            writer,
+            encrypt_argv=self.gpg.encrypt_argv(self.recipients) if self.recipients else None,
+            level=req.compression_level,
+            producer_name=f"read {path.name}",
+        )
+        if result.raw_bytes != size:
+            raise BinlogError(f"{key}: read {result.raw_bytes} bytes of {path.name}, expected {size}")
+        self.report.raw_bytes += size
+        self.report.stored_bytes += result.stored_bytes
+        return BinlogSegment(
+            offset=offset,
+            raw_size=size,
+            raw_sha256=raw_sha,
+            object=StoredObject(
+                key=key,
+                size=result.stored_bytes,
+                sha256=result.sha256,
+                raw_size=size,
+                compression="zstd",
+                encryption="gpg" if self.recipients else "none",
+                recipients=self.recipients,
+                storage_class=req.storage_class,
+                sse=req.sse,
+            ),
+        )
+
+    def manifest(
+        self,
+        name: str,
+        summary: BinlogSummary,
+        segments: list[BinlogSegment],
+        *,
+        complete: bool,
+        covers_until: datetime | None = None,
+    ) -> BinlogManifest:
+        cat = self.req.catalog
+        return BinlogManifest(
+            name=name,
+            cluster=cat.cluster,
+            host=cat.host,
+            server_uuid=self.facts.server_uuid,
+            server_id=self.facts.server_id,
+            complete=complete,
+            size=summary.size,
+            sha256=segments[0].raw_sha256 if complete else None,
+            events=summary.events,
+            first_event_time=_when(summary.first_time),
+            last_event_time=_when(summary.last_time),
+            # A closed binlog holds everything up to its last event (the rotate); an open one up
+            # to the moment the caller saw the server's position inside what was stored.
+            covers_until=_when(summary.last_time) if complete else covers_until,
+            gtid_start=format_gtid_pos(summary.gtid_start),
+            gtid_first=format_gtid_pos(summary.gtid_first),
+            gtid_last=format_gtid_pos(summary.gtid_last),
+            segments=segments,
+            shipped_at=datetime.now(UTC),
+        )
+
+
+class _SmallWriter:
+    """One PUT for a small object (most progress segments): a multipart upload costs three requests."""
+
+    def __init__(self, store: ObjectStore, key: str, options: PutOptions) -> None:
+        self.store, self.key, self.options = store, key, options
+        self.buffer = bytearray()
+
+    def write(self, data: bytes) -> None:
+        self.buffer += data
+
+    def commit(self) -> int:
+        self.store.put_bytes(self.key, bytes(self.buffer), self.options)
+        return len(self.buffer)
+
+    def abort(self) -> None:
+        self.buffer.clear()
+
+
+def _import_recipients(gpg: GpgHome, public_keys: list[str], allow_unencrypted: bool) -> list[str]:
+    if not public_keys:
+        if not allow_unencrypted:
+            raise BinlogError(
+                "no GPG public key configured; binlogs are encrypted like backups unless allow_unencrypted is set"
+            )
+        return []
+    fprs: list[str] = []
+    for n, key in enumerate(public_keys):
+        fprs += gpg.import_keys(key, f"public key #{n + 1}")
+    gpg.check_recipients_usable(fprs)
+    return fprs
+
+
+def ship_binlogs(req: ShipRequest) -> ShipReport:
+    """Ship every closed binlog not yet in storage; raise BinlogGapError after recording a gap."""
+    with BinlogShipper(req) as shipper:
+        return shipper.run_batch()
+
+
+# ---------------------------------------------------------------------------------------------
+# lag: is everything up to a point shipped?
+
+
+@dataclass(frozen=True)
+class LagTarget:
+    server_uuid: str
+    file: str | None = None
+    position: int | None = None
+    gtid: str | None = None
+
+    def describe(self) -> str:
+        return f"GTID {self.gtid}" if self.gtid else f"{self.file}:{self.position}"
+
+
+def lag_target(target: MySQLTarget, gtid: str | None = None) -> LagTarget:
+    """The point to wait for: the given GTID, or the server's current binlog position."""
+    uuid = server_facts(target).server_uuid
+    if gtid:
+        parse_gtid_pos(gtid, "gtid")
+        return LagTarget(uuid, gtid=gtid)
+    file, position = master_position(target)
+    return LagTarget(uuid, file, position)
+
+
+def is_shipped(catalog: Catalog, point: LagTarget) -> bool:
+    index = BinlogCatalog(catalog, point.server_uuid).index()
+    if point.gtid:
+        return index.covers_gtid(parse_gtid_pos(point.gtid))
+    assert point.file is not None and point.position is not None
+    return index.covers_position(point.file, point.position)
+
+
+def list_binlogs(catalog: Catalog) -> dict[str, Any]:
+    """Every shipped binlog and gap of a host, per server, as small JSON-able rows."""
+    servers = []
+    for uuid in server_uuids(catalog):
+        index = BinlogCatalog(catalog, uuid).index()
+        rows = [
+            {
+                "name": m.name,
+                "complete": m.complete,
+                "size": m.size,
+                "stored_bytes": m.stored_bytes,
+                "segments": len(m.segments),
+                "first_event_time": m.first_event_time.isoformat() if m.first_event_time else None,
+                "last_event_time": m.last_event_time.isoformat() if m.last_event_time else None,
+                "gtid_first": m.gtid_first,
+                "gtid_last": m.gtid_last,
+            }
+            for m in index.shipped()
+        ]
+        gaps = [g.describe() for g in index.gaps]
+        servers.append({"server_uuid": uuid, "binlogs": rows, "gaps": gaps, "problems": index.problems})
+    return {"servers": servers}

@@ -1,0 +1,161 @@
+"""Backup manifests: versioned JSON, the commit marker of a backup.
+
+Layout: <prefix>/<cluster>/<host>/backups/<backup_id>/{backup.xbstream.zst.gpg, manifest.json}.
+A backup exists only when its manifest exists. Manifests hold no secrets, so listing, chain
+validation and retention never need keys.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ..storage.base import StorageError, check_key
+
+FORMAT_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+BACKUP_OBJECT_NAME = "backup.xbstream"
+MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+BACKUP_ID_RE = re.compile(r"^\d{8}T\d{6}Z-(full|inc)(-[0-9a-z]{1,12})?$")
+NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+
+
+class CatalogError(RuntimeError):
+    """A manifest is missing, unreadable or inconsistent; the message names the key or link."""
+
+
+class StoredObject(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    key: str
+    size: int = Field(ge=0, le=2**63)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    raw_size: int = Field(ge=0, le=2**63)
+    compression: Literal["zstd", "none"]
+    encryption: Literal["gpg", "none"]
+    recipients: list[str] = Field(default_factory=list, max_length=64)
+    storage_class: str = "STANDARD"
+    sse: str | None = None
+    kms_key_id: str | None = None  # with sse aws:kms: the key that encrypts the object at rest
+    object_lock_mode: Literal["GOVERNANCE", "COMPLIANCE"] | None = None
+    object_lock_until: datetime | None = None
+
+    @field_validator("key")
+    @classmethod
+    def _safe_key(cls, key: str) -> str:
+        try:
+            return check_key(key)
+        except StorageError as exc:
+            raise ValueError(str(exc)) from exc
+
+
+class GateResult(BaseModel):
+    name: str
+    status: Literal["pass", "fail", "marked", "skipped"]
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class Manifest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    format_version: Literal[1] = 1
+    backup_id: str = Field(pattern=BACKUP_ID_RE.pattern)
+    cluster: str = Field(pattern=NAME_RE)
+    host: str = Field(pattern=NAME_RE)
+    kind: Literal["full", "incremental"]
+    parent_id: str | None = None
+    chain_root: str
+    decision_reason: str = ""
+    engine_flavour: Literal["mariabackup", "xtrabackup"]
+    engine_version: str
+    engine_major: str
+    server_version: str = ""
+    server_uuid: str
+    server_id: int = Field(ge=0, le=2**32)
+    from_lsn: int = Field(ge=0, le=2**64)
+    to_lsn: int = Field(ge=0, le=2**64)
+    last_lsn: int = Field(ge=0, le=2**64)
+    binlog_file: str | None = None
+    binlog_position: int | None = None
+    gtid: str | None = None
+    started_at: datetime
+    finished_at: datetime
+    objects: list[StoredObject] = Field(min_length=1, max_length=1000)
+    raw_bytes: int = Field(ge=0)
+    stored_bytes: int = Field(ge=0)
+    gates: list[GateResult] = Field(default_factory=list)
+    estimate_memory: bool = False
+    prepare_memory_estimate: int | None = None
+    table_rows: dict[str, int] = Field(default_factory=dict)
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Manifest:
+        if self.kind == "full" and (
+            self.parent_id or self.from_lsn != 0 or self.chain_root != self.backup_id
+        ):
+            raise ValueError("a full backup has no parent, from_lsn 0, and is its own chain root")
+        if self.kind == "incremental" and not self.parent_id:
+            raise ValueError("an incremental backup needs parent_id")
+        for obj in self.objects:
+            if not obj.key.split("/")[-2:-1] == [self.backup_id]:
+                raise ValueError(
+                    f"object key {obj.key!r} is outside this backup's directory {self.backup_id}/"
+                )
+        return self
+
+    @property
+    def backup_object(self) -> StoredObject:
+        return self.objects[0]
+
+    def to_json(self) -> bytes:
+        return self.model_dump_json(indent=2).encode()
+
+
+def new_backup_id(kind: str, now: datetime | None = None) -> str:
+    now = (now or datetime.now(UTC)).astimezone(UTC)
+    return now.strftime("%Y%m%dT%H%M%SZ") + ("-full" if kind == "full" else "-inc")
+
+
+def parse_manifest(data: bytes, source: str) -> Manifest:
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise CatalogError(
+            f"{source}: manifest is {len(data)} bytes, over the {MAX_MANIFEST_BYTES} limit; refusing it"
+        )
+    try:
+        return Manifest.model_validate_json(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(root)'}: {err['msg']}" for err in exc.errors()[:5]
+        )
+        raise CatalogError(f"{source}: invalid manifest: {problems}") from exc
+
+
+def manifest_summary(manifests: Iterable[Manifest]) -> list[dict[str, Any]]:
+    """Small JSON-able rows for `list --json`, XCom and reports."""
+    return [
+        {
+            "backup_id": m.backup_id,
+            "kind": m.kind,
+            "parent_id": m.parent_id,
+            "chain_root": m.chain_root,
+            "from_lsn": m.from_lsn,
+            "to_lsn": m.to_lsn,
+            "raw_bytes": m.raw_bytes,
+            "stored_bytes": m.stored_bytes,
+            "started_at": m.started_at.isoformat(),
+            "finished_at": m.finished_at.isoformat(),
+            "gtid": m.gtid,
+            "storage_class": m.backup_object.storage_class,
+        }
+        for m in manifests
+    ]
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, indent=2, default=str)

@@ -1,0 +1,305 @@
+"""Fleet and policy configuration: the pydantic models of the YAML fleet config.
+
+The same file drives the shipped DAGs (Airflow connection ids) and the CLI (file paths and
+environment, for when Airflow is down). Models and validators only: no I/O, no runtime module.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
+
+from ..db.dsn import DEFAULT_DSN_TABLE, DEFAULT_REPLICATE, check_database_name, check_dsn, check_table_name
+from ..retention.model import RetentionPolicy
+from ..storage.base import STORAGE_CLASSES
+
+NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+CONFIG_ENV = "XTRABACKUP_FLEET_CONFIG"
+
+
+class ConfigError(ValueError):
+    """The fleet config is invalid; the message names the file and the field path."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ObjectLockConfig(_Model):
+    """S3 Object Lock retention set on every backup object (the bucket must have Object Lock on)."""
+
+    mode: Literal["GOVERNANCE", "COMPLIANCE"] = "GOVERNANCE"
+    retain_days: int = Field(ge=1, le=36500)
+
+
+class PoolConfig(_Model):
+    """An Airflow pool (`airflow pools set NAME SLOTS DESC`; `xtrabackup-provider pools` prints them)."""
+
+    name: str = Field(pattern=NAME)
+    slots: int = Field(2, ge=1, le=10_000)
+    description: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_name(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value  # `pool: s3_backups` is enough
+
+    @field_validator("name")
+    @classmethod
+    def _not_default(cls, value: str) -> str:
+        if value == "default_pool":
+            raise ValueError("default_pool is Airflow's shared pool; name a pool of its own")
+        return value
+
+
+class StorageConfig(_Model):
+    bucket: str | None = None
+    local_path: str | None = None  # a directory instead of S3 (tests, air-gapped hosts)
+    prefix: str = "backups"
+    aws_conn_id: str = "aws_default"
+    endpoint_url: str | None = None  # CLI only; the DAGs take it from the aws connection
+    region: str | None = None
+    storage_class: dict[str, str] = Field(
+        default_factory=lambda: {"full": "STANDARD", "incremental": "STANDARD"}
+    )
+    sse: Literal["AES256", "aws:kms"] | None = None
+    kms_key_id: str | None = None
+    object_lock: ObjectLockConfig | None = None
+    glacier_restore_tier: Literal["Standard", "Bulk", "Expedited"] = "Standard"
+    glacier_restore_days: int = Field(3, ge=1, le=365)  # how long restored copies stay readable
+    glacier_poll_seconds: float = Field(600, ge=1)  # GlacierRestoreSensor / trigger poll interval
+    pool: PoolConfig | None = None  # caps concurrent uploads to this storage target, across clusters
+
+    @field_validator("storage_class")
+    @classmethod
+    def _known_classes(cls, value: dict[str, str]) -> dict[str, str]:
+        for kind, klass in value.items():
+            if kind not in ("full", "incremental"):
+                raise ValueError(f"storage classes are set per backup kind (full, incremental), not {kind!r}")
+            if klass not in STORAGE_CLASSES:
+                raise ValueError(
+                    f"{kind}: unknown S3 storage class {klass!r}; use one of {sorted(STORAGE_CLASSES)}"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _one_target(self) -> StorageConfig:
+        if bool(self.bucket) == bool(self.local_path):
+            raise ValueError("set exactly one of `bucket` (S3) or `local_path` (a directory)")
+        if self.kms_key_id and self.sse != "aws:kms":
+            raise ValueError("kms_key_id is only used with `sse: aws:kms`; set sse or drop the key id")
+        return self
+
+
+class EncryptionConfig(_Model):
+    enabled: bool = True
+    gpg_conn_id: str = "backup_gpg"  # Airflow connection of type gpg_keys (public keys)
+    private_gpg_conn_id: str = "backup_gpg_private"  # only restore workers should read this one
+    public_key_files: list[str] = Field(default_factory=list)  # CLI
+    private_key_file: str | None = None  # CLI restores
+    passphrase_env: str = "XTRABACKUP_GPG_PASSPHRASE"  # CLI restores read the passphrase from here
+
+
+class PolicyConfig(_Model):
+    compression_level: int = Field(3, ge=1, le=19)
+    zstd_threads: int = Field(0, ge=0, le=256)
+    parallel: int = Field(2, ge=1, le=64)
+    full_every_days: float = Field(7, gt=0)
+    max_chain_length: int = Field(6, ge=0, le=1000)
+    max_incremental_ratio: float = Field(0.5, gt=0)
+    prepare_max_free_memory_pct: int = Field(50, ge=1, le=90)
+    heartbeat: bool = True  # canary row written before each backup, checked by restore tests
+
+    @property
+    def full_every(self) -> timedelta:
+        return timedelta(days=self.full_every_days)
+
+
+class RetentionConfig(RetentionPolicy):
+    """`retention:` (core/retention/plan.py documents the rules). Unset, everything is kept."""
+
+    confirm: bool = False  # the backup DAG deletes only when true; until then it logs the plan
+
+
+class ChecksumGateConfig(_Model):
+    """Gate a replica's backups on its pt-table-checksum results and health (off when absent)."""
+
+    on_diff: Literal["fail", "skip", "mark"] = "fail"  # mark: back up and record it in the manifest
+    on_blocked: Literal["fail", "wait"] = "fail"  # replication stopped, lag, stale/missing results
+    max_age_hours: float = Field(26, gt=0)
+    max_lag_seconds: float = Field(300, ge=0)
+    wait_minutes: float = Field(30, gt=0)  # how long on_blocked=wait waits
+    poke_seconds: float = Field(60, gt=0)
+    deferrable: bool = False  # wait in the triggerer instead of a worker slot
+    dsn: str | None = None  # how pt-table-checksum reaches this replica, e.g. "h=10.0.0.12,P=3306"
+
+    @field_validator("dsn")
+    @classmethod
+    def _dsn(cls, value: str | None) -> str | None:
+        return None if value is None else check_dsn(value)
+
+
+class HostConfig(_Model):
+    name: str = Field(pattern=NAME)
+    flavour: Literal["mariabackup", "xtrabackup"] = "mariabackup"
+    binary: str | None = None
+    mysql_conn_id: str | None = None  # Airflow
+    heartbeat_conn_id: str | None = None  # the source's connection when this host is a replica
+    datadir: str | None = None
+    queue: str = "default"
+    # CLI connection when Airflow is down: a client option file holding the credentials,
+    # or host/port/socket/user with the password in an environment variable.
+    defaults_file: str | None = None
+    host: str | None = None
+    port: int = Field(3306, ge=1, le=65535)
+    socket: str | None = None
+    user: str = "root"
+    password_env: str | None = None
+    checksum_gate: ChecksumGateConfig | None = None
+
+
+class ChecksumConfig(_Model):
+    """pt-table-checksum for a cluster, run against its source on its own schedule."""
+
+    source: str | HostConfig  # a host of this cluster, or an inline one that is not backed up
+    schedule: str | None = "@daily"
+    replicate: str = DEFAULT_REPLICATE
+    recursion_method: Literal["dsn", "processlist", "hosts"] = "dsn"
+    dsn_table: str = DEFAULT_DSN_TABLE
+    databases: list[str] = Field(default_factory=list)
+    ignore_databases: list[str] = Field(default_factory=list)
+    chunk_time: float = Field(0.5, gt=0, le=60)
+    max_lag_seconds: float = Field(1, gt=0)  # pt-table-checksum pauses while a replica lags more
+    timeout_minutes: float = Field(240, gt=0)
+    binary: str = "pt-table-checksum"
+
+    @field_validator("replicate", "dsn_table")
+    @classmethod
+    def _table(cls, value: str) -> str:
+        return check_table_name(value, "the table")
+
+    @field_validator("databases", "ignore_databases")
+    @classmethod
+    def _databases(cls, value: list[str]) -> list[str]:
+        for name in value:
+            check_database_name(name)
+        return value
+
+
+class BinlogConfig(_Model):
+    """Binlog shipping for point-in-time recovery (dags/mysql_binlog_shipping.py); off unless set."""
+
+    schedule: str | None = "*/5 * * * *"
+    mode: Literal["batch", "continuous"] = "batch"
+    flush: bool = True  # batch: FLUSH BINARY LOGS first, so each run ships up to now (RPO = schedule)
+    continuous_minutes: float = Field(55, gt=0, le=24 * 60)  # continuous: one run's length
+    progress_seconds: float = Field(10, gt=0, le=3600)  # continuous: the open binlog's upload period
+    gate_backups: bool = True  # the backup DAG waits until the binlogs up to the backup are shipped
+    lag_timeout_minutes: float = Field(60, gt=0)
+    binary: str | None = None  # mariadb-binlog / mysqlbinlog
+    storage_class: str = "STANDARD"
+
+
+class ClusterConfig(_Model):
+    name: str = Field(pattern=NAME)
+    schedule: str | None = "@daily"
+    max_parallel_backups: int = Field(2, ge=1)
+    backup_pool: PoolConfig | None = None  # caps concurrent backups; slots default: max_parallel_backups
+    restore_test_schedule: str | None = "@weekly"
+    restore_workdir: str = "/tmp"  # scratch for restore tests on the restore worker
+    hosts: list[HostConfig] = Field(min_length=1)
+    checksum: ChecksumConfig | None = None
+    binlogs: BinlogConfig | None = None
+
+    @model_validator(mode="after")
+    def _unique_hosts(self) -> ClusterConfig:
+        seen: set[str] = set()
+        for host in self.hosts:
+            if host.name in seen:
+                raise ValueError(f"host {host.name!r} appears twice in cluster {self.name!r}")
+            seen.add(host.name)
+        return self
+
+    @model_validator(mode="after")
+    def _pool_slots(self) -> ClusterConfig:
+        if self.backup_pool and "slots" not in self.backup_pool.model_fields_set:
+            self.backup_pool.slots = self.max_parallel_backups
+        return self
+
+    @model_validator(mode="after")
+    def _checksum_source(self) -> ClusterConfig:
+        source = self.checksum.source if self.checksum else None
+        if isinstance(source, str) and source not in {h.name for h in self.hosts}:
+            raise ValueError(
+                f"checksum.source: cluster {self.name!r} has no host {source!r}; name one of its hosts "
+                "or give the source inline (name, mysql_conn_id, defaults_file...)"
+            )
+        return self
+
+
+class FleetConfig(_Model):
+    storage: StorageConfig
+    encryption: EncryptionConfig = Field(default_factory=EncryptionConfig)
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    retention: RetentionConfig = Field(default_factory=RetentionConfig)
+    clusters: list[ClusterConfig] = Field(min_length=1)
+    _source: str = PrivateAttr("")
+
+    @property
+    def source(self) -> str:
+        return self._source
+
+    @model_validator(mode="after")
+    def _unique_clusters(self) -> FleetConfig:
+        names = [c.name for c in self.clusters]
+        if dup := {n for n in names if names.count(n) > 1}:
+            raise ValueError(f"cluster names must be unique; repeated: {sorted(dup)}")
+        return self
+
+    @model_validator(mode="after")
+    def _consistent_pools(self) -> FleetConfig:
+        self.pools()
+        return self
+
+    def pools(self) -> list[PoolConfig]:
+        """Every pool the DAGs use, once; a name given two sizes is an error naming both places."""
+        found: dict[str, tuple[PoolConfig, str]] = {}
+        named = [(c.backup_pool, f"clusters[{c.name}].backup_pool") for c in self.clusters]
+        for pool, where in [*named, (self.storage.pool, "storage.pool")]:
+            if pool is None:
+                continue
+            seen = found.setdefault(pool.name, (pool, where))
+            if seen[0].slots != pool.slots:
+                raise ValueError(
+                    f"pool {pool.name!r} has {seen[0].slots} slots in {seen[1]} but {pool.slots} in {where}; "
+                    "give it one size, or use another name"
+                )
+        return [pool for pool, _ in found.values()]
+
+    def backup_pool(self, cluster: ClusterConfig) -> PoolConfig | None:
+        """A task has one pool: backups take the cluster's (it caps the database side), else the
+        storage target's. None leaves them in Airflow's default_pool."""
+        return cluster.backup_pool or self.storage.pool
+
+    def cluster(self, name: str) -> ClusterConfig:
+        for cluster in self.clusters:
+            if cluster.name == name:
+                return cluster
+        raise ConfigError(
+            f"{self.source}: no cluster {name!r}; clusters are {[c.name for c in self.clusters]}"
+        )
+
+    def find_host(self, cluster: str, host: str) -> HostConfig:
+        for h in self.cluster(cluster).hosts:
+            if h.name == host:
+                return h
+        raise ConfigError(f"{self.source}: cluster {cluster!r} has no host {host!r}")

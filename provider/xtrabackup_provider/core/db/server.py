@@ -1,0 +1,131 @@
+"""Server connection details, the private 0600 defaults file the tools read, and server facts."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket as socketlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..common.tempdirs import private_dir
+
+
+class ServerError(RuntimeError):
+    """The database server could not be reached or queried; the message names it."""
+
+
+@dataclass(frozen=True)
+class MySQLTarget:
+    host: str | None = "127.0.0.1"
+    port: int = 3306
+    socket: str | None = None
+    user: str = "root"
+    password: str | None = field(default=None, repr=False)
+    defaults_file: str | None = None  # an existing client option file holding the credentials
+
+    @property
+    def address(self) -> str:
+        if self.socket or self.host:
+            return self.socket or f"{self.host}:{self.port}"
+        return f"the server named in {self.defaults_file}"
+
+    def connect_kwargs(self) -> dict[str, Any]:
+        kw: dict[str, Any] = {"user": self.user, "connect_timeout": 10, "autocommit": True}
+        if self.defaults_file:
+            kw.update(read_default_file=self.defaults_file, read_default_group="client")
+            kw.pop("user")
+        if self.password is not None:
+            kw["passwd"] = self.password
+        if self.socket:
+            kw["unix_socket"] = self.socket
+        elif self.host or not self.defaults_file:
+            kw.update(host=self.host or "127.0.0.1", port=self.port)
+        return kw
+
+
+def _ini_value(value: str) -> str:
+    if any(c in value for c in "\n\r"):
+        raise ServerError("credential values cannot contain newlines")
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+@contextmanager
+def defaults_file(target: MySQLTarget) -> Iterator[str]:
+    """Yield the path of a 0600 [client] option file for the tools; removed on exit.
+
+    The file lives in a fresh 0700 directory so no other user can even see its name.
+    """
+    if target.defaults_file and target.password is None:
+        yield target.defaults_file
+        return
+    # Named after this process, so the next run removes it if this one is killed before `finally`.
+    private = str(private_dir("cred"))
+    try:
+        path = os.path.join(private, "client.cnf")
+        lines = ["[client]", f"user={_ini_value(target.user)}"]
+        if target.password is not None:
+            lines.append(f"password={_ini_value(target.password)}")
+        if target.socket:
+            lines.append(f"socket={target.socket}")
+        else:
+            lines += [f"host={target.host or '127.0.0.1'}", f"port={target.port}"]
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write("\n".join(lines) + "\n")
+        yield path
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def connect(target: MySQLTarget) -> Any:
+    import MySQLdb
+
+    try:
+        return MySQLdb.connect(**target.connect_kwargs())
+    except MySQLdb.Error as exc:
+        raise ServerError(
+            f"cannot connect to MySQL/MariaDB at {target.address} as {target.user}: {exc}"
+        ) from exc
+
+
+def query(target: MySQLTarget, sql: str, args: tuple[Any, ...] | None = None) -> list[tuple[Any, ...]]:
+    conn = connect(target)
+    try:
+        cur = conn.cursor()
+        cur.execute(sql, args)
+        return list(cur.fetchall())
+    finally:
+        conn.close()
+
+
+@dataclass(frozen=True)
+class ServerFacts:
+    version: str
+    server_id: int
+    server_uuid: str
+    datadir: str
+    gtid_binlog_pos: str
+    is_mariadb: bool
+
+
+def server_facts(target: MySQLTarget) -> ServerFacts:
+    conn = connect(target)
+    try:
+        cur = conn.cursor()
+        cur.execute("SELECT @@version, @@server_id, @@datadir, @@hostname, @@port")
+        version, server_id, datadir, hostname, port = cur.fetchone()
+        is_mariadb = "mariadb" in str(version).lower()
+        if is_mariadb:
+            cur.execute("SELECT @@gtid_binlog_pos")
+            gtid = cur.fetchone()[0] or ""
+            # MariaDB has no server_uuid: identify the server by where it runs and its id.
+            uuid = f"mariadb-{hostname or socketlib.gethostname()}-{port}-{server_id}"
+        else:
+            cur.execute("SELECT @@server_uuid, @@global.gtid_executed")
+            uuid, gtid = cur.fetchone()
+        return ServerFacts(str(version), int(server_id), str(uuid), str(datadir), str(gtid or ""), is_mariadb)
+    finally:
+        conn.close()

@@ -1,0 +1,106 @@
+"""XtraBackup / MariaBackup flavours: `--version` output -> tool version -> capabilities.
+
+Everything here is pure except `detect_tool`, so the rules for both flavours are unit-testable
+without the tools installed.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass
+from typing import Literal
+
+Flavour = Literal["mariabackup", "xtrabackup"]
+FLAVOURS: tuple[Flavour, ...] = ("mariabackup", "xtrabackup")
+# Percona versions read "8.0.35-33": the part after the dash is the Percona build.
+_XB_VERSION = re.compile(r"xtrabackup version (\d+)\.(\d+)\.(\d+)(?:-(\d+))?")
+_MB_VERSION = re.compile(r"(?:based on MariaDB server|mariabackup.*?Ver) (\d+)\.(\d+)\.(\d+)")
+
+
+class EngineError(RuntimeError):
+    """The backup tool is missing, unsupported, or its metadata is unreadable."""
+
+
+@dataclass(frozen=True)
+class ToolVersion:
+    flavour: Flavour
+    version: tuple[int, int, int, int]  # major, minor, patch, percona build (0 for MariaDB)
+    binary: str = ""
+
+    @property
+    def text(self) -> str:
+        major, minor, patch, build = self.version
+        base = f"{major}.{minor}.{patch}"
+        return f"{base}-{build}" if self.flavour == "xtrabackup" else base
+
+    @property
+    def major(self) -> str:
+        """Series a chain must stay within, e.g. '8.0' or '10.11'."""
+        return f"{self.version[0]}.{self.version[1]}"
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities.for_version(self)
+
+    def stream_tool(self) -> str:
+        """The extractor for this flavour's xbstream format."""
+        return "mbstream" if self.flavour == "mariabackup" else "xbstream"
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    apply_log_only: bool  # prepare steps may (and for chains must) use --apply-log-only
+    plain_prepare_after_apply_log_only: bool  # safe to run a lone --prepare after one (pre 8.0.30)
+    prepare_parallel: bool  # --parallel honoured at --prepare (8.0.35-33+)
+    estimate_memory: bool  # --estimate-memory at backup, --use-free-memory-pct at prepare
+    prepared_base_accepts_incrementals: bool  # MariaBackup 10.5+: a fully prepared base can go on
+
+    @classmethod
+    def for_version(cls, tool: ToolVersion) -> Capabilities:
+        v = tool.version
+        if tool.flavour == "mariabackup":
+            modern = v[:2] >= (10, 5)
+            return cls(
+                apply_log_only=not modern,
+                plain_prepare_after_apply_log_only=not modern,
+                prepare_parallel=False,
+                estimate_memory=False,
+                prepared_base_accepts_incrementals=modern,
+            )
+        return cls(
+            apply_log_only=True,
+            plain_prepare_after_apply_log_only=v[:3] < (8, 0, 30),
+            prepare_parallel=v >= (8, 0, 35, 33),
+            estimate_memory=v >= (8, 0, 32, 26),
+            prepared_base_accepts_incrementals=False,
+        )
+
+
+def parse_tool_version(output: str) -> ToolVersion:
+    """Parse `xtrabackup --version` / `mariabackup --version` output (tools print to stderr)."""
+    if m := _XB_VERSION.search(output):
+        major, minor, patch, build = (int(g) if g else 0 for g in m.groups())
+        return ToolVersion("xtrabackup", (major, minor, patch, build))
+    if m := _MB_VERSION.search(output):
+        major, minor, patch = (int(g) for g in m.groups())
+        return ToolVersion("mariabackup", (major, minor, patch, 0))
+    raise EngineError(f"cannot read a backup tool version from: {output.strip()[:200]!r}")
+
+
+def detect_tool(flavour: Flavour, binary: str | None = None) -> ToolVersion:
+    """Run `<tool> --version` and return its flavour, version and binary path."""
+    binary = binary or flavour
+    try:
+        proc = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=60)
+    except FileNotFoundError as exc:
+        raise EngineError(
+            f"backup tool {binary!r} not found on this worker; install {flavour} "
+            f"or set the host's `binary` to its path"
+        ) from exc
+    tool = parse_tool_version(proc.stdout + proc.stderr)
+    if tool.flavour != flavour:
+        raise EngineError(
+            f"{binary!r} is {tool.flavour} {tool.text}, but the host is configured as {flavour}"
+        )
+    return ToolVersion(tool.flavour, tool.version, binary)

@@ -1,0 +1,112 @@
+"""One-pass backup stream: producer -> zstd -> gpg -> object writer.
+
+Nothing is staged on disk. Chunks are bounded (1 MiB) and so are the queues between threads,
+so memory stays flat whatever the database size. Every process's exit status is checked; a
+failure carries the tail of that process's stderr and the sink is aborted, never committed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import queue
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..storage.base import ObjectWriter
+from .process import (
+    EOF,
+    PipelineError,
+    Proc,
+    ProgressFn,
+    Worker,
+    close_quietly,
+    read_chunks,
+    release_worker,
+)
+
+
+@dataclass(frozen=True)
+class StreamResult:
+    raw_bytes: int  # what the producer emitted
+    stored_bytes: int  # what reached the sink
+    sha256: str  # of the stored bytes
+    seconds: float
+
+
+def stream_to_store(
+    producer_argv: list[str],
+    sink: ObjectWriter,
+    *,
+    encrypt_argv: list[str] | None,
+    level: int = 3,
+    threads: int = 0,
+    producer_env: dict[str, str] | None = None,
+    producer_name: str = "backup tool",
+    progress: ProgressFn | None = None,
+) -> StreamResult:
+    """Run producer | zstd | gpg and write the result to `sink`; commit only if every stage succeeded."""
+    import zstandard
+
+    started = time.monotonic()
+    procs: list[Proc] = []
+    raw = {"bytes": 0}
+    digest = hashlib.sha256()
+    stored = 0
+    worker: Worker | None = None
+    handoff: queue.Queue[Any] = queue.Queue(maxsize=8)
+    try:
+        producer = Proc(producer_name, producer_argv, stdin=subprocess.DEVNULL, env=producer_env)
+        procs.append(producer)
+        gpg = Proc("gpg --encrypt", encrypt_argv, stdin=subprocess.PIPE) if encrypt_argv else None
+        if gpg:
+            procs.append(gpg)
+        compressor = zstandard.ZstdCompressor(level=level, threads=threads if threads else -1)
+
+        def compress() -> None:
+            cobj = compressor.compressobj(size=-1)
+            emit: Callable[[bytes], Any] = gpg.popen.stdin.write if gpg and gpg.popen.stdin else handoff.put
+            try:
+                assert producer.popen.stdout is not None
+                for chunk in read_chunks(producer.popen.stdout):
+                    raw["bytes"] += len(chunk)
+                    if out := cobj.compress(chunk):
+                        emit(out)
+                emit(cobj.flush())
+            finally:
+                if gpg and gpg.popen.stdin:
+                    close_quietly(gpg.popen.stdin)
+                else:
+                    handoff.put(EOF)
+
+        worker = Worker("zstd", compress)
+        worker.start()
+        source = read_chunks(gpg.popen.stdout) if gpg and gpg.popen.stdout else iter(handoff.get, EOF)
+        for chunk in source:
+            digest.update(chunk)
+            sink.write(chunk)
+            stored += len(chunk)
+            if progress:
+                progress(raw["bytes"])
+        worker.join()
+        if worker.error:
+            # The compressor stopped reading: a dead gpg is the usual cause and the real story.
+            producer.kill()
+            if gpg:
+                gpg.check()
+            raise PipelineError(f"zstd stage failed: {worker.error!r}") from worker.error
+        for proc in procs:
+            proc.check()
+        sink.commit()
+    except BaseException:
+        for proc in procs:
+            proc.kill()
+        release_worker(worker, handoff)
+        sink.abort()
+        raise
+    finally:
+        for proc in procs:
+            proc.close()
+    return StreamResult(raw["bytes"], stored, digest.hexdigest(), time.monotonic() - started)

@@ -1,0 +1,208 @@
+"""Plan a point-in-time recovery from manifests alone (nothing downloaded): the newest backup
+whose binlog coordinates are before the target, and the contiguous shipped binlogs from its
+position to the target. A recorded gap, a binlog never shipped, or shipped binlogs that end
+before the target stop the restore here, with the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+
+from ..binlog.catalog import BinlogCatalog, BinlogIndex, BinlogManifest
+from ..binlog.events import (
+    GtidPos,
+    binlog_number,
+    format_gtid_pos,
+    gtid_reached,
+    parse_gtid_pos,
+)
+from ..catalog.backups import Catalog
+from ..catalog.manifest import Manifest
+from ..restore.chain import plan_chain
+
+log = logging.getLogger(__name__)
+
+
+class PitrError(RuntimeError):
+    """Point-in-time recovery cannot reach the target; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class PitrTarget:
+    kind: Literal["time", "gtid", "position"]
+    time: datetime | None = None
+    gtid: str | None = None
+    file: str | None = None
+    position: int | None = None
+
+    @classmethod
+    def at_time(cls, text: str) -> PitrTarget:
+        """ISO 8601; a time without an offset is UTC. Binlogs stamp whole seconds: fractions are dropped."""
+        try:
+            when = datetime.fromisoformat(text.strip())
+        except ValueError as exc:
+            raise PitrError(f"--to-time {text!r}: not an ISO 8601 time (e.g. 2026-11-30T10:15:00Z)") from exc
+        when = when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+        return cls("time", time=when.replace(microsecond=0))
+
+    @classmethod
+    def at_gtid(cls, text: str) -> PitrTarget:
+        try:
+            pos = parse_gtid_pos(text, "--to-gtid")
+        except ValueError as exc:
+            raise PitrError(str(exc)) from exc
+        if not pos:
+            raise PitrError("--to-gtid is empty; give a GTID such as 0-1-42")
+        return cls("gtid", gtid=format_gtid_pos(pos))
+
+    @classmethod
+    def at_position(cls, text: str) -> PitrTarget:
+        file, _, pos = text.strip().rpartition(":")
+        try:
+            binlog_number(file)
+            position = int(pos)
+        except ValueError as exc:
+            raise PitrError(f"--to-position {text!r}: expected FILE:POS, e.g. mysql-bin.000042:1234") from exc
+        if position < 4:
+            raise PitrError(f"--to-position {text!r}: a binlog position is at least 4")
+        return cls("position", file=file, position=position)
+
+    def describe(self) -> str:
+        if self.kind == "time":
+            assert self.time is not None
+            return f"{self.time:%Y-%m-%d %H:%M:%S} UTC"
+        return f"GTID {self.gtid}" if self.kind == "gtid" else f"{self.file}:{self.position}"
+
+    def gtid_pos(self) -> GtidPos:
+        return parse_gtid_pos(self.gtid)
+
+
+@dataclass
+class PitrPlan:
+    backup: Manifest
+    binlogs: list[BinlogManifest]
+    target: PitrTarget
+
+    def replay_args(self) -> list[str]:
+        """mariadb-binlog's range options (the files follow them)."""
+        start = f"--start-position={self.backup.binlog_position}"
+        if self.target.kind == "time":
+            assert self.target.time is not None
+            return [start, f"--stop-datetime={self.target.time:%Y-%m-%d %H:%M:%S}"]  # run with TZ=UTC
+        if self.target.kind == "gtid":
+            # GTID mode: the backup's state (exclusive) to the target (inclusive). A backup taken
+            # before any GTID was written has no state: everything after it is replayed.
+            gtid_start = [f"--start-position={self.backup.gtid}"] if self.backup.gtid else []
+            return [*gtid_start, f"--stop-position={self.target.gtid}"]
+        return [start, f"--stop-position={self.target.position}"]
+
+
+def _before(m: Manifest, target: PitrTarget) -> bool:
+    if target.kind == "time":
+        assert target.time is not None
+        return m.finished_at <= target.time
+    if target.kind == "gtid":
+        have = parse_gtid_pos(m.gtid)
+        return all(have[d].seq <= g.seq for d, g in target.gtid_pos().items() if d in have)
+    assert m.binlog_file and target.file and target.position is not None
+    base, number = binlog_number(m.binlog_file)
+    t_base, t_number = binlog_number(target.file)
+    return base == t_base and (number, m.binlog_position or 0) <= (t_number, target.position)
+
+
+def choose_backup(manifests: list[Manifest], target: PitrTarget, backup_id: str | None = None) -> Manifest:
+    """The newest backup with binlog coordinates before the target (or the one asked for)."""
+    usable = [m for m in manifests if m.binlog_file and m.binlog_position is not None]
+    if backup_id:
+        chosen = next((m for m in usable if m.backup_id == backup_id), None)
+        if chosen is None:
+            raise PitrError(f"backup {backup_id} has no manifest with binlog coordinates in this catalog")
+        if not _before(chosen, target):
+            raise PitrError(f"backup {backup_id} was taken after {target.describe()}; pick an older one")
+        return chosen
+    before = [m for m in usable if _before(m, target)]
+    if not before:
+        oldest = min(usable, key=lambda m: m.backup_id).backup_id if usable else "none"
+        raise PitrError(
+            f"no backup with binlog coordinates before {target.describe()} (oldest usable: {oldest}); "
+            "point-in-time recovery starts from a backup taken before the target"
+        )
+    return max(before, key=lambda m: m.backup_id)
+
+
+def _reaches(m: BinlogManifest, target: PitrTarget) -> bool:
+    if target.kind == "time":
+        assert target.time is not None
+        seen = [t for t in (m.covers_until, m.last_event_time) if t is not None]
+        return bool(seen) and max(seen) >= target.time
+    if target.kind == "gtid":
+        return gtid_reached(parse_gtid_pos(m.gtid_last), target.gtid_pos())
+    return m.name == target.file
+
+
+def plan_binlogs(index: BinlogIndex, backup: Manifest, target: PitrTarget) -> list[BinlogManifest]:
+    """The binlogs from the backup's position to the target, contiguous and shipped far enough."""
+    assert backup.binlog_file and backup.binlog_position is not None
+    start = f"{backup.binlog_file}:{backup.binlog_position}"
+    chain, why = index.chain_from(backup.binlog_file)
+    if not chain or chain[0].size < backup.binlog_position:
+        held = f" (only {chain[0].size} bytes shipped)" if chain else ""
+        raise PitrError(
+            f"backup {backup.backup_id} starts at {start}, but {why or backup.binlog_file + held}; ship binlogs, "
+            "or restore without a point in time"
+        )
+    needed: list[BinlogManifest] = []
+    for m in chain:
+        needed.append(m)
+        if _reaches(m, target):
+            _check_reach(m, target, needed, parse_gtid_pos(backup.gtid))
+            return needed
+    last = chain[-1]
+    until = last.covers_until or last.last_event_time
+    fix = "Point-in-time recovery cannot cross a gap" if why.startswith("gap") else "Ship binlogs first"
+    raise PitrError(
+        f"the binlogs shipped after backup {backup.backup_id} ({start}) end at {last.name} "
+        f"(GTID {last.gtid_last or '-'}, events until {f'{until:%Y-%m-%d %H:%M:%S} UTC' if until else '-'}), "
+        f"before {target.describe()}: {why}. {fix}"
+    )
+
+
+def _check_reach(
+    last: BinlogManifest, target: PitrTarget, needed: list[BinlogManifest], backup_gtid: GtidPos
+) -> None:
+    if target.kind == "position" and target.position is not None and last.size < target.position:
+        raise PitrError(
+            f"{target.file} is shipped only up to byte {last.size}, before {target.describe()}; ship binlogs first"
+        )
+    if target.kind == "gtid":
+        # Domains with transactions after the backup: the stop position must bound each of them.
+        domains = {
+            d
+            for m in needed
+            for d, g in parse_gtid_pos(m.gtid_last).items()
+            if d not in backup_gtid or g.seq > backup_gtid[d].seq
+        }
+        missing = sorted(domains - set(target.gtid_pos()))
+        if missing:
+            raise PitrError(
+                f"the binlogs hold transactions of GTID domain(s) {missing} too; name one GTID per domain "
+                f"in --to-gtid (e.g. {target.gtid},{missing[0]}-<server_id>-<seq>)"
+            )
+
+
+def make_plan(catalog: Catalog, target: PitrTarget, backup_id: str | None = None) -> PitrPlan:
+    backup = choose_backup(catalog.manifests(), target, backup_id)
+    if backup.engine_flavour != "mariabackup":
+        raise PitrError(
+            f"backup {backup.backup_id} was taken with {backup.engine_flavour}: the replay runs in a MariaDB "
+            "sandbox, so point-in-time recovery supports MariaDB backups only; restore it and replay by hand"
+        )
+    index = BinlogCatalog(catalog, backup.server_uuid).index()
+    for problem in index.problems:
+        log.warning("ignoring unreadable binlog manifest: %s", problem)
+    plan = PitrPlan(backup, plan_binlogs(index, backup, target), target)
+    plan_chain(catalog, backup.backup_id)  # validates the chain before anything is downloaded
+    return plan

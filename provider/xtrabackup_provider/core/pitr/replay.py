@@ -1,0 +1,91 @@
+"""The replay step of point-in-time recovery: binlog events into a sandbox on the restored datadir.
+
+One `mariadb-binlog` process reads the local binlog copies and pipes SQL into the sandbox's
+`mariadb` client. Why the sandbox turns its grant tables back on: see core/pitr/recover.py.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from ..db.sandbox import SandboxServer
+from ..db.server import MySQLTarget, connect, defaults_file
+from ..pipeline.process import PipelineError, Proc
+
+REPLAY_SERVER_ID = 4_100_000_000
+_MAX_PACKET = "--max-allowed-packet=1G"  # a row event of a big transaction is one statement
+
+
+class ReplayError(RuntimeError):
+    """The binlog events could not be applied; the message carries the client's error."""
+
+
+def replay(datadir: Path, reader_args: list[str], binlog_binary: str, client_binary: str) -> None:
+    """Start a socket-only sandbox on `datadir` and pipe `binlog_binary reader_args` into it."""
+    basedir = Path(tempfile.mkdtemp(prefix="xbp-pitr-", dir="/tmp"))  # 0700; short socket path
+    # No binlog of its own: the datadir gets no stray binlog files.
+    server = SandboxServer.on_datadir(
+        datadir, basedir, server_id=REPLAY_SERVER_ID, log_bin=False, extra_args=[_MAX_PACKET]
+    )
+    try:
+        server.start()
+        account = replay_account(server)
+        with defaults_file(account) as creds:
+            # Option files first: the tools ignore them anywhere else.
+            run_replay(
+                [binlog_binary, "--no-defaults", *reader_args],
+                [client_binary, f"--defaults-extra-file={creds}", "--binary-mode", "--batch", _MAX_PACKET],
+            )
+        _drop_account(account)
+    finally:
+        server.stop()
+        shutil.rmtree(basedir, ignore_errors=True)
+
+
+def replay_account(server: SandboxServer) -> MySQLTarget:
+    """Turn the grant tables on and create a throwaway all-privileges account on the socket."""
+    user, password = f"xbp_pitr_{secrets.token_hex(4)}", secrets.token_urlsafe(24)
+    conn = server.connect()  # --skip-grant-tables: this session has every privilege
+    try:
+        cur = conn.cursor()
+        cur.execute("FLUSH PRIVILEGES")  # grants are checked from now on; this session keeps its own
+        cur.execute("CREATE USER %s@'localhost' IDENTIFIED BY %s", (user, password))
+        cur.execute("GRANT ALL PRIVILEGES ON *.* TO %s@'localhost' WITH GRANT OPTION", (user,))
+    finally:
+        conn.close()
+    return MySQLTarget(host=None, socket=str(server.socket), user=user, password=password)
+
+
+def _drop_account(account: MySQLTarget) -> None:
+    conn = connect(account)
+    try:
+        conn.cursor().execute("DROP USER %s@'localhost'", (account.user,))
+    finally:
+        conn.close()
+
+
+def run_replay(reader_argv: list[str], client_argv: list[str]) -> None:
+    """reader | client, both exit statuses checked; the client's error is the one that explains."""
+    env = dict(os.environ, TZ="UTC")  # --stop-datetime is read in the tool's local time zone
+    reader = Proc("mariadb-binlog", reader_argv, stdin=subprocess.DEVNULL, env=env)
+    client: Proc | None = None
+    try:
+        client = Proc(
+            "mariadb client (replay)", client_argv, stdin=reader.popen.stdout, stdout=subprocess.DEVNULL
+        )
+        assert reader.popen.stdout is not None
+        reader.popen.stdout.close()  # the client holds the pipe now: the reader sees it close
+        try:
+            client.check()
+        except PipelineError as exc:
+            raise ReplayError(f"replaying the binlogs failed: {exc}") from exc
+        reader.check()
+    finally:
+        reader.close()
+        if client is not None:
+            client.close()

@@ -1,0 +1,4 @@
+"""Getting data back: restore a chain into an empty datadir, the prepare rules per flavour, the
+standby copy kept prepared, integrity checks without restoring, the scheduled restore test,
+and which objects of an archived chain need a Glacier restore first.
+"""

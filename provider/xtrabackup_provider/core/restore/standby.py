@@ -1,0 +1,177 @@
+"""A standby copy: a base kept prepared as the chain grows, so a restore needs only the last step.
+
+State lives in `<dir>/standby.json`; the catalog stays the source of truth, so a standby that
+is lost or belongs to an older chain is simply rebuilt.
+
+- MariaBackup 10.5+: the base is fully prepared and each new incremental is merged into it;
+  a restore from the standby is a copy-back.
+- XtraBackup: the base and every incremental but the newest are applied with
+  --apply-log-only; the newest stays unapplied in `pending/` until restore, where it is applied
+  without --apply-log-only (the final prepare). A lone plain --prepare after an
+  --apply-log-only step is never run (it corrupts silently since 8.0.30).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..catalog.backups import Catalog
+from ..catalog.manifest import Manifest
+from ..engine.argv import PrepareStep
+from ..engine.tools import ToolVersion, detect_tool
+from ..pipeline.gpg import GpgHome
+from . import prepare
+from .chain import RestoreError, check_target, copy_back, fetch_one, import_private_for
+
+log = logging.getLogger(__name__)
+
+STATE = "standby.json"
+
+
+@dataclass
+class StandbyState:
+    chain_root: str
+    flavour: str
+    engine_major: str
+    applied: list[str] = field(default_factory=list)  # merged into base/
+    base_prepared: bool = False
+    pending: str | None = None  # XtraBackup: newest incremental, extracted but not applied
+    finalized: bool = False  # XtraBackup: final prepare done; no more incrementals
+
+    @property
+    def newest(self) -> str | None:
+        return self.pending or (self.applied[-1] if self.applied else None)
+
+
+def load_state(directory: Path) -> StandbyState | None:
+    path = directory / STATE
+    if not path.is_file():
+        return None
+    return StandbyState(**json.loads(path.read_text()))
+
+
+def _save(directory: Path, state: StandbyState) -> None:
+    tmp = directory / (STATE + ".tmp")
+    tmp.write_text(json.dumps(asdict(state), indent=2))
+    tmp.replace(directory / STATE)
+
+
+@dataclass
+class StandbyUpdate:
+    directory: Path
+    chain_root: str
+    newest: str | None
+    rebuilt: bool
+    applied_now: list[str]
+
+
+def update_standby(
+    catalog: Catalog,
+    directory: Path,
+    *,
+    private_key: str | None = None,
+    passphrase: str | None = None,
+    binary: str | None = None,
+    use_memory: int | None = None,
+) -> StandbyUpdate:
+    """Bring the standby in `directory` up to the newest backup of the host's latest chain."""
+    chain = catalog.latest_chain()
+    root = chain[0]
+    tool = detect_tool(root.engine_flavour, binary)
+    state = load_state(directory)
+    rebuilt = state is None or state.chain_root != root.backup_id or state.finalized
+    if rebuilt:
+        shutil.rmtree(directory, ignore_errors=True)
+        directory.mkdir(parents=True)
+        state = StandbyState(root.backup_id, root.engine_flavour, root.engine_major)
+    assert state is not None
+    known = set(state.applied) | ({state.pending} if state.pending else set())
+    new = [m for m in chain if m.backup_id not in known]
+    with GpgHome() as gpg:
+        if private_key:
+            import_private_for(gpg, private_key, passphrase, new)
+        for manifest in new:
+            _apply(catalog, directory, state, manifest, tool, gpg, use_memory)
+            _save(directory, state)
+    log.info("standby %s at %s (chain %s)", directory, state.newest, state.chain_root)
+    return StandbyUpdate(directory, state.chain_root, state.newest, rebuilt, [m.backup_id for m in new])
+
+
+def _apply(
+    catalog: Catalog,
+    directory: Path,
+    state: StandbyState,
+    manifest: Manifest,
+    tool: ToolVersion,
+    gpg: GpgHome,
+    use_memory: int | None,
+) -> None:
+    base = directory / "base"
+    if manifest.kind == "full":
+        base.mkdir()
+        fetch_one(catalog, manifest, tool, base, gpg)
+        state.applied.append(manifest.backup_id)
+        if tool.capabilities.prepared_base_accepts_incrementals:
+            _step(tool, PrepareStep(str(base), None, False), [base], use_memory)
+            state.base_prepared = True
+        return
+    incoming = directory / "incoming"
+    shutil.rmtree(incoming, ignore_errors=True)
+    incoming.mkdir()
+    fetch_one(catalog, manifest, tool, incoming, gpg)
+    if tool.capabilities.prepared_base_accepts_incrementals:
+        _step(tool, PrepareStep(str(base), str(incoming), False), [base, incoming], use_memory)
+        shutil.rmtree(incoming)
+        state.applied.append(manifest.backup_id)
+        return
+    # XtraBackup: everything before the newest gets --apply-log-only; the newest waits.
+    if not state.base_prepared:
+        _step(tool, PrepareStep(str(base), None, True), [base], use_memory)
+        state.base_prepared = True
+    pending = directory / "pending"
+    if state.pending:
+        _step(tool, PrepareStep(str(base), str(pending), True), [base, pending], use_memory)
+        shutil.rmtree(pending)
+        state.applied.append(state.pending)
+    incoming.rename(pending)
+    state.pending = manifest.backup_id
+
+
+def _step(tool: ToolVersion, step: PrepareStep, dirs: list[Path], use_memory: int | None) -> None:
+    prepare.run_step(tool, step, prepare.tuning_for(tool, dirs, use_memory=use_memory))
+
+
+def restore_from_standby(
+    directory: Path, target_datadir: Path, *, binary: str | None = None, use_memory: int | None = None
+) -> str:
+    """Finish the standby (final step) and copy it into an empty datadir; returns the backup id."""
+    state = load_state(directory)
+    if state is None:
+        raise RestoreError(f"{directory} holds no standby ({STATE} missing); run the standby update first")
+    check_target(target_datadir)
+    tool = detect_tool("xtrabackup" if state.flavour == "xtrabackup" else "mariabackup", binary)
+    base = directory / "base"
+    if not state.finalized and not tool.capabilities.prepared_base_accepts_incrementals:
+        pending = directory / "pending"
+        step = PrepareStep(str(base), str(pending) if state.pending else None, False)
+        if state.base_prepared and not state.pending:
+            raise RestoreError(
+                f"{directory}: base was prepared with --apply-log-only and nothing is pending; "
+                "rebuild the standby (a lone plain --prepare would corrupt it)"
+            )
+        _step(tool, step, [base, pending] if state.pending else [base], use_memory)
+        if state.pending:
+            shutil.rmtree(pending)
+            state.applied.append(state.pending)
+            state.pending = None
+        state.finalized = True
+        _save(directory, state)
+    # Copy, not move: a MariaBackup standby keeps taking incrementals after this restore.
+    copy_back(tool, base, target_datadir, move=False)
+    newest = state.applied[-1]
+    log.info("restored standby %s (%s) into %s", directory, newest, target_datadir)
+    return newest

@@ -1,0 +1,240 @@
+"""Integrity of stored backups without restoring them: one report per backup.
+
+quick: the manifest parses, its chain resolves, and every object exists with the manifest's
+       size, a known storage class and the SSE / Object Lock the manifest records.
+deep:  quick, then every object is streamed through the restore path (sha256 of the stored
+       bytes, gpg, zstd) into an xbstream framing check instead of an extractor, so nothing
+       is written to disk. Archived objects must be restored first (glacier-restore).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..catalog.backups import Catalog
+from ..catalog.chain import resolve_chain
+from ..catalog.manifest import CatalogError, Manifest, StoredObject
+from ..pipeline.from_store import stream_from_store
+from ..pipeline.gpg import GpgError, GpgHome, passphrase_pipe
+from ..pipeline.process import PipelineError
+from ..storage.base import STORAGE_CLASSES, ObjectInfo, StorageError
+from ..storage.glacier import object_state
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["quick", "deep"]
+CHECKER_ARGV = [sys.executable, "-m", "xtrabackup_provider.core.engine.xbstream"]
+
+
+@dataclass
+class VerifyReport:
+    cluster: str
+    host: str
+    backup_id: str
+    mode: str
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # fine, but worth knowing (e.g. archived objects)
+    objects: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "cluster": self.cluster,
+            "host": self.host,
+            "backup_id": self.backup_id,
+            "mode": self.mode,
+            "ok": self.ok,
+            "problems": self.problems,
+            "notes": self.notes,
+            "objects": self.objects,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+@dataclass
+class VerifyRequest:
+    catalog: Catalog
+    backup_ids: list[str] | None = None  # None: every backup with a manifest
+    mode: Mode = "quick"
+    private_key: str | None = None  # deep mode, encrypted backups
+    passphrase: str | None = None
+
+
+def verify(req: VerifyRequest) -> list[VerifyReport]:
+    """A report per backup; a manifest that cannot be read is a report with that problem."""
+    unreadable: list[str] = []
+    by_id = {m.backup_id: m for m in req.catalog.manifests(unreadable)}
+    ids = req.backup_ids if req.backup_ids is not None else req.catalog.backup_ids()
+    if req.mode != "deep":
+        return [_verify_one(req.catalog, backup_id, by_id, unreadable, None, None) for backup_id in ids]
+    with GpgHome() as gpg:  # deep mode decrypts: a private keyring for this run only
+        key_problem = _import_key(gpg, req)
+        return [_verify_one(req.catalog, backup_id, by_id, unreadable, gpg, key_problem) for backup_id in ids]
+
+
+def _verify_one(
+    catalog: Catalog,
+    backup_id: str,
+    by_id: dict[str, Manifest],
+    unreadable: list[str],
+    gpg: GpgHome | None,
+    key_problem: str | None,
+) -> VerifyReport:
+    t0 = time.monotonic()
+    report = VerifyReport(catalog.cluster, catalog.host, backup_id, "deep" if gpg else "quick")
+    manifest = by_id.get(backup_id)
+    if manifest is None:
+        report.problems.append(_unreadable(catalog, backup_id, unreadable))
+    else:
+        _check_backup(catalog, manifest, by_id, report, gpg, key_problem)
+    report.seconds = time.monotonic() - t0
+    _log(report)
+    return report
+
+
+def _import_key(gpg: GpgHome, req: VerifyRequest) -> str | None:
+    if not req.private_key:
+        return None
+    try:
+        gpg.import_private_key(req.private_key, req.passphrase)
+    except GpgError as exc:
+        return str(exc)
+    return None
+
+
+def _unreadable(catalog: Catalog, backup_id: str, unreadable: list[str]) -> str:
+    for problem in unreadable:
+        if backup_id in problem:
+            return problem
+    return f"backup {backup_id} has no manifest in {catalog.describe()}"
+
+
+def _check_backup(
+    catalog: Catalog,
+    manifest: Manifest,
+    by_id: dict[str, Manifest],
+    report: VerifyReport,
+    gpg: GpgHome | None,
+    key_problem: str | None,
+) -> None:
+    try:
+        resolve_chain(by_id, manifest.backup_id, catalog.describe())
+    except CatalogError as exc:
+        report.problems.append(f"chain: {exc}")
+    for obj in manifest.objects:
+        row: dict[str, Any] = {"key": obj.key, "size": obj.size, "storage_class": obj.storage_class}
+        report.objects.append(row)
+        info = catalog.store.head(obj.key)
+        problems = quick_problems(obj, info)
+        state = object_state(obj.key, info)
+        row["state"] = state.state
+        if state.state == "archived" or state.state == "restoring":
+            report.notes.append(f"{obj.key} is in {state.storage_class} ({state.state})")
+        if not problems and gpg is not None:
+            problems = deep_problems(catalog, obj, state.state, gpg, key_problem, row)
+        report.problems += problems
+
+
+def quick_problems(obj: StoredObject, info: ObjectInfo | None) -> list[str]:
+    """What HEAD shows is wrong with an object, compared with its manifest entry."""
+    if info is None:
+        return [f"{obj.key}: missing"]
+    problems = []
+    if info.size != obj.size:
+        problems.append(f"{obj.key}: {info.size} bytes stored, the manifest says {obj.size}")
+    if info.storage_class not in STORAGE_CLASSES:
+        problems.append(f"{obj.key}: unknown storage class {info.storage_class!r}")
+    if obj.sse and info.sse != obj.sse:
+        problems.append(
+            f"{obj.key}: server-side encryption is {info.sse or 'off'}, the manifest says {obj.sse}"
+        )
+    if obj.kms_key_id and info.kms_key_id and obj.kms_key_id not in info.kms_key_id:
+        problems.append(
+            f"{obj.key}: encrypted with KMS key {info.kms_key_id}, the manifest says {obj.kms_key_id}"
+        )
+    if obj.object_lock_until:
+        until = obj.object_lock_until.replace(microsecond=0)
+        if info.lock_mode != obj.object_lock_mode or info.lock_until is None or info.lock_until < until:
+            problems.append(
+                f"{obj.key}: Object Lock is {info.lock_mode or 'off'} until {info.lock_until or '-'}, the manifest "
+                f"says {obj.object_lock_mode} until {obj.object_lock_until.isoformat()}"
+            )
+    return problems
+
+
+def deep_problems(
+    catalog: Catalog,
+    obj: StoredObject,
+    state: str,
+    gpg: GpgHome,
+    key_problem: str | None,
+    row: dict[str, Any],
+) -> list[str]:
+    """Stream the object through sha256, gpg, zstd and the xbstream framing check."""
+    if state in ("archived", "restoring"):
+        return [f"{obj.key}: archived and not restored; run glacier-restore before a deep verify"]
+    if obj.encryption == "gpg":
+        if key_problem:
+            return [f"{obj.key}: cannot decrypt: {key_problem}"]
+        have = set(gpg.fingerprints(secret=True))
+        if not have:
+            return [
+                f"{obj.key}: encrypted for {', '.join(obj.recipients)}; a deep verify needs the private key"
+            ]
+        if obj.recipients and not have & set(obj.recipients):
+            return [
+                f"{obj.key}: encrypted for {', '.join(obj.recipients)}, the key given is {', '.join(sorted(have))}"
+            ]
+    fd = passphrase_pipe(gpg.passphrase) if obj.encryption == "gpg" and gpg.passphrase is not None else None
+    try:
+        result = stream_from_store(
+            catalog.store.read_chunks(obj.key),
+            CHECKER_ARGV,
+            decrypt_argv=gpg.decrypt_argv(fd) if obj.encryption == "gpg" else None,
+            pass_fds=(fd,) if fd is not None else (),
+            expected_sha256=obj.sha256,
+            object_name=f"{catalog.store.location}/{obj.key}",
+            consumer_name="xbstream framing check",
+        )
+    except (PipelineError, StorageError) as exc:
+        return [f"{obj.key}: {exc}; {_attribute(catalog, obj)}"]
+    finally:
+        if fd is not None:
+            os.close(fd)
+    row["raw_bytes"] = result.raw_bytes
+    if obj.raw_size and result.raw_bytes != obj.raw_size:
+        return [f"{obj.key}: {result.raw_bytes} bytes after decompression, the manifest says {obj.raw_size}"]
+    return []
+
+
+def _attribute(catalog: Catalog, obj: StoredObject) -> str:
+    """A failed stream stops early, before the sha256 is known; hash the whole object to say whether
+    it changed after it was stored or was already bad when the backup wrote it."""
+    digest = hashlib.sha256()
+    try:
+        for chunk in catalog.store.read_chunks(obj.key):
+            digest.update(chunk)
+    except StorageError as exc:
+        return f"could not re-read it to check its sha256: {exc}"
+    if digest.hexdigest() != obj.sha256:
+        return f"its sha256 {digest.hexdigest()} differs from the manifest's: the stored object was altered"
+    return "its sha256 matches the manifest: the data was already bad when the backup stored it"
+
+
+def _log(report: VerifyReport) -> None:
+    if report.ok:
+        log.info("verify %s %s/%s: OK (%.1fs)", report.mode, report.host, report.backup_id, report.seconds)
+    else:
+        log.error(
+            "verify %s %s/%s: %s", report.mode, report.host, report.backup_id, "; ".join(report.problems)
+        )

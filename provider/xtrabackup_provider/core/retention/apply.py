@@ -1,0 +1,294 @@
+"""Apply retention to one host: gather the planner's inputs from the store, plan, delete safely.
+
+Deletion order, so that an interrupted run never leaves a manifest naming deleted data:
+  1. the manifests of the backups to delete (and binlog markers), one DeleteObjects round per
+     chain depth, deepest first: a run stopped between rounds leaves valid chain prefixes, never
+     an incremental whose parent manifest is gone;
+  2. then every other object of those items (backup objects, restore reports, binlog files,
+     debris), in batched DeleteObjects calls.
+What step 2 leaves behind when interrupted has no manifest any more: the next run deletes it as
+debris once it is older than the grace period (it already is, being old data).
+
+Deleting happens under the host's backup lock (core/catalog/lock.py), so a backup of the host and a
+retention apply never interleave: while a backup runs, apply fails with HostLockBusy naming the
+holder and deletes nothing; while retention deletes, a backup fails the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from ..binlog.catalog import BinlogCatalog, server_uuids
+from ..catalog.backups import Catalog
+from ..catalog.lock import HostLock, HostLockBusy
+from ..catalog.manifest import CatalogError, Manifest
+from ..catalog.reports import REPORT_NAME, read_report
+from ..storage.base import ObjectInfo, ObjectStore, StorageError
+from ..storage.s3 import S3Store
+from .model import LEGAL_HOLD, BinlogItem, Plan, PlanItem, RetentionPolicy
+from .plan import plan_retention
+
+
+def retention_items(catalog: Catalog) -> list[BinlogItem]:
+    """Every shipped binlog of this host, as core.retention.plan's planner takes them (plan_host's
+    `binlogs`): the manifest is the marker deleted first, then the objects."""
+
+    items = []
+    for uuid in server_uuids(catalog):
+        bcat = BinlogCatalog(catalog, uuid)
+        for m in bcat.index().shipped():
+            keys = [s.object.key for s in m.segments]
+            first = m.first_event_time or m.shipped_at
+            items.append(
+                BinlogItem(
+                    server_uuid=uuid,
+                    name=m.name,
+                    first_event_time=first,
+                    last_event_time=m.last_event_time or first,
+                    size=m.stored_bytes,
+                    storage_class=m.segments[0].object.storage_class,
+                    key=keys[0],
+                    marker_keys=(bcat.manifest_key(m.name, partial=not m.complete),),
+                    segment_keys=tuple(keys[1:]),
+                )
+            )
+    return items
+
+
+log = logging.getLogger(__name__)
+
+
+class RetentionError(RuntimeError):
+    """Retention refused to delete; the message names the backup or key and what to do."""
+
+
+@dataclass
+class Inventory:
+    manifests: list[Manifest]
+    listing: list[ObjectInfo]
+    verified: set[str]  # the newest backup whose restore test passed (at most one id)
+    problems: list[str] = field(default_factory=list)  # unreadable manifests
+
+
+@dataclass
+class ApplyReport:
+    dry_run: bool
+    deleted: list[str] = field(default_factory=list)  # names of the deleted items
+    deleted_keys: int = 0
+    deleted_bytes: int = 0
+    plan: dict[str, Any] = field(default_factory=dict)  # Plan.summary()
+
+    def summary(self, max_names: int = 50) -> dict[str, Any]:
+        """Small metadata for XCom."""
+        return {
+            "dry_run": self.dry_run,
+            "deleted_items": len(self.deleted),
+            "deleted_keys": self.deleted_keys,
+            "deleted_bytes": self.deleted_bytes,
+            "deleted": self.deleted[:max_names],
+            "plan": self.plan,
+        }
+
+
+def backups_prefix(catalog: Catalog) -> str:
+    return f"{catalog.host_prefix}/backups/"
+
+
+def gather(catalog: Catalog) -> Inventory:
+    problems: list[str] = []
+    manifests = catalog.manifests(problems)
+    listing = list(catalog.store.list(backups_prefix(catalog)))
+    return Inventory(manifests, listing, newest_verified(catalog, manifests, listing), problems)
+
+
+def newest_verified(catalog: Catalog, manifests: list[Manifest], listing: list[ObjectInfo]) -> set[str]:
+    """The newest backup whose restore-report.json says "pass" (only the newest one is protected)."""
+    ids = {m.backup_id for m in manifests}
+    prefix = backups_prefix(catalog)
+    reported = {i.key[len(prefix) :].split("/", 1)[0] for i in listing if i.key.endswith("/" + REPORT_NAME)}
+    for bid in sorted(reported & ids, reverse=True):  # ids sort by time
+        try:
+            report = read_report(catalog, bid)
+        except (StorageError, ValueError) as exc:
+            log.warning("ignoring the unreadable restore report of %s: %s", bid, exc)
+            continue
+        if report and report.get("verdict") == "pass":
+            return {bid}
+    return set()
+
+
+def plan_host(
+    catalog: Catalog,
+    policy: RetentionPolicy,
+    now: datetime | None = None,
+    binlogs: Sequence[BinlogItem] | None = None,
+) -> Plan:
+    """Plan from the store's current state (the host's shipped binlogs included unless given).
+    On an S3 bucket with Object Lock, what the plan would delete is checked with head-object
+    and re-planned until no deletion is retained."""
+    now = now or datetime.now(UTC)
+    if binlogs is None:
+        binlogs = retention_items(catalog)
+    inv = gather(catalog)
+    reader = lock_reader(catalog.store)
+    locks: dict[str, datetime] = {}
+    checked: set[str] = set()
+    while True:
+        plan = plan_retention(
+            inv.manifests,
+            binlogs,
+            policy,
+            now,
+            verified=inv.verified,
+            listing=inv.listing,
+            backups_prefix=backups_prefix(catalog),
+            locks=locks,
+        )
+        todo = [k for item in plan.deletes for k in item.keys if k not in checked]
+        if reader is None or not todo:
+            break
+        checked.update(todo)
+        found = {k: d for k, d in reader(todo).items() if d > now}
+        if not found:
+            break
+        locks.update(found)
+    plan.problems = inv.problems
+    return plan
+
+
+def lock_reader(store: ObjectStore) -> Callable[[list[str]], dict[str, datetime]] | None:
+    """For an S3 bucket that has Object Lock: keys -> retain-until (a legal hold is LEGAL_HOLD)."""
+    if not isinstance(store, S3Store) or not _bucket_has_object_lock(store):
+        return None
+
+    def read(keys: list[str]) -> dict[str, datetime]:
+        with ThreadPoolExecutor(8) as pool:
+            return {
+                k: d
+                for k, d in zip(keys, pool.map(lambda k: _retained_until(store, k), keys), strict=True)
+                if d
+            }
+
+    return read
+
+
+def _bucket_has_object_lock(store: S3Store) -> bool:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        resp = store.client.get_object_lock_configuration(Bucket=store.bucket)
+    except BotoCoreError as exc:
+        raise store.failure("read the Object Lock configuration", "", exc) from exc
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") == "ObjectLockConfigurationNotFoundError":
+            return False
+        if exc.response.get("Error", {}).get("Code") == "NoSuchBucket":
+            raise store.failure("read the Object Lock configuration", "", exc) from exc
+        log.warning(
+            "%s: cannot read the Object Lock configuration (%s); checking every object", store.location, exc
+        )
+        return True
+    return resp.get("ObjectLockConfiguration", {}).get("ObjectLockEnabled") == "Enabled"
+
+
+def _retained_until(store: S3Store, key: str) -> datetime | None:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        resp = store.client.head_object(Bucket=store.bucket, Key=key)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            return None
+        raise store.failure("head", key, exc) from exc
+    except BotoCoreError as exc:
+        raise store.failure("head", key, exc) from exc
+    if resp.get("ObjectLockLegalHoldStatus") == "ON":
+        return LEGAL_HOLD
+    until = resp.get("ObjectLockRetainUntilDate")
+    return until if isinstance(until, datetime) else None
+
+
+def apply_plan(catalog: Catalog, plan: Plan, *, confirm: bool = False) -> ApplyReport:
+    """Delete what the plan deletes, manifests first (see the module doc), holding the host's
+    backup lock. Without `confirm` nothing is deleted: the report says what would be. HostLockBusy
+    (nothing deleted) if a backup or another retention run of the host holds the lock."""
+    deletes = plan.deletes
+    report = ApplyReport(dry_run=not confirm, plan=plan.summary())
+    if not confirm:
+        log.info("dry run: %d item(s) would be deleted; nothing was deleted", len(deletes))
+        return report
+    _check_scope(catalog, deletes)
+    if not deletes:
+        return report
+    lock = HostLock(catalog, purpose="retention")
+    try:
+        lock.acquire()
+    except HostLockBusy as exc:
+        raise HostLockBusy(f"{exc}. Nothing was deleted; apply retention again once it is over") from exc
+    try:
+        _delete(catalog, plan, report)
+    finally:
+        lock.release()
+    return report
+
+
+def _delete(catalog: Catalog, plan: Plan, report: ApplyReport) -> None:
+    deletes = plan.deletes
+    _check_no_new_children(catalog, plan)  # under the lock: no backup can register meanwhile
+    for batch in marker_batches(deletes):
+        catalog.store.delete(batch)
+        report.deleted_keys += len(batch)
+    rest = [k for item in deletes for k in item.keys[item.markers :]]
+    catalog.store.delete(rest)
+    report.deleted_keys += len(rest)
+    report.deleted = [item.name for item in deletes]
+    report.deleted_bytes = sum(item.size for item in deletes)
+    log.info(
+        "deleted %d item(s), %d object(s), %d bytes", len(deletes), report.deleted_keys, report.deleted_bytes
+    )
+
+
+def marker_batches(deletes: Sequence[PlanItem]) -> list[list[str]]:
+    """Commit markers grouped by chain depth, deepest first (binlog markers last)."""
+    by_depth: dict[int, list[str]] = {}
+    for item in deletes:
+        if item.markers:
+            depth = item.depth if item.kind == "backup" else -1
+            by_depth.setdefault(depth, []).extend(item.keys[: item.markers])
+    return [by_depth[d] for d in sorted(by_depth, reverse=True)]
+
+
+def _check_scope(catalog: Catalog, deletes: Sequence[PlanItem]) -> None:
+    """Never delete outside this host's prefix, whatever a binlog adapter handed in."""
+    own = catalog.host_prefix + "/"
+    for item in deletes:
+        for key in item.keys:
+            if not key.startswith(own):
+                raise RetentionError(
+                    f"{item.kind} {item.name}: key {key!r} is outside {catalog.describe()}; refusing to delete"
+                )
+
+
+def _check_no_new_children(catalog: Catalog, plan: Plan) -> None:
+    """A backup registered since planning must not depend on a backup the plan deletes."""
+    planned = {i.name for i in plan.items if i.kind == "backup"}
+    doomed = {i.name for i in plan.deletes if i.kind == "backup"}
+    for bid in catalog.backup_ids():
+        if bid in planned:
+            continue
+        try:
+            parent = catalog.get(bid).parent_id
+        except CatalogError as exc:
+            raise RetentionError(
+                f"backup {bid} appeared since planning and cannot be read ({exc}); re-plan"
+            ) from exc
+        if parent in doomed:
+            raise RetentionError(
+                f"backup {bid} appeared since planning and depends on {parent}, which the plan deletes; "
+                "nothing was deleted: plan again"
+            )

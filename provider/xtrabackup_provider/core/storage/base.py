@@ -1,0 +1,119 @@
+"""The object store protocol, what it stores and the errors it raises.
+
+Every store (storage.local, storage.s3, or your own) implements ObjectStore, so the pipeline,
+catalog, restore and retention never care which one they talk to. Writers stage data invisibly
+(an open multipart upload, or a `.partial` file) until `commit()`; `abort()` leaves nothing
+behind. Features only some stores have (Object Lock, archive tiers, open uploads to clean up)
+are protocol members that the others answer with "not supported", so callers never `isinstance`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+MiB = 1024 * 1024
+GiB = 1024 * MiB
+MAX_PARTS = 10_000
+MIN_PART_SIZE = 8 * MiB
+MAX_PART_SIZE = 5 * GiB
+ARCHIVE_CLASSES = frozenset({"GLACIER", "DEEP_ARCHIVE"})
+# Backup data objects carry this tag; lifecycle rules transition only tagged objects, so
+# manifests (which listing and chain validation read) never end up in Glacier.
+ARCHIVE_TAG = ("xbp-archive", "true")
+ARCHIVE_TAGGING = "=".join(ARCHIVE_TAG)
+STORAGE_CLASSES = frozenset(
+    {
+        "STANDARD",
+        "STANDARD_IA",
+        "ONEZONE_IA",
+        "INTELLIGENT_TIERING",
+        "GLACIER_IR",
+        "GLACIER",
+        "DEEP_ARCHIVE",
+        "REDUCED_REDUNDANCY",
+    }
+)
+
+
+class StorageError(RuntimeError):
+    """An object store operation failed; the message names the bucket/directory and key."""
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    key: str
+    size: int
+    storage_class: str = "STANDARD"
+    last_modified: datetime | None = None
+    restore: str | None = None  # S3 x-amz-restore header of an archived object
+    sse: str | None = None
+    kms_key_id: str | None = None
+    lock_mode: str | None = None  # Object Lock: GOVERNANCE or COMPLIANCE
+    lock_until: datetime | None = None
+
+
+@dataclass(frozen=True)
+class PutOptions:
+    storage_class: str = "STANDARD"
+    sse: str | None = None  # "AES256" or "aws:kms"
+    kms_key_id: str | None = None
+    expected_size: int | None = None  # sizes the multipart parts
+    lock_mode: str | None = None  # Object Lock retention: "GOVERNANCE" or "COMPLIANCE"
+    lock_until: datetime | None = None
+    tagging: str | None = None  # URL-encoded tags ("k=v&k2=v2"), what lifecycle rules filter on
+
+    def s3_args(self) -> dict[str, Any]:
+        args: dict[str, Any] = {"StorageClass": self.storage_class}
+        if self.sse:
+            args["ServerSideEncryption"] = self.sse
+            if self.kms_key_id:
+                args["SSEKMSKeyId"] = self.kms_key_id
+        if self.lock_mode and self.lock_until:
+            args["ObjectLockMode"] = self.lock_mode
+            args["ObjectLockRetainUntilDate"] = self.lock_until
+        if self.tagging:
+            args["Tagging"] = self.tagging
+        return args
+
+
+class ObjectWriter(Protocol):
+    def write(self, data: bytes) -> None: ...
+    def commit(self) -> int: ...
+    def abort(self) -> None: ...
+
+
+class ObjectStore(Protocol):
+    location: str
+
+    def open_writer(self, key: str, options: PutOptions | None = None) -> ObjectWriter: ...
+    def put_bytes(self, key: str, data: bytes, options: PutOptions | None = None) -> None: ...
+    def get_bytes(self, key: str) -> bytes: ...
+    def read_chunks(self, key: str) -> Iterator[bytes]: ...
+    def head(self, key: str) -> ObjectInfo | None: ...
+    def list(self, prefix: str) -> Iterator[ObjectInfo]: ...
+    def delete(self, keys: Iterable[str]) -> None: ...
+    def put_new(self, key: str, data: bytes, if_match: str | None = None) -> str | None: ...
+    def get_versioned(self, key: str) -> tuple[bytes, str] | None: ...
+
+
+def check_key(key: str) -> str:
+    """Refuse keys that could escape a prefix or a LocalStore root."""
+    parts = key.split("/")
+    if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\x00" in key:
+        raise StorageError(f"unsafe object key {key!r}: keys are relative paths without '.', '..' or '//'")
+    return key
+
+
+def choose_part_size(expected_size: int | None) -> int:
+    """Smallest part size (whole MiB, >= 8 MiB) for which 10,000 parts hold the object with 25% slack."""
+    if not expected_size:
+        return 64 * MiB
+    needed = math.ceil(expected_size * 1.25 / MAX_PARTS)
+    size = max(MIN_PART_SIZE, math.ceil(needed / MiB) * MiB)
+    if size > MAX_PART_SIZE:
+        raise StorageError(f"an object of {expected_size} bytes cannot fit in 10,000 parts of at most 5 GiB")
+    return size

@@ -1,0 +1,129 @@
+"""LocalStore: a directory as an object store (tests, air-gapped hosts)."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import uuid
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+from .base import MiB, ObjectInfo, PutOptions, StorageError, check_key
+
+
+class LocalStore:
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.location = f"file://{self.root}"
+
+    def _path(self, key: str) -> Path:
+        return self.root / check_key(key)
+
+    def open_writer(self, key: str, options: PutOptions | None = None) -> _LocalWriter:
+        return _LocalWriter(self._path(key))
+
+    def put_bytes(self, key: str, data: bytes, options: PutOptions | None = None) -> None:
+        writer = self.open_writer(key, options)
+        writer.write(data)
+        writer.commit()
+
+    def get_bytes(self, key: str) -> bytes:
+        try:
+            return self._path(key).read_bytes()
+        except FileNotFoundError as exc:
+            raise StorageError(f"{self.location}: no object {key!r}") from exc
+
+    def read_chunks(self, key: str, chunk_size: int = 4 * MiB) -> Iterator[bytes]:
+        try:
+            fh = self._path(key).open("rb")
+        except FileNotFoundError as exc:
+            raise StorageError(f"{self.location}: no object {key!r}") from exc
+        with fh:
+            while chunk := fh.read(chunk_size):
+                yield chunk
+
+    def head(self, key: str) -> ObjectInfo | None:
+        path = self._path(key)
+        if not path.is_file():
+            return None
+        st = path.stat()
+        return ObjectInfo(key, st.st_size, "STANDARD", datetime.fromtimestamp(st.st_mtime, UTC))
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        # S3 semantics: a prefix is a plain string prefix, so search from its last complete directory.
+        search = self.root / prefix.rsplit("/", 1)[0] if "/" in prefix else self.root
+        if not search.is_dir():
+            return
+        keys = []
+        for dirpath, _dirs, files in os.walk(search):
+            for name in files:
+                key = posixpath.relpath(os.path.join(dirpath, name), self.root)
+                if ".partial-" not in name and key.startswith(prefix):
+                    keys.append(key)
+        for key in sorted(keys):  # lexicographic, like S3's listing
+            info = self.head(key)
+            if info:
+                yield info
+
+    def delete(self, keys: Iterable[str]) -> None:
+        for key in keys:
+            self._path(key).unlink(missing_ok=True)
+
+    def put_new(self, key: str, data: bytes, if_match: str | None = None) -> str | None:
+        """Conditional write (see S3Store.put_new); a lock on the directory makes it atomic."""
+        import fcntl
+
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            fcntl.flock(dir_fd, fcntl.LOCK_EX)
+            current = path.read_bytes() if path.is_file() else None
+            if (current is None) != (if_match is None) or (
+                current is not None and _etag(current) != if_match
+            ):
+                return None
+            writer = _LocalWriter(path)
+            writer.write(data)
+            writer.commit()
+        finally:
+            os.close(dir_fd)  # also releases the flock
+        return _etag(data)
+
+    def get_versioned(self, key: str) -> tuple[bytes, str] | None:
+        try:
+            data = self._path(key).read_bytes()
+        except FileNotFoundError:
+            return None
+        return data, _etag(data)
+
+
+def _etag(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+class _LocalWriter:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.tmp = path.with_name(f"{path.name}.partial-{uuid.uuid4().hex[:8]}")
+        self.fh = self.tmp.open("wb")
+        self.size = 0
+
+    def write(self, data: bytes) -> None:
+        self.fh.write(data)
+        self.size += len(data)
+
+    def commit(self) -> int:
+        self.fh.flush()
+        os.fsync(self.fh.fileno())
+        self.fh.close()
+        os.replace(self.tmp, self.path)
+        return self.size
+
+    def abort(self) -> None:
+        self.fh.close()
+        self.tmp.unlink(missing_ok=True)
