@@ -22,7 +22,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..catalog.manifest import MANIFEST_NAME, StoredObject
 from ..pipeline.gpg import GpgError, GpgHome
 from ..storage.base import ObjectStore, PutOptions, check_key
-from ..storage.s3 import S3Store
 
 log = logging.getLogger(__name__)
 
@@ -134,8 +133,7 @@ def upload(req: UploadRequest) -> UploadManifest:
     if req.store.head(manifest_key) is not None:
         raise UploadError(f"{req.store.location}/{manifest_key} exists: {prefix} was already uploaded")
     files = files_of(req.source)
-    if isinstance(req.store, S3Store):
-        req.store.abort_stale_uploads(prefix + "/", req.stale_uploads_after)
+    req.store.abort_stale_uploads(prefix + "/", req.stale_uploads_after)
     options = _with_lock(req)
     started, done, sent = datetime.now(UTC), [], [0]
     try:
@@ -165,7 +163,7 @@ def upload(req: UploadRequest) -> UploadManifest:
 def _with_lock(req: UploadRequest) -> PutOptions:
     if not (req.options.lock_mode and req.lock_days):
         return req.options
-    if not isinstance(req.store, S3Store):
+    if not req.store.supports_object_lock:
         raise UploadError(f"Object Lock is configured but {req.store.location} is not S3")
     until = datetime.now(UTC) + timedelta(days=req.lock_days)
     return replace(req.options, lock_until=until)

@@ -30,7 +30,6 @@ from ..engine.tools import Flavour, ToolVersion, detect_tool
 from ..pipeline.gpg import GpgHome
 from ..pipeline.to_store import stream_to_store
 from ..storage.base import ARCHIVE_TAGGING, PutOptions
-from ..storage.s3 import S3Store
 from .decide import ChainPolicy, Decision, decide
 
 log = logging.getLogger(__name__)
@@ -189,15 +188,13 @@ def _run_locked(req: BackupRequest, now: datetime | None) -> Manifest:
 
 def _abort_stale_uploads(req: BackupRequest) -> None:
     """Multipart uploads a failed run could not abort (endpoint down) are removed by the next run."""
-    store = req.catalog.store
-    if isinstance(store, S3Store):
-        store.abort_stale_uploads(req.catalog.host_prefix + "/backups/", req.stale_uploads_after)
+    req.catalog.store.abort_stale_uploads(req.catalog.host_prefix + "/backups/", req.stale_uploads_after)
 
 
 def _put_options(req: BackupRequest, storage_class: str, expected_size: int | None) -> PutOptions:
     lock_until = None
     if req.object_lock_mode and req.object_lock_days:
-        if not isinstance(req.catalog.store, S3Store):
+        if not req.catalog.store.supports_object_lock:
             raise BackupError(f"Object Lock is configured but {req.catalog.store.location} is not S3")
         lock_until = datetime.now(UTC) + timedelta(days=req.object_lock_days)
     return PutOptions(

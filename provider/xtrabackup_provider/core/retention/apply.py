@@ -17,8 +17,7 @@ holder and deletes nothing; while retention deletes, a backup fails the same way
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -28,9 +27,8 @@ from ..catalog.backups import Catalog
 from ..catalog.lock import HostLock, HostLockBusy
 from ..catalog.manifest import CatalogError, Manifest
 from ..catalog.reports import REPORT_NAME, read_report
-from ..storage.base import ObjectInfo, ObjectStore, StorageError
-from ..storage.s3 import S3Store
-from .model import LEGAL_HOLD, BinlogItem, Plan, PlanItem, RetentionPolicy
+from ..storage.base import ObjectInfo, StorageError
+from .model import BinlogItem, Plan, PlanItem, RetentionPolicy
 from .plan import plan_retention
 
 
@@ -135,7 +133,7 @@ def plan_host(
     if binlogs is None:
         binlogs = retention_items(catalog)
     inv = gather(catalog)
-    reader = lock_reader(catalog.store)
+    reader = catalog.store.lock_reader()
     locks: dict[str, datetime] = {}
     checked: set[str] = set()
     while True:
@@ -159,58 +157,6 @@ def plan_host(
         locks.update(found)
     plan.problems = inv.problems
     return plan
-
-
-def lock_reader(store: ObjectStore) -> Callable[[list[str]], dict[str, datetime]] | None:
-    """For an S3 bucket that has Object Lock: keys -> retain-until (a legal hold is LEGAL_HOLD)."""
-    if not isinstance(store, S3Store) or not _bucket_has_object_lock(store):
-        return None
-
-    def read(keys: list[str]) -> dict[str, datetime]:
-        with ThreadPoolExecutor(8) as pool:
-            return {
-                k: d
-                for k, d in zip(keys, pool.map(lambda k: _retained_until(store, k), keys), strict=True)
-                if d
-            }
-
-    return read
-
-
-def _bucket_has_object_lock(store: S3Store) -> bool:
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    try:
-        resp = store.client.get_object_lock_configuration(Bucket=store.bucket)
-    except BotoCoreError as exc:
-        raise store.failure("read the Object Lock configuration", "", exc) from exc
-    except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") == "ObjectLockConfigurationNotFoundError":
-            return False
-        if exc.response.get("Error", {}).get("Code") == "NoSuchBucket":
-            raise store.failure("read the Object Lock configuration", "", exc) from exc
-        log.warning(
-            "%s: cannot read the Object Lock configuration (%s); checking every object", store.location, exc
-        )
-        return True
-    return resp.get("ObjectLockConfiguration", {}).get("ObjectLockEnabled") == "Enabled"
-
-
-def _retained_until(store: S3Store, key: str) -> datetime | None:
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    try:
-        resp = store.client.head_object(Bucket=store.bucket, Key=key)
-    except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
-            return None
-        raise store.failure("head", key, exc) from exc
-    except BotoCoreError as exc:
-        raise store.failure("head", key, exc) from exc
-    if resp.get("ObjectLockLegalHoldStatus") == "ON":
-        return LEGAL_HOLD
-    until = resp.get("ObjectLockRetainUntilDate")
-    return until if isinstance(until, datetime) else None
 
 
 def apply_plan(catalog: Catalog, plan: Plan, *, confirm: bool = False) -> ApplyReport:

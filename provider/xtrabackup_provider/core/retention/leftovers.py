@@ -9,11 +9,10 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from ..storage.base import ObjectInfo
+from ..storage.base import LEGAL_HOLD, ObjectInfo
 from .model import (
     BINLOG_CLOCK_SLACK,
     DAY,
-    LEGAL_HOLD,
     NOT_CONFIGURED,
     BinlogItem,
     Kind,

@@ -25,7 +25,6 @@ MIN_STORAGE: dict[str, tuple[int, float]] = {
     "GLACIER": (90, 0.0036),
     "DEEP_ARCHIVE": (180, 0.00099),
 }
-LEGAL_HOLD = datetime.max.replace(tzinfo=UTC)  # an Object Lock legal hold: retained until released
 NOT_CONFIGURED = "retention is not configured (set retention.keep_last_chains): keeping everything"
 
 

@@ -9,10 +9,11 @@ are protocol members that the others answer with "not supported", so callers nev
 
 from __future__ import annotations
 
+import builtins
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 MiB = 1024 * 1024
@@ -86,6 +87,11 @@ class ObjectWriter(Protocol):
     def abort(self) -> None: ...
 
 
+LEGAL_HOLD = datetime.max.replace(tzinfo=UTC)  # an Object Lock legal hold: retained until released
+# keys -> the Object Lock retain-until of those that have one (LEGAL_HOLD for a legal hold)
+LockReader = Callable[[list[str]], dict[str, datetime]]
+
+
 class ObjectStore(Protocol):
     location: str
 
@@ -98,6 +104,15 @@ class ObjectStore(Protocol):
     def delete(self, keys: Iterable[str]) -> None: ...
     def put_new(self, key: str, data: bytes, if_match: str | None = None) -> str | None: ...
     def get_versioned(self, key: str) -> tuple[bytes, str] | None: ...
+
+    # What only some stores have: the others say "not here", so callers never ask isinstance.
+    @property
+    def supports_object_lock(self) -> bool: ...  # objects can carry Object Lock retention
+    @property
+    def supports_archive(self) -> bool: ...  # objects can sit in GLACIER / DEEP_ARCHIVE
+    def abort_stale_uploads(self, prefix: str, older_than: timedelta) -> builtins.list[str]: ...
+    def lock_reader(self) -> LockReader | None: ...  # None: nothing here can be under Object Lock
+    def restore_object(self, key: str, days: int, tier: str) -> bool: ...  # supports_archive only
 
 
 def check_key(key: str) -> str:

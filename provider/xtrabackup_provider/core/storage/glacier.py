@@ -18,7 +18,6 @@ from email.utils import parsedate_to_datetime
 from typing import Literal
 
 from .base import ARCHIVE_CLASSES, ObjectInfo, ObjectStore
-from .s3 import S3Store
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +100,7 @@ def request_restores(
     check_tier(tier, todo)
     if not todo:
         return states
-    if not isinstance(store, S3Store):
+    if not store.supports_archive:
         raise GlacierError(f"{store.location} cannot restore archived objects")
     for s in todo:
         started = store.restore_object(s.key, days, tier)

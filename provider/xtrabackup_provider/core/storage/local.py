@@ -2,20 +2,35 @@
 
 from __future__ import annotations
 
+import builtins
 import os
 import posixpath
 import uuid
 from collections.abc import Iterable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from .base import MiB, ObjectInfo, PutOptions, StorageError, check_key
+from .base import LockReader, MiB, ObjectInfo, PutOptions, StorageError, check_key
 
 
 class LocalStore:
+    supports_object_lock = False
+    supports_archive = False
+
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self.location = f"file://{self.root}"
+
+    # A directory has no Object Lock, archive tiers or multipart uploads left open by a dead run
+    # (a killed writer's `.partial-*` file is invisible to listing and reads).
+    def abort_stale_uploads(self, prefix: str, older_than: timedelta) -> builtins.list[str]:
+        return []
+
+    def lock_reader(self) -> LockReader | None:
+        return None
+
+    def restore_object(self, key: str, days: int, tier: str) -> bool:
+        raise StorageError(f"{self.location} has no archive tiers: {key} cannot need a restore")
 
     def _path(self, key: str) -> Path:
         return self.root / check_key(key)

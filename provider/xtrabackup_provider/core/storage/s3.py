@@ -14,7 +14,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from .base import MiB, ObjectInfo, PutOptions, StorageError, check_key, choose_part_size
+from .base import (
+    LEGAL_HOLD,
+    LockReader,
+    MiB,
+    ObjectInfo,
+    PutOptions,
+    StorageError,
+    check_key,
+    choose_part_size,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -100,6 +109,9 @@ class S3Store:
     read_parallel: int = 4
     location: str = field(init=False)
 
+    supports_object_lock = True
+    supports_archive = True
+
     def __post_init__(self) -> None:
         self.location = f"s3://{self.bucket}"
 
@@ -158,17 +170,22 @@ class S3Store:
         )
         return bytes(resp["Body"].read())
 
-    def head(self, key: str) -> ObjectInfo | None:
+    def _head(self, key: str) -> dict[str, Any] | None:
+        """HEAD's response, or None when there is no such object."""
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
-            resp = self.client.head_object(Bucket=self.bucket, Key=check_key(key))
+            return dict(self.client.head_object(Bucket=self.bucket, Key=check_key(key)))
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
                 return None
             raise self.failure("head", key, exc) from exc
         except BotoCoreError as exc:
             raise self.failure("head", key, exc) from exc
+
+    def head(self, key: str) -> ObjectInfo | None:
+        if (resp := self._head(key)) is None:
+            return None
         return ObjectInfo(
             key,
             resp["ContentLength"],
@@ -304,6 +321,46 @@ class S3Store:
                 return False
             raise self.failure(f"restore request ({tier})", key, exc) from exc
         return True
+
+    def lock_reader(self) -> LockReader | None:
+        """Keys -> retain-until (a legal hold is LEGAL_HOLD), or None when the bucket has no Object Lock."""
+        if not self._bucket_has_object_lock():
+            return None
+
+        def read(keys: builtins.list[str]) -> dict[str, datetime]:
+            with ThreadPoolExecutor(8) as pool:
+                found = zip(keys, pool.map(self._retained_until, keys), strict=True)
+                return {k: d for k, d in found if d}
+
+        return read
+
+    def _bucket_has_object_lock(self) -> bool:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            resp = self.client.get_object_lock_configuration(Bucket=self.bucket)
+        except BotoCoreError as exc:
+            raise self.failure("read the Object Lock configuration", "", exc) from exc
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ObjectLockConfigurationNotFoundError":
+                return False
+            if exc.response.get("Error", {}).get("Code") == "NoSuchBucket":
+                raise self.failure("read the Object Lock configuration", "", exc) from exc
+            log.warning(
+                "%s: cannot read the Object Lock configuration (%s); checking every object",
+                self.location,
+                exc,
+            )
+            return True
+        return resp.get("ObjectLockConfiguration", {}).get("ObjectLockEnabled") == "Enabled"
+
+    def _retained_until(self, key: str) -> datetime | None:
+        if (resp := self._head(key)) is None:
+            return None
+        if resp.get("ObjectLockLegalHoldStatus") == "ON":
+            return LEGAL_HOLD
+        until = resp.get("ObjectLockRetainUntilDate")
+        return until if isinstance(until, datetime) else None
 
     def ensure_retention(self, key: str, options: PutOptions) -> None:
         """Make sure the Object Lock retention asked for is on the stored object.
