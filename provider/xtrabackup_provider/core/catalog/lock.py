@@ -25,7 +25,6 @@ import uuid
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from .backups import Catalog
@@ -135,9 +134,7 @@ class HostLock:
         self.acquire()
         return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.release()
 
     def acquire(self) -> None:

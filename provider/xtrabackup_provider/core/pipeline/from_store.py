@@ -15,11 +15,21 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import IO, Any
 
-from .process import CHUNK, EOF, PipelineError, Proc, ProgressFn, Worker, close_quietly, release_worker
+from .process import (
+    CHUNK,
+    EOF,
+    Handoff,
+    PipelineError,
+    Proc,
+    ProgressFn,
+    Worker,
+    close_quietly,
+    release_worker,
+)
 
 ZSTD = "zstd"
 # `zstd -d -v` ends with "<source> : <n> bytes" once the whole stream is decompressed.
@@ -33,6 +43,18 @@ class RestoreStreamResult:
     sha256: str
     raw_bytes: int
     seconds: float
+
+
+@dataclass(frozen=True)
+class _Decode:
+    """What both decoders need besides the bytes: see stream_from_store."""
+
+    decrypt_argv: list[str] | None
+    pass_fds: tuple[int, ...]
+    expected_sha256: str | None
+    object_name: str
+    consumer_name: str
+    progress: ProgressFn | None
 
 
 def stream_from_store(
@@ -60,17 +82,10 @@ def stream_from_store(
         raise PipelineError(
             f"zstd -d of {object_name}: executable {ZSTD!r} not found; install it on this worker"
         )
-    kwargs: dict[str, Any] = {
-        "decrypt_argv": decrypt_argv,
-        "pass_fds": pass_fds,
-        "expected_sha256": expected_sha256,
-        "object_name": object_name,
-        "consumer_name": consumer_name,
-        "progress": progress,
-    }
+    d = _Decode(decrypt_argv, pass_fds, expected_sha256, object_name, consumer_name, progress)
     if zstd is not None:
-        return _stream_through_processes(chunks, consumer_argv, zstd, **kwargs)
-    return _stream_in_process(chunks, consumer_argv, **kwargs)
+        return _stream_through_processes(chunks, consumer_argv, zstd, d)
+    return _stream_in_process(chunks, consumer_argv, d)
 
 
 def _widen(fh: IO[bytes] | None) -> None:
@@ -88,13 +103,7 @@ def _stream_through_processes(
     chunks: Iterable[bytes],
     consumer_argv: list[str],
     zstd: str,
-    *,
-    decrypt_argv: list[str] | None,
-    pass_fds: tuple[int, ...],
-    expected_sha256: str | None,
-    object_name: str,
-    consumer_name: str,
-    progress: ProgressFn | None,
+    d: _Decode,
 ) -> RestoreStreamResult:
     """gpg -d | zstd -d | consumer joined by OS pipes; Python hashes and feeds the stored bytes."""
     started = time.monotonic()
@@ -103,17 +112,17 @@ def _stream_through_processes(
     stored = 0
     stopped_early = False
     try:
-        gpg = _gpg_stage(decrypt_argv, pass_fds, object_name)
+        gpg = _gpg_stage(d.decrypt_argv, d.pass_fds, d.object_name)
         if gpg:
             stages.append(gpg)
             _widen(gpg.popen.stdout)
         zstd_in: Any = gpg.popen.stdout if gpg else subprocess.PIPE
-        unzstd = Proc(f"zstd -d of {object_name}", [zstd, "-d", "-v", "--no-progress", "-c"], stdin=zstd_in)
+        unzstd = Proc(f"zstd -d of {d.object_name}", [zstd, "-d", "-v", "--no-progress", "-c"], stdin=zstd_in)
         stages.append(unzstd)
         if gpg and gpg.popen.stdout:
             gpg.popen.stdout.close()  # zstd holds the read end now: gpg sees EPIPE if zstd dies
         _widen(unzstd.popen.stdout)
-        consumer = Proc(consumer_name, consumer_argv, stdin=unzstd.popen.stdout, stdout=subprocess.DEVNULL)
+        consumer = Proc(d.consumer_name, consumer_argv, stdin=unzstd.popen.stdout, stdout=subprocess.DEVNULL)
         stages.append(consumer)
         assert unzstd.popen.stdout is not None
         unzstd.popen.stdout.close()
@@ -129,16 +138,16 @@ def _stream_through_processes(
                 except BrokenPipeError:
                     stopped_early = True  # a stage died; its exit status below says which and why
                     break
-                if progress:
-                    progress(stored)
+                if d.progress:
+                    d.progress(stored)
         finally:
             close_quietly(head)
         for proc in stages:
             proc.wait()
-        _check_stages(stages, unzstd, object_name, consumer_name)
+        _check_stages(stages, unzstd, d.object_name, d.consumer_name)
         if stopped_early:
-            raise PipelineError(f"{stages[0].name} exited before reading the whole of {object_name}")
-        _check_sha256(digest, expected_sha256, object_name)
+            raise PipelineError(f"{stages[0].name} exited before reading the whole of {d.object_name}")
+        _check_sha256(digest, d.expected_sha256, d.object_name)
         sizes = _ZSTD_SIZE.findall(unzstd.stderr_text())
         raw = int(sizes[-1]) if sizes else -1
     except BaseException:
@@ -189,13 +198,7 @@ def _check_stages(stages: list[Proc], unzstd: Proc, object_name: str, consumer_n
 def _stream_in_process(
     chunks: Iterable[bytes],
     consumer_argv: list[str],
-    *,
-    decrypt_argv: list[str] | None,
-    pass_fds: tuple[int, ...],
-    expected_sha256: str | None,
-    object_name: str,
-    consumer_name: str,
-    progress: ProgressFn | None,
+    d: _Decode,
 ) -> RestoreStreamResult:
     """gpg -d | python-zstandard | consumer, for workers without the zstd executable."""
     import zstandard
@@ -205,30 +208,27 @@ def _stream_in_process(
     digest = hashlib.sha256()
     counts = {"stored": 0, "raw": 0}
     feeder: Worker | None = None
-    handoff: queue.Queue[Any] = queue.Queue(maxsize=8)
+    handoff = Handoff(None)
     try:
-        gpg = _gpg_stage(decrypt_argv, pass_fds, object_name)
-        consumer = Proc(consumer_name, consumer_argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+        gpg = _gpg_stage(d.decrypt_argv, d.pass_fds, d.object_name)
+        consumer = Proc(d.consumer_name, consumer_argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
         procs = [p for p in (gpg, consumer) if p]
+        handoff = Handoff(gpg)
 
         def feed() -> None:
-            emit: Callable[[bytes], Any] = gpg.popen.stdin.write if gpg and gpg.popen.stdin else handoff.put
             try:
                 for chunk in chunks:
                     digest.update(chunk)
                     counts["stored"] += len(chunk)
-                    emit(chunk)
-                    if progress:
-                        progress(counts["stored"])
+                    handoff.put(chunk)
+                    if d.progress:
+                        d.progress(counts["stored"])
             finally:
-                if gpg and gpg.popen.stdin:
-                    close_quietly(gpg.popen.stdin)
-                else:
-                    handoff.put(EOF)
+                handoff.close()
 
         feeder = Worker("feed", feed)
         feeder.start()
-        plain: Any = gpg.popen.stdout if gpg else _QueueReader(handoff)
+        plain: Any = gpg.popen.stdout if gpg else _QueueReader(handoff.queue)
         assert consumer.popen.stdin is not None
         dctx = zstandard.ZstdDecompressor()
         try:
@@ -237,10 +237,12 @@ def _stream_in_process(
                     counts["raw"] += len(block)
                     consumer.popen.stdin.write(block)
         except zstandard.ZstdError as exc:
-            raise _damaged(object_name, str(exc)) from exc
+            raise _damaged(d.object_name, str(exc)) from exc
         except BrokenPipeError:
             consumer.check()  # the extractor died: its own error says why (disk full, bad stream)
-            raise PipelineError(f"{consumer_name} exited before reading the whole of {object_name}") from None
+            raise PipelineError(
+                f"{d.consumer_name} exited before reading the whole of {d.object_name}"
+            ) from None
         finally:
             close_quietly(consumer.popen.stdin)
         feeder.join()
@@ -248,11 +250,11 @@ def _stream_in_process(
             raise feeder.error  # a download failed: that is the cause, not gpg's truncated input
         for proc in procs:
             proc.check()
-        _check_sha256(digest, expected_sha256, object_name)
+        _check_sha256(digest, d.expected_sha256, d.object_name)
     except BaseException:
         for proc in procs:
             proc.kill()
-        release_worker(feeder, handoff)
+        release_worker(feeder, handoff.queue)
         raise
     finally:
         for proc in procs:

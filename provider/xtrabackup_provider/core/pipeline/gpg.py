@@ -11,7 +11,6 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 
 from ..common.tempdirs import private_dir
 
@@ -43,9 +42,7 @@ class GpgHome:
     def __enter__(self) -> GpgHome:
         return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def close(self) -> None:

@@ -105,6 +105,27 @@ def read_chunks(fh: IO[bytes]) -> Iterable[bytes]:
         yield chunk
 
 
+class Handoff:
+    """Where a worker thread sends its bytes: into the stdin of the next stage (gpg) when there is
+    one, else into a bounded queue that the calling thread drains. `close()` ends the stream."""
+
+    def __init__(self, stage: Proc | None) -> None:
+        self.pipe = stage.popen.stdin if stage is not None else None
+        self.queue: queue.Queue[Any] = queue.Queue(maxsize=8)
+
+    def put(self, data: bytes) -> None:
+        if self.pipe is not None:
+            self.pipe.write(data)
+        else:
+            self.queue.put(data)
+
+    def close(self) -> None:
+        if self.pipe is not None:
+            close_quietly(self.pipe)
+        else:
+            self.queue.put(EOF)
+
+
 def release_worker(worker: Worker | None, handoff: queue.Queue[Any], timeout: float = 30) -> None:
     """After a failure, drain the hand-off queue so a worker blocked on it can finish and exit."""
     if worker is None:

@@ -8,21 +8,18 @@ failure carries the tail of that process's stderr and the sink is aborted, never
 from __future__ import annotations
 
 import hashlib
-import queue
 import subprocess
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from ..storage.base import ObjectWriter
 from .process import (
     EOF,
+    Handoff,
     PipelineError,
     Proc,
     ProgressFn,
     Worker,
-    close_quietly,
     read_chunks,
     release_worker,
 )
@@ -56,34 +53,31 @@ def stream_to_store(
     digest = hashlib.sha256()
     stored = 0
     worker: Worker | None = None
-    handoff: queue.Queue[Any] = queue.Queue(maxsize=8)
+    handoff = Handoff(None)
     try:
         producer = Proc(producer_name, producer_argv, stdin=subprocess.DEVNULL, env=producer_env)
         procs.append(producer)
         gpg = Proc("gpg --encrypt", encrypt_argv, stdin=subprocess.PIPE) if encrypt_argv else None
         if gpg:
             procs.append(gpg)
+        handoff = Handoff(gpg)
         compressor = zstandard.ZstdCompressor(level=level, threads=threads if threads else -1)
 
         def compress() -> None:
             cobj = compressor.compressobj(size=-1)
-            emit: Callable[[bytes], Any] = gpg.popen.stdin.write if gpg and gpg.popen.stdin else handoff.put
             try:
                 assert producer.popen.stdout is not None
                 for chunk in read_chunks(producer.popen.stdout):
                     raw["bytes"] += len(chunk)
                     if out := cobj.compress(chunk):
-                        emit(out)
-                emit(cobj.flush())
+                        handoff.put(out)
+                handoff.put(cobj.flush())
             finally:
-                if gpg and gpg.popen.stdin:
-                    close_quietly(gpg.popen.stdin)
-                else:
-                    handoff.put(EOF)
+                handoff.close()
 
         worker = Worker("zstd", compress)
         worker.start()
-        source = read_chunks(gpg.popen.stdout) if gpg and gpg.popen.stdout else iter(handoff.get, EOF)
+        source = read_chunks(gpg.popen.stdout) if gpg and gpg.popen.stdout else iter(handoff.queue.get, EOF)
         for chunk in source:
             digest.update(chunk)
             sink.write(chunk)
@@ -103,7 +97,7 @@ def stream_to_store(
     except BaseException:
         for proc in procs:
             proc.kill()
-        release_worker(worker, handoff)
+        release_worker(worker, handoff.queue)
         sink.abort()
         raise
     finally:

@@ -70,6 +70,13 @@ class VerifyRequest:
     passphrase: str | None = None
 
 
+def selected_ids(catalog: Catalog, which: str) -> list[str] | None:
+    """The backups `which` names: "all" (None: every backup), "latest", or one backup id."""
+    if which == "all":
+        return None
+    return catalog.backup_ids()[-1:] if which == "latest" else [which]
+
+
 def verify(req: VerifyRequest) -> list[VerifyReport]:
     """A report per backup; a manifest that cannot be read is a report with that problem."""
     unreadable: list[str] = []

@@ -1,0 +1,235 @@
+"""The backup commands: `backup`, `list`, `restore` (a chain, or to a point in time), `verify`,
+`glacier-restore`, and `keygen` for the backup key pair."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..core.catalog.manifest import manifest_summary
+from ..core.config.schema import FleetConfig
+from ..core.config.wiring import (
+    SetupError,
+    chain_policy,
+    cli_target,
+    make_catalog,
+    read_private_key,
+    read_public_keys,
+)
+from ..core.restore.archived import chain_states
+from ..core.storage.glacier import request_restores, wait_for_restores, waiting
+from .binlogs import add_restore_targets, cmd_pitr_restore, pitr_target
+from .options import add_common, output
+
+
+def add_parsers(sub: Any) -> None:
+    p = sub.add_parser("backup", help="take a backup (full, incremental, or as the chain policy decides)")
+    add_common(p)
+    p.add_argument("--kind", choices=["auto", "full", "incremental"], default="auto")
+    p.add_argument("--flavour", choices=["mariabackup", "xtrabackup"])
+    p.add_argument("--socket", help="server unix socket (without a config)")
+    p.add_argument("--defaults-file", help="client option file with the credentials (without a config)")
+    p.add_argument("--public-key-file", action="append", help="recipient public key (repeatable)")
+    p.add_argument("--no-encrypt", action="store_true", help="store unencrypted (not recommended)")
+
+    p = sub.add_parser("list", help="list a host's backups from the catalog")
+    add_common(p)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = sub.add_parser("restore", help="restore a backup chain into an empty datadir")
+    add_common(p)
+    p.add_argument("--backup-id", default="latest", help="backup id, or 'latest' (default)")
+    p.add_argument("--target-datadir", required=True, type=Path)
+    p.add_argument(
+        "--private-key-file", help="armored private key; passphrase from $XTRABACKUP_GPG_PASSPHRASE"
+    )
+    p.add_argument(
+        "--scratch-dir", type=Path, help="where to extract and prepare (default: beside the target)"
+    )
+    p.add_argument("--copy-back", action="store_true", help="copy instead of move (keeps nothing extra)")
+    p.add_argument("--json", action="store_true")
+    add_restore_targets(p)
+
+    p = sub.add_parser("glacier-restore", help="request the restore of a backup chain's archived objects")
+    add_common(p)
+    p.add_argument("--backup-id", default="latest", help="backup id, or 'latest' (default)")
+    p.add_argument(
+        "--tier", choices=["Standard", "Bulk", "Expedited"], help="default: storage.glacier_restore_tier"
+    )
+    p.add_argument(
+        "--days", type=int, help="days the restored copies stay readable (storage.glacier_restore_days)"
+    )
+    p.add_argument("--wait", action="store_true", help="poll until every object is readable")
+    p.add_argument("--poll-interval", type=float, default=60.0, help="seconds between polls with --wait")
+    p.add_argument("--timeout", type=float, default=3 * 86400, help="give up waiting after this many seconds")
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser(
+        "verify", help="check stored backups without restoring them (exit 1 if anything is wrong)"
+    )
+    add_common(p)
+    p.add_argument("--backup-id", default="all", help="a backup id, 'latest', or 'all' (default)")
+    p.add_argument(
+        "--deep", action="store_true", help="stream every object: sha256, gpg, zstd, xbstream framing"
+    )
+    p.add_argument(
+        "--private-key-file", help="for --deep on encrypted backups; passphrase from the environment"
+    )
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("keygen", help="create a GPG key pair for backups (passphrase from the environment)")
+    p.add_argument("--uid", required=True, help='e.g. "MySQL backups <dba@example.com>"')
+    p.add_argument("--out-dir", required=True, type=Path, help="writes public.asc and private.asc (0600)")
+    p.add_argument("--passphrase-env", default="XTRABACKUP_GPG_PASSPHRASE")
+
+
+def cmd_backup(args: argparse.Namespace, config: FleetConfig) -> int:
+    from ..core.backup.run import BackupRequest, run_backup
+    from ..core.common.progress import ProgressLogger
+
+    host = config.find_host(args.cluster, args.host)
+    policy = config.policy
+    manifest = run_backup(
+        BackupRequest(
+            catalog=make_catalog(config, args.cluster, args.host),
+            target=cli_target(host, config.source),
+            flavour=host.flavour,
+            binary=host.binary,
+            datadir=host.datadir,
+            kind=args.kind,
+            public_keys=read_public_keys(config),
+            allow_unencrypted=not config.encryption.enabled,
+            compression_level=policy.compression_level,
+            zstd_threads=policy.zstd_threads,
+            parallel=policy.parallel,
+            storage_classes=dict(config.storage.storage_class),
+            sse=config.storage.sse,
+            kms_key_id=config.storage.kms_key_id,
+            object_lock_mode=config.storage.object_lock.mode if config.storage.object_lock else None,
+            object_lock_days=config.storage.object_lock.retain_days if config.storage.object_lock else None,
+            policy=chain_policy(policy),
+            heartbeat=policy.heartbeat,
+            progress=ProgressLogger(logging.getLogger("xtrabackup_provider"), f"backup of {args.host}"),
+        )
+    )
+    print(
+        f"{manifest.backup_id}\t{manifest.kind}\t{manifest.stored_bytes} bytes stored\t{manifest.decision_reason}"
+    )
+    return 0
+
+
+def cmd_list(args: argparse.Namespace, config: FleetConfig) -> int:
+    catalog = make_catalog(config, args.cluster, args.host)
+    problems: list[str] = []
+    rows = manifest_summary(catalog.manifests(problems))
+    if args.json:
+        print(json.dumps({"backups": rows, "problems": problems}, indent=2))
+    else:
+        print(f"{'BACKUP ID':24} {'KIND':11} {'PARENT':24} {'STORED':>12} {'RAW':>14}  GTID")
+        for r in rows:
+            print(
+                f"{r['backup_id']:24} {r['kind']:11} {r['parent_id'] or '-':24} {r['stored_bytes']:>12} "
+                f"{r['raw_bytes']:>14}  {r['gtid'] or '-'}"
+            )
+        for problem in problems:
+            print(f"WARNING: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def cmd_restore(args: argparse.Namespace, config: FleetConfig) -> int:
+    from dataclasses import asdict
+
+    from ..core.restore.chain import RestoreRequest, restore
+
+    if (target := pitr_target(args)) is not None:
+        return cmd_pitr_restore(args, config, target)
+    key, passphrase = read_private_key(config, args.private_key_file)
+    report = restore(
+        RestoreRequest(
+            catalog=make_catalog(config, args.cluster, args.host),
+            target_datadir=args.target_datadir,
+            backup_id=None if args.backup_id == "latest" else args.backup_id,
+            private_key=key,
+            passphrase=passphrase,
+            binary=config.find_host(args.cluster, args.host).binary,
+            scratch_dir=args.scratch_dir,
+            move_back=not args.copy_back,
+            max_free_memory_pct=config.policy.prepare_max_free_memory_pct,
+        )
+    )
+    if args.json:
+        print(json.dumps(asdict(report), indent=2))
+    else:
+        print(f"restored {report.backup_id} (chain {' -> '.join(report.chain)}) into {report.target_datadir}")
+        print(f"binlog position: {report.binlog_file}:{report.binlog_position} gtid {report.gtid}")
+    return 0
+
+
+def cmd_glacier_restore(args: argparse.Namespace, config: FleetConfig) -> int:
+    """Request restores; with --wait, poll until every object is readable (exit 2 on timeout)."""
+    catalog = make_catalog(config, args.cluster, args.host)
+    states = chain_states(catalog, None if args.backup_id == "latest" else args.backup_id)
+    tier = args.tier or config.storage.glacier_restore_tier
+    states = request_restores(catalog.store, states, tier, args.days or config.storage.glacier_restore_days)
+    if args.wait and waiting(states):
+        keys = [s.key for s in states]
+        states = wait_for_restores(
+            catalog.store, keys, poll=args.poll_interval, timeout=args.timeout, on_poll=_print_pending
+        )
+    until = (f"  (until {s.expiry:%Y-%m-%d})" if s.expiry else "" for s in states)
+    lines = (f"{s.state:10} {s.storage_class:13} {s.key}{u}" for s, u in zip(states, until, strict=True))
+    output(args.json, [s.row() for s in states], lines)
+    return 0
+
+
+def _print_pending(states: list[Any]) -> None:
+    pending = sum(1 for s in states if s.state in ("archived", "restoring"))
+    print(f"waiting: {pending} of {len(states)} object(s) still being restored", file=sys.stderr)
+
+
+def cmd_verify(args: argparse.Namespace, config: FleetConfig) -> int:
+    """A report per backup; exit 1 when any backup has a problem."""
+    from ..core.restore.verify import VerifyRequest, selected_ids, verify
+
+    catalog = make_catalog(config, args.cluster, args.host)
+    key, passphrase = read_private_key(config, args.private_key_file) if args.deep else (None, None)
+    ids = selected_ids(catalog, args.backup_id)
+    reports = verify(VerifyRequest(catalog, ids, "deep" if args.deep else "quick", key, passphrase))
+    lines = (
+        f"{r.backup_id:24} {'OK' if r.ok else 'FAILED':7} {r.mode:6} {'; '.join(r.problems + r.notes)}"
+        for r in reports
+    )
+    output(args.json, [r.as_dict() for r in reports], lines)
+    if not reports:
+        print(f"no backups at {catalog.describe()}", file=sys.stderr)
+    return 0 if all(r.ok for r in reports) else 1
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    import os
+
+    from ..core.pipeline.gpg import generate_key_pair
+
+    passphrase = os.environ.get(args.passphrase_env)
+    if not passphrase:
+        raise SetupError(f"set {args.passphrase_env} to the passphrase that protects the private key")
+    pair = generate_key_pair(args.uid, passphrase)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    (args.out_dir / "public.asc").write_text(pair.public_key)
+    fd = os.open(args.out_dir / "private.asc", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(pair.private_key)
+    print(f"{pair.fingerprint}\twrote {args.out_dir}/public.asc and private.asc (0600)")
+    return 0
+
+
+COMMANDS = {
+    "backup": cmd_backup,
+    "list": cmd_list,
+    "restore": cmd_restore,
+    "glacier-restore": cmd_glacier_restore,
+    "verify": cmd_verify,
+}

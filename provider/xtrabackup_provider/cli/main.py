@@ -1,0 +1,96 @@
+"""`xtrabackup-provider`: back up, list and restore with the same core, without Airflow.
+
+Settings come from the fleet config the DAGs use (--config or $XTRABACKUP_FLEET_CONFIG), or
+from flags alone; flags override the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from ..core.catalog.manifest import CatalogError
+from ..core.config.load import load_config
+from ..core.config.schema import ConfigError, FleetConfig
+from ..core.config.wiring import SetupError
+from ..core.db.server import ServerError
+from ..core.engine.tools import EngineError
+from ..core.pipeline.gpg import GpgError
+from ..core.pipeline.process import PipelineError
+from ..core.restore.prepare import PrepareError
+from ..core.storage.base import StorageError
+from . import backups, binlogs, fleet
+from .options import load
+
+USER_ERRORS = (
+    ConfigError,
+    SetupError,
+    CatalogError,
+    GpgError,
+    EngineError,
+    ServerError,
+    PipelineError,
+    PrepareError,
+    StorageError,
+    RuntimeError,
+)
+
+
+COMMANDS = {**backups.COMMANDS, **binlogs.COMMANDS, **fleet.COMMANDS}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="xtrabackup-provider", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+    backups.add_parsers(sub)
+    binlogs.add_parsers(sub)
+    fleet.add_parsers(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    config: FleetConfig | None = None
+    try:
+        if args.command == "keygen":
+            return backups.cmd_keygen(args)
+        if args.command in fleet.FLEET_COMMANDS:
+            config = load_config(args.config)
+            return fleet.FLEET_COMMANDS[args.command](args, config)
+        config = load(args)
+        return COMMANDS[args.command](args, config)
+    except USER_ERRORS as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        # The store translates its own S3 errors (StorageError); this catches a botocore error
+        # from a direct client call, so that no S3 failure ends in a traceback either.
+        if (message := _s3_failure(exc, config)) is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
+        return 2
+
+
+def _s3_failure(exc: Exception, config: FleetConfig | None) -> str | None:
+    """One line for a botocore error: the bucket and endpoint, and what to check; else None."""
+    if not type(exc).__module__.startswith("botocore"):
+        return None
+    from ..core.storage.s3 import s3_hint
+
+    storage = config.storage if config is not None else None
+    bucket = (storage.bucket if storage else None) or "?"
+    endpoint = storage.endpoint_url if storage else None
+    hint = s3_hint(exc, bucket, endpoint)
+    where = f"S3 bucket {bucket!r} at {endpoint or 'the default AWS S3 endpoint'}"
+    return f"{where}: {exc}" + (f". {hint}" if hint else "")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
