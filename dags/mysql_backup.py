@@ -29,11 +29,10 @@ from xtrabackup_provider.core.config.schema import (
     FleetConfig,
     HostConfig,
 )
+from xtrabackup_provider.dag_tasks.backup_kind import choose_backup_kind
+from xtrabackup_provider.dag_tasks.gates import binlog_gate, checksum_gate
 from xtrabackup_provider.operators.backup import XtraBackupOperator
-from xtrabackup_provider.operators.decide import choose_backup_kind
 from xtrabackup_provider.operators.retention import ApplyRetentionOperator
-from xtrabackup_provider.sensors.binlog import binlog_gate
-from xtrabackup_provider.sensors.checksum import checksum_gate
 
 
 def _storage_args(config: FleetConfig) -> dict[str, Any]:
@@ -142,9 +141,9 @@ def _backup_group(
                 cluster=cluster.name,
                 host=host,
                 mysql_conn_id=mysql_conn_id,
+                storage=_storage_args(config),
+                policy=_policy_args(config),
                 requested=_requested_kind(context),
-                **_storage_args(config),
-                **_policy_args(config),
             )
             return f"{group_id}.{'full' if decision['kind'] == 'full' else 'incremental'}_backup"
 

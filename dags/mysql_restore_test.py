@@ -16,9 +16,9 @@ from airflow.sdk import DAG, Asset, Param, task
 
 from xtrabackup_provider.core.config.load import load_config
 from xtrabackup_provider.core.config.schema import ClusterConfig, FleetConfig
+from xtrabackup_provider.dag_tasks.glacier import glacier_tasks
 from xtrabackup_provider.operators.pitr import PitrRestoreTestOperator
 from xtrabackup_provider.operators.restore_test import RestoreTestOperator
-from xtrabackup_provider.sensors.glacier import glacier_tasks
 
 
 def verified_asset(cluster: str) -> Asset:

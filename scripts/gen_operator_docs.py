@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from xtrabackup_provider.get_provider_info import get_provider_info
+from xtrabackup_provider.operators.base import CLASS_DEFAULT
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "OPERATORS.md"
 SKIP_ARGS = {"self", "kwargs", "args"}
@@ -22,19 +23,33 @@ def _classes(module_name: str, base_names: tuple[str, ...]) -> list[type]:
     module = importlib.import_module(module_name)
     found = []
     for _, cls in inspect.getmembers(module, inspect.isclass):
-        if cls.__module__ == module_name and any(b.__name__ in base_names for b in cls.__mro__[1:]):
+        own = cls.__module__ == module_name and not cls.__name__.startswith("_")
+        if own and any(b.__name__ in base_names for b in cls.__mro__[1:]):
             found.append(cls)
     return found
 
 
+def _parameters(cls: type) -> list[inspect.Parameter]:
+    """The class's own arguments, then those its bases in this package take (the storage base's)."""
+    seen: dict[str, inspect.Parameter] = {}
+    for klass in cls.__mro__:
+        if not klass.__module__.startswith("xtrabackup_provider") or "__init__" not in vars(klass):
+            continue
+        for name, p in inspect.signature(klass.__init__).parameters.items():
+            if name not in SKIP_ARGS and name not in seen:
+                seen[name] = p
+    return list(seen.values())
+
+
 def _signature(cls: type) -> list[str]:
     lines = []
-    for name, p in inspect.signature(cls.__init__).parameters.items():
-        if name in SKIP_ARGS:
-            continue
-        default = "required" if p.default is inspect.Parameter.empty else f"default `{p.default!r}`"
+    for p in _parameters(cls):
+        default = p.default
+        if default is CLASS_DEFAULT:  # gpg_conn_id: what the operator's kind reads
+            default = getattr(cls, "gpg_conn_default", None)
+        text = "required" if default is inspect.Parameter.empty else f"default `{default!r}`"
         annotation = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", "")
-        cells = [f"`{name}`", f"`{annotation}`", default]
+        cells = [f"`{p.name}`", f"`{annotation}`", text]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return lines
 

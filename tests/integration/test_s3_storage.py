@@ -107,7 +107,7 @@ def test_quick_verify_flags_a_lock_or_sse_the_object_does_not_have(s3_server, bu
 
 
 def test_lifecycle_rules_round_trip_idempotently_and_keep_unrelated_rules(s3_server, bucket):
-    from xtrabackup_provider.operators.s3 import BucketLifecycleOperator
+    from xtrabackup_provider.operators.lifecycle import BucketLifecycleOperator
 
     client = s3_server.client()
     theirs = [
@@ -170,7 +170,7 @@ def test_lifecycle_rules_round_trip_idempotently_and_keep_unrelated_rules(s3_ser
 def test_gpg_encrypt_then_upload_a_directory_with_a_sha256_manifest(
     s3_server, bucket, gpg_keys, tmp_path, monkeypatch
 ):
-    from xtrabackup_provider.operators.s3 import BackupUploadOperator, GpgEncryptOperator
+    from xtrabackup_provider.operators.files import BackupUploadOperator, GpgEncryptOperator
 
     monkeypatch.setenv(
         "AIRFLOW_CONN_XBP_UPLOAD_GPG",

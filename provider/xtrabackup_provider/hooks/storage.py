@@ -30,15 +30,18 @@ class BackupStorageHook(BaseHook):
         self.local_path = local_path
 
     def get_store(self) -> ObjectStore:
-        if self.local_path:
-            return LocalStore(self.local_path)
+        return LocalStore(self.local_path) if self.local_path else self.get_s3_store()
+
+    def get_s3_store(self) -> S3Store:
+        """The bucket's store, for what only S3 has (lifecycle rules): the hook was given a bucket."""
+        if not self.bucket:
+            raise ValueError(f"BackupStorageHook({self.local_path!r}): a directory is not an S3 bucket")
         from airflow.providers.amazon.aws.hooks.s3 import S3Hook
         from botocore.config import Config
 
         # Standard retry mode backs off on 5xx, throttling and connection resets.
         config = Config(retries={"max_attempts": 8, "mode": "standard"}, max_pool_connections=16)
         client = S3Hook(aws_conn_id=self.aws_conn_id, config=config).get_conn()
-        assert self.bucket is not None
         return S3Store(client, self.bucket)
 
     def get_catalog(self, prefix: str, cluster: str, host: str) -> Catalog:

@@ -6,15 +6,14 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from airflow.sdk import BaseOperator
-
+from ..arguments import keep_arguments
 from . import _metrics
-from ._common import host_catalog, skip_unless_branch_chose
+from .base import PUBLIC_KEYS_CONN, BackupStorageOperator, skip_unless_branch_chose, storage_template_fields
 
 log = logging.getLogger(__name__)
 
 
-class XtraBackupOperator(BaseOperator):
+class XtraBackupOperator(BackupStorageOperator):
     """Stream `xtrabackup`/`mariabackup` -> zstd -> gpg -> S3 and register the manifest.
 
     Runs on a worker on the database host (set `queue`; in the shipped DAG's mapped task group,
@@ -23,31 +22,16 @@ class XtraBackupOperator(BaseOperator):
     """
 
     # The per-host arguments are templated so that a mapped task group can pass them.
-    template_fields: Sequence[str] = (
-        "cluster",
-        "host",
-        "mysql_conn_id",
-        "prefix",
-        "kind",
-        "bucket",
-        "flavour",
-        "binary",
-        "datadir",
-        "heartbeat_conn_id",
+    template_fields: Sequence[str] = storage_template_fields(
+        "mysql_conn_id", "kind", "flavour", "binary", "datadir", "heartbeat_conn_id"
     )
     ui_color = "#d6eaf8"
+    gpg_conn_default = PUBLIC_KEYS_CONN
 
     def __init__(
         self,
         *,
-        cluster: str,
-        host: str,
         mysql_conn_id: str,
-        bucket: str | None = None,
-        local_path: str | None = None,
-        prefix: str = "backups",
-        aws_conn_id: str = "aws_default",
-        gpg_conn_id: str | None = "backup_gpg",
         kind: str = "auto",
         flavour: str = "mariabackup",
         binary: str | None = None,
@@ -69,31 +53,8 @@ class XtraBackupOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.cluster = cluster
-        self.host = host
-        self.mysql_conn_id = mysql_conn_id
-        self.bucket = bucket
-        self.local_path = local_path
-        self.prefix = prefix
-        self.aws_conn_id = aws_conn_id
-        self.gpg_conn_id = gpg_conn_id
-        self.kind = kind
-        self.flavour = flavour
-        self.binary = binary
-        self.datadir = datadir
-        self.compression_level = compression_level
-        self.zstd_threads = zstd_threads
-        self.parallel = parallel
+        keep_arguments(self, locals())
         self.storage_classes = storage_classes or {"full": "STANDARD", "incremental": "STANDARD"}
-        self.sse = sse
-        self.kms_key_id = kms_key_id
-        self.object_lock_mode = object_lock_mode
-        self.object_lock_days = object_lock_days
-        self.full_every_days = full_every_days
-        self.max_chain_length = max_chain_length
-        self.max_incremental_ratio = max_incremental_ratio
-        self.heartbeat = heartbeat
-        self.heartbeat_conn_id = heartbeat_conn_id
         self.gates_from = gates_from or []  # gate task ids whose XCom (GateResult dicts) goes in the manifest
 
     def execute(self, context: Any) -> dict[str, Any]:
@@ -103,13 +64,12 @@ class XtraBackupOperator(BaseOperator):
         from ..core.backup.run import BackupRequest, run_backup
         from ..core.catalog.manifest import GateResult
         from ..core.common.progress import ProgressLogger
-        from ..hooks.gpg import GpgKeysHook
         from ..hooks.xtrabackup import XtraBackupHook
 
         skip_unless_branch_chose(self, context)
         if self.kind not in ("auto", "full", "incremental"):
             raise ValueError(f"kind must be auto, full or incremental, not {self.kind!r}")
-        catalog = host_catalog(self)
+        catalog = self.catalog()
         request = BackupRequest(
             catalog=catalog,
             target=XtraBackupHook(self.mysql_conn_id).get_target(),
@@ -117,8 +77,7 @@ class XtraBackupOperator(BaseOperator):
             binary=self.binary,
             datadir=self.datadir,
             kind=self.kind,
-            public_keys=GpgKeysHook(self.gpg_conn_id).public_keys() if self.gpg_conn_id else [],
-            allow_unencrypted=self.gpg_conn_id is None,
+            **self.encryption(),
             compression_level=self.compression_level,
             zstd_threads=self.zstd_threads,
             parallel=self.parallel,

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from typing import Any
 
-from airflow.sdk import BaseOperator
-
+from ..arguments import keep_arguments
 from . import _metrics
-from ._common import host_catalog
+from .base import PUBLIC_KEYS_CONN, BackupStorageOperator
 
 log = logging.getLogger(__name__)
 
 
-class BinlogShipOperator(BaseOperator):
+class BinlogShipOperator(BackupStorageOperator):
     """Ship every closed binlog of `cluster/host` that is not yet stored, over the replication
     protocol (no datadir access: any worker), compressed and encrypted like the backups.
 
@@ -25,20 +23,13 @@ class BinlogShipOperator(BaseOperator):
     will not cross it. XCom: counts, the last names shipped, gaps, bytes.
     """
 
-    template_fields: Sequence[str] = ("cluster", "host", "prefix", "bucket")
     ui_color = "#fdebd0"
+    gpg_conn_default = PUBLIC_KEYS_CONN
 
     def __init__(
         self,
         *,
-        cluster: str,
-        host: str,
         mysql_conn_id: str,
-        bucket: str | None = None,
-        local_path: str | None = None,
-        prefix: str = "backups",
-        aws_conn_id: str = "aws_default",
-        gpg_conn_id: str | None = "backup_gpg",
         flush: bool = False,
         continuous_seconds: float = 0,
         progress_seconds: float = 10,
@@ -51,23 +42,7 @@ class BinlogShipOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.cluster = cluster
-        self.host = host
-        self.mysql_conn_id = mysql_conn_id
-        self.bucket = bucket
-        self.local_path = local_path
-        self.prefix = prefix
-        self.aws_conn_id = aws_conn_id
-        self.gpg_conn_id = gpg_conn_id
-        self.flush = flush
-        self.continuous_seconds = continuous_seconds
-        self.progress_seconds = progress_seconds
-        self.binary = binary
-        self.compression_level = compression_level
-        self.storage_class = storage_class
-        self.sse = sse
-        self.kms_key_id = kms_key_id
-        self.workdir = workdir
+        keep_arguments(self, locals())
 
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
@@ -75,14 +50,12 @@ class BinlogShipOperator(BaseOperator):
         from ..core.binlog.catalog import BinlogGapError
         from ..core.binlog.follow import ship_continuous
         from ..core.binlog.ship import ShipRequest, ship_binlogs
-        from ..hooks.gpg import GpgKeysHook
         from ..hooks.xtrabackup import XtraBackupHook
 
         request = ShipRequest(
-            catalog=host_catalog(self),
+            catalog=self.catalog(),
             target=XtraBackupHook(self.mysql_conn_id).get_target(),
-            public_keys=GpgKeysHook(self.gpg_conn_id).public_keys() if self.gpg_conn_id else [],
-            allow_unencrypted=self.gpg_conn_id is None,
+            **self.encryption(),
             binary=self.binary,
             flush=self.flush,
             compression_level=self.compression_level,

@@ -8,10 +8,12 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from ..arguments import KeptArguments, keep_arguments
+
 log = logging.getLogger(__name__)
 
 
-class TableChecksumOperator(BaseOperator):
+class TableChecksumOperator(KeptArguments, BaseOperator):
     """Run pt-table-checksum on the source `source_conn_id` with `--replicate`.
 
     Replicas are found through a dsn table the operator writes on the source from
@@ -44,19 +46,11 @@ class TableChecksumOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.source_conn_id = source_conn_id
+        keep_arguments(self, locals())
         self.replica_conn_ids = replica_conn_ids or []
         self.replica_dsns = replica_dsns or []
-        self.replicate = replicate
-        self.recursion_method = recursion_method
-        self.dsn_table = dsn_table
         self.databases = databases or []
         self.ignore_databases = ignore_databases or []
-        self.chunk_time = chunk_time
-        self.max_lag_seconds = max_lag_seconds
-        self.timeout_minutes = timeout_minutes
-        self.binary = binary
-        self.fail_on_diff = fail_on_diff
 
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException

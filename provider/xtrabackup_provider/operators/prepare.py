@@ -12,8 +12,10 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
+from ..arguments import KeptArguments, keep_arguments
 
-class XtraBackupPrepareOperator(BaseOperator):
+
+class XtraBackupPrepareOperator(KeptArguments, BaseOperator):
     """`--prepare` on `target_dir`, optionally merging `incremental_dir`, with `--apply-log-only`
     when more incrementals will follow (XtraBackup only)."""
 
@@ -33,14 +35,7 @@ class XtraBackupPrepareOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.target_dir = target_dir
-        self.incremental_dir = incremental_dir
-        self.apply_log_only = apply_log_only
-        self.flavour = flavour
-        self.binary = binary
-        self.use_memory = use_memory
-        self.parallel = parallel
-        self.max_free_memory_pct = max_free_memory_pct
+        keep_arguments(self, locals())
 
     def execute(self, context: Any) -> dict[str, Any]:
         from ..core.engine.argv import PrepareStep

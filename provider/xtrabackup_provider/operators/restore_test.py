@@ -5,17 +5,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from airflow.sdk import BaseOperator
-
+from ..arguments import keep_arguments
 from . import _metrics
-from ._common import host_catalog, private_key
+from .base import RestoreTestingOperator, storage_template_fields
 
 
 class RestoreTestFailed(RuntimeError):
     """The restored backup did not pass verification; the reasons are in the message and the report."""
 
 
-class RestoreTestOperator(BaseOperator):
+class RestoreTestOperator(RestoreTestingOperator):
     """Restore `backup_id` (or the newest) of `cluster/host` into a scratch dir on this worker,
     start a socket-only sandbox, run CHECK TABLE / canary / row count / GTID checks, write
     restore-report.json next to the backup, and clean up whatever happens.
@@ -23,66 +22,30 @@ class RestoreTestOperator(BaseOperator):
     Each outlet Asset gets an event whose extra names the host and backup verified.
     """
 
-    template_fields: Sequence[str] = (
-        "cluster",
-        "host",
-        "backup_id",
-        "level",
-        "workdir_root",
-        "prefix",
-        "bucket",
-    )
+    template_fields: Sequence[str] = storage_template_fields("backup_id", "level", "workdir_root")
 
     def __init__(
         self,
         *,
-        cluster: str,
-        host: str,
         backup_id: str | None = "latest",
-        level: str = "quick",
-        workdir_root: str = "/tmp",
-        bucket: str | None = None,
-        local_path: str | None = None,
-        prefix: str = "backups",
-        aws_conn_id: str = "aws_default",
-        gpg_conn_id: str | None = "backup_gpg_private",
-        binary: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.cluster = cluster
-        self.host = host
-        self.backup_id = backup_id
-        self.level = level
-        self.workdir_root = workdir_root
-        self.bucket = bucket
-        self.local_path = local_path
-        self.prefix = prefix
-        self.aws_conn_id = aws_conn_id
-        self.gpg_conn_id = gpg_conn_id
-        self.binary = binary
+        keep_arguments(self, locals())
 
     def execute(self, context: Any) -> dict[str, Any]:
-        import tempfile
         from dataclasses import asdict
-        from pathlib import Path
 
         from ..core.restore.restore_test import RestoreTestRequest, run_restore_test
 
         if self.level not in ("quick", "full"):
             raise ValueError(f"level must be quick or full, not {self.level!r}")
-        key, passphrase = private_key(self.gpg_conn_id)
-        Path(self.workdir_root).mkdir(parents=True, exist_ok=True)
-        workdir = Path(tempfile.mkdtemp(prefix="xbp-rt-", dir=self.workdir_root))
         report = run_restore_test(
             RestoreTestRequest(
-                catalog=host_catalog(self),
-                workdir=workdir,
+                catalog=self.catalog(),
+                workdir=self.scratch_dir("xbp-rt-"),
                 backup_id=None if self.backup_id in (None, "", "latest") else self.backup_id,
-                private_key=key,
-                passphrase=passphrase,
-                level="full" if self.level == "full" else "quick",
-                binary=self.binary,
+                **self.test_args(),
             )
         )
         self.log.info("phase timings (s): %s", {k: round(v, 2) for k, v in report.timings.items()})

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from typing import Any
 
-from airflow.sdk import BaseOperator
-
-from ._common import host_catalog
+from .base import BackupStorageOperator
 
 log = logging.getLogger(__name__)
 
 
-class ApplyRetentionOperator(BaseOperator):
+class ApplyRetentionOperator(BackupStorageOperator):
     """Keep or delete every backup and leftover object of `cluster/host` by `policy` (the keys of
     the fleet config's `retention:` section, see core/retention/plan.py); binlogs are not handed in yet.
 
@@ -22,30 +19,17 @@ class ApplyRetentionOperator(BaseOperator):
     metadata for XCom: counts, bytes, and the first deleted names.
     """
 
-    template_fields: Sequence[str] = ("cluster", "host", "prefix", "bucket")
     ui_color = "#fdebd0"
 
     def __init__(
         self,
         *,
-        cluster: str,
-        host: str,
-        bucket: str | None = None,
-        local_path: str | None = None,
-        prefix: str = "backups",
-        aws_conn_id: str = "aws_default",
         policy: dict[str, Any] | None = None,
         confirm: bool = False,
         max_table_rows: int = 500,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.cluster = cluster
-        self.host = host
-        self.bucket = bucket
-        self.local_path = local_path
-        self.prefix = prefix
-        self.aws_conn_id = aws_conn_id
         self.policy = policy or {}
         self.confirm = confirm
         self.max_table_rows = max_table_rows
@@ -55,7 +39,7 @@ class ApplyRetentionOperator(BaseOperator):
         from ..core.retention.model import parse_policy, plan_table
 
         policy = parse_policy(self.policy, f"{self.task_id} ({self.cluster}/{self.host})")
-        catalog = host_catalog(self)
+        catalog = self.catalog()
         plan = plan_host(catalog, policy)
         for problem in plan.problems:
             log.warning("unreadable manifest (its backup is kept): %s", problem)

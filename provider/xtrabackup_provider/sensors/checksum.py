@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -11,14 +10,16 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator
 from airflow.sdk.bases.sensor import PokeReturnValue
 
+from ..arguments import KeptArguments, keep_arguments
+from .base import defer_until
+
 if TYPE_CHECKING:
-    from ..core.config.schema import ChecksumGateConfig, ClusterConfig
     from ..core.db.gate import GateVerdict
 
 log = logging.getLogger(__name__)
 
 
-class ReplicaChecksumSensor(BaseSensorOperator):
+class ReplicaChecksumSensor(KeptArguments, BaseSensorOperator):
     """Replication running (both threads), lag under `max_lag_seconds`, and the replica's newest
     pt-table-checksum results younger than `max_age_hours` and free of differences.
 
@@ -47,15 +48,7 @@ class ReplicaChecksumSensor(BaseSensorOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.mysql_conn_id = mysql_conn_id
-        self.replicate = replicate
-        self.on_diff = on_diff
-        self.on_blocked = on_blocked
-        self.max_age_hours = max_age_hours
-        self.max_lag_seconds = max_lag_seconds
-        self.cluster = cluster
-        self.replica_name = replica_name
-        self.deferrable = deferrable
+        keep_arguments(self, locals())
 
     def _label(self) -> str:
         name = self.replica_name or self.mysql_conn_id
@@ -71,7 +64,7 @@ class ReplicaChecksumSensor(BaseSensorOperator):
                 f"on_blocked must be fail or wait (got {self.on_blocked!r})"
             )
         policy = GatePolicy(
-            on_diff=self.on_diff,  # type: ignore[arg-type]
+            on_diff=self.on_diff,
             max_age=timedelta(hours=self.max_age_hours),
             max_lag_seconds=self.max_lag_seconds,
             replicate=self.replicate,
@@ -107,22 +100,21 @@ class ReplicaChecksumSensor(BaseSensorOperator):
         result = self._decide(self._check(), final=False)
         if result.is_done:
             return result.xcom_value
-        from ..triggers.checksum import ReplicaChecksumTrigger
-
         timeout = self.timeout if self.timeout is not None else 7 * 86400
-        self.defer(
-            trigger=ReplicaChecksumTrigger(
+        from ..triggers.checksum import ReplicaChecksumTrigger  # not at parse time
+
+        defer_until(
+            self,
+            lambda deadline: ReplicaChecksumTrigger(
                 mysql_conn_id=self.mysql_conn_id,
                 replicate=self.replicate,
                 max_age_hours=self.max_age_hours,
                 max_lag_seconds=self.max_lag_seconds,
-                deadline=time.time() + float(timeout),
+                deadline=deadline,
                 poll_interval=float(self.poke_interval),
                 label=self._label(),
             ),
-            method_name="execute_complete",
-            # Past the trigger's own deadline: the trigger reports the reason first.
-            timeout=timedelta(seconds=float(timeout) + 300),
+            timeout,
         )
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
@@ -132,34 +124,3 @@ class ReplicaChecksumSensor(BaseSensorOperator):
         if event.get("status") == "timeout":
             raise ChecksumGateError(f"backup blocked after waiting {self.timeout}s: {event.get('reason')}")
         return self._decide(self._check(), final=True).xcom_value
-
-
-def checksum_gate(
-    cluster: ClusterConfig,
-    gate: ChecksumGateConfig | None,
-    mysql_conn_id: Any,
-    replica_name: Any,
-    task_id: str = "checksum_gate",
-) -> ReplicaChecksumSensor | None:
-    """The gate task for hosts of the fleet config with this `checksum_gate` (None: no task).
-
-    `mysql_conn_id` and `replica_name` may be a mapped task group's arguments."""
-    if gate is None:
-        return None
-    wait = gate.on_blocked == "wait"
-    return ReplicaChecksumSensor(
-        task_id=task_id,
-        mysql_conn_id=mysql_conn_id,
-        replicate=cluster.checksum.replicate if cluster.checksum else "percona.checksums",
-        on_diff=gate.on_diff,
-        on_blocked=gate.on_blocked,
-        max_age_hours=gate.max_age_hours,
-        max_lag_seconds=gate.max_lag_seconds,
-        cluster=cluster.name,
-        replica_name=replica_name,
-        map_index_template="{{ task.replica_name }}",
-        deferrable=gate.deferrable and wait,
-        mode="reschedule" if wait and gate.poke_seconds >= 60 else "poke",
-        poke_interval=gate.poke_seconds,
-        timeout=gate.wait_minutes * 60,  # runs on any worker: it only queries the replica
-    )

@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator
 from airflow.sdk.bases.sensor import PokeReturnValue
 
+from ..arguments import KeptArguments, keep_arguments
+from .base import defer_until
+
 if TYPE_CHECKING:
-    from ..core.config.schema import StorageConfig
+    pass
 
 
 class GlacierRestoreFailed(RuntimeError):
     """A restore was never requested, expired, or did not finish in time; the message names the objects."""
 
 
-class GlacierRestoreSensor(BaseSensorOperator):
+class GlacierRestoreSensor(KeptArguments, BaseSensorOperator):
     """Succeeds when every object the restore of `backup_id` needs (its whole chain) is readable.
 
     Request the restores first (GlacierRestoreRequestOperator or `xtrabackup-provider
@@ -52,14 +53,7 @@ class GlacierRestoreSensor(BaseSensorOperator):
         super().__init__(poke_interval=poke_interval, timeout=timeout, **kwargs)
         if keys is None and not (cluster and host):
             raise ValueError("GlacierRestoreSensor needs cluster and host (or an explicit list of keys)")
-        self.bucket = bucket
-        self.cluster = cluster
-        self.host = host
-        self.backup_id = backup_id
-        self.keys = keys
-        self.prefix = prefix
-        self.aws_conn_id = aws_conn_id
-        self.deferrable = deferrable
+        keep_arguments(self, locals(), passed_on=("poke_interval", "timeout"))
 
     def _store(self) -> Any:
         from ..hooks.storage import BackupStorageHook
@@ -105,20 +99,19 @@ class GlacierRestoreSensor(BaseSensorOperator):
         pending, rows = self._check()
         if not pending:
             return {"keys": [r["key"] for r in rows], "states": rows, "deferred": False}
-        from ..triggers.glacier import GlacierRestoreTrigger
-
         self.log.info("deferring: %d of %d objects still being restored", len(pending), len(rows))
-        self.defer(
-            trigger=GlacierRestoreTrigger(
+        from ..triggers.glacier import GlacierRestoreTrigger  # not at parse time
+
+        defer_until(
+            self,
+            lambda deadline: GlacierRestoreTrigger(
                 bucket=self.bucket,
                 keys=pending,
                 aws_conn_id=self.aws_conn_id,
                 poll_interval=float(self.poke_interval),
-                deadline=time.time() + float(self.timeout),
+                deadline=deadline,
             ),
-            method_name="execute_complete",
-            # Past the trigger's own deadline, so the trigger reports the reason first.
-            timeout=timedelta(seconds=float(self.timeout) + 300),
+            float(self.timeout),
         )
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
@@ -131,68 +124,3 @@ class GlacierRestoreSensor(BaseSensorOperator):
             )
         self.log.info("every object is readable again: %s", [r["key"] for r in rows])
         return {"keys": [r["key"] for r in rows], "states": rows, "deferred": True}
-
-
-def chain_needs_restore(
-    *,
-    cluster: str,
-    host: str,
-    bucket: str,
-    backup_id: str | None = "latest",
-    prefix: str = "backups",
-    aws_conn_id: str = "aws_default",
-) -> bool:
-    """For a DAG branch: does restoring `backup_id` (or the newest) read archived objects?"""
-    from ..core.restore.archived import chain_states
-    from ..core.storage.glacier import waiting
-    from ..hooks.storage import BackupStorageHook
-
-    catalog = BackupStorageHook(aws_conn_id, bucket=bucket).get_catalog(prefix, cluster, host)
-    states = chain_states(catalog, None if backup_id in (None, "", "latest") else backup_id)
-    return bool(waiting(states))
-
-
-def glacier_tasks(cluster: str, storage: StorageConfig) -> tuple[Any, list[Any]]:
-    """check_archive -> request_glacier_restore -> wait_glacier_restore (deferrable), or
-    chain_readable when nothing of the chain is archived. Returns (first task, last tasks)."""
-    from airflow.providers.standard.operators.empty import EmptyOperator
-    from airflow.sdk import task
-
-    from ..operators.s3 import GlacierRestoreRequestOperator
-
-    assert storage.bucket is not None
-    where: dict[str, Any] = dict(
-        cluster=cluster,
-        host="{{ ti.xcom_pull(task_ids='pick_host') }}",
-        backup_id="{{ params.backup_id }}",
-        bucket=storage.bucket,
-        prefix=storage.prefix,
-        aws_conn_id=storage.aws_conn_id,
-    )
-
-    @task.branch
-    def check_archive(**context: Any) -> str:
-        archived = chain_needs_restore(
-            cluster=cluster,
-            host=context["ti"].xcom_pull(task_ids="pick_host"),
-            backup_id=context["params"]["backup_id"],
-            bucket=str(storage.bucket),
-            prefix=storage.prefix,
-            aws_conn_id=storage.aws_conn_id,
-        )
-        return "request_glacier_restore" if archived else "chain_readable"
-
-    request = GlacierRestoreRequestOperator(
-        task_id="request_glacier_restore",
-        tier=storage.glacier_restore_tier,
-        days=storage.glacier_restore_days,
-        **where,
-    )
-    wait = GlacierRestoreSensor(
-        task_id="wait_glacier_restore", poke_interval=storage.glacier_poll_seconds, **where
-    )
-    readable = EmptyOperator(task_id="chain_readable")
-    check = check_archive()
-    check >> [request, readable]
-    request >> wait
-    return check, [wait, readable]

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.triggers.base import TriggerEvent
+
+from ..arguments import keep_arguments
+from .base import ArgsTrigger
 
 
-class BinlogShippedTrigger(BaseTrigger):
+class BinlogShippedTrigger(ArgsTrigger):
     """Reads the binlog manifests of one server every `poll_interval` seconds until they cover
     `file:position` (or `gtid`). Only the object store is polled: the point to reach was fixed
     by the sensor, so the triggerer needs no database credentials.
@@ -35,37 +37,7 @@ class BinlogShippedTrigger(BaseTrigger):
         deadline: float | None = None,  # epoch seconds
     ) -> None:
         super().__init__()
-        self.cluster = cluster
-        self.host = host
-        self.server_uuid = server_uuid
-        self.file = file
-        self.position = position
-        self.gtid = gtid
-        self.bucket = bucket
-        self.local_path = local_path
-        self.prefix = prefix
-        self.aws_conn_id = aws_conn_id
-        self.poll_interval = poll_interval
-        self.deadline = deadline
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "cluster": self.cluster,
-                "host": self.host,
-                "server_uuid": self.server_uuid,
-                "file": self.file,
-                "position": self.position,
-                "gtid": self.gtid,
-                "bucket": self.bucket,
-                "local_path": self.local_path,
-                "prefix": self.prefix,
-                "aws_conn_id": self.aws_conn_id,
-                "poll_interval": self.poll_interval,
-                "deadline": self.deadline,
-            },
-        )
+        keep_arguments(self, locals())
 
     def _check(self) -> bool:
         from ..core.binlog.ship import LagTarget, is_shipped

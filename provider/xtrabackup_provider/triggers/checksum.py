@@ -6,12 +6,14 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
-from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.triggers.base import TriggerEvent
+
+from ..arguments import keep_arguments
+from .base import ArgsTrigger
 
 
-class ReplicaChecksumTrigger(BaseTrigger):
+class ReplicaChecksumTrigger(ArgsTrigger):
     """Polls the replica's health and checksum table until the gate is no longer blocked.
 
     Serialized kwargs hold the connection id, never credentials. The blocking MySQL queries
@@ -32,27 +34,7 @@ class ReplicaChecksumTrigger(BaseTrigger):
         label: str = "the replica",
     ) -> None:
         super().__init__()
-        self.mysql_conn_id = mysql_conn_id
-        self.replicate = replicate
-        self.max_age_hours = max_age_hours
-        self.max_lag_seconds = max_lag_seconds
-        self.deadline = deadline
-        self.poll_interval = poll_interval
-        self.label = label
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "mysql_conn_id": self.mysql_conn_id,
-                "replicate": self.replicate,
-                "max_age_hours": self.max_age_hours,
-                "max_lag_seconds": self.max_lag_seconds,
-                "deadline": self.deadline,
-                "poll_interval": self.poll_interval,
-                "label": self.label,
-            },
-        )
+        keep_arguments(self, locals())
 
     def _blocked_reason(self) -> str | None:
         from ..core.db.gate import GatePolicy, check_replica

@@ -7,10 +7,13 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.triggers.base import TriggerEvent
+
+from ..arguments import keep_arguments
+from .base import ArgsTrigger
 
 
-class GlacierRestoreTrigger(BaseTrigger):
+class GlacierRestoreTrigger(ArgsTrigger):
     """Polls HEAD of each key through the `aws` connection until every restore has finished.
 
     boto3 is synchronous, so each poll runs in a worker thread (asyncio.to_thread) and the
@@ -27,23 +30,8 @@ class GlacierRestoreTrigger(BaseTrigger):
         deadline: float | None = None,  # epoch seconds
     ) -> None:
         super().__init__()
-        self.bucket = bucket
+        keep_arguments(self, locals())
         self.keys = list(keys)
-        self.aws_conn_id = aws_conn_id
-        self.poll_interval = poll_interval
-        self.deadline = deadline
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "bucket": self.bucket,
-                "keys": self.keys,
-                "aws_conn_id": self.aws_conn_id,
-                "poll_interval": self.poll_interval,
-                "deadline": self.deadline,
-            },
-        )
 
     def _store(self) -> Any:
         from ..hooks.storage import BackupStorageHook

@@ -1,0 +1,258 @@
+"""The package's shape stays as designed: no import loops (not even through an import inside a
+function), dependencies pointing one way between the core's domains, and every documented
+import path importable."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+PROVIDER = Path(__file__).resolve().parents[2] / "provider"
+PACKAGE = "xtrabackup_provider"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PROVIDER).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """Modules of the package that `path` imports anywhere (a function body too), except under
+    `if TYPE_CHECKING:`, which never runs."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    tree = ast.parse(path.read_text())
+    skipped = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for n in ast.walk(node)
+    }
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.ImportFrom):
+            base = package.split(".")
+            base = base[: len(base) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            for alias in node.names:  # `from . import prepare` names a module
+                candidate = f"{module}.{alias.name}"
+                found.add(candidate if candidate in MODULES else module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return {m for m in found if m in MODULES}
+
+
+MODULES = {_module_name(p): p for p in (PROVIDER / PACKAGE).rglob("*.py")}
+GRAPH = {name: _imports(path) for name, path in MODULES.items()}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        state[node] = 2
+        stack.pop()
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def _domain(module: str) -> str:
+    """`xtrabackup_provider.core.restore.chain` -> `core.restore`; `xtrabackup_provider.cli.main` -> `cli`."""
+    parts = module.split(".")[1:]
+    return ".".join(parts[:2]) if parts and parts[0] == "core" else (parts[0] if parts else "")
+
+
+# Old import paths kept as re-exports: aliases of another domain's names, not dependencies.
+SHIMS = {f"{PACKAGE}.operators.s3", f"{PACKAGE}.operators.decide", f"{PACKAGE}.operators._common"}
+
+
+def _domain_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for module, imported in GRAPH.items():
+        if module in SHIMS:
+            continue
+        here = _domain(module)
+        graph.setdefault(here, set()).update(d for d in map(_domain, imported) if d != here)
+    return graph
+
+
+def _reaches(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def test_the_walk_sees_the_package():
+    assert len(MODULES) > 80
+    assert "xtrabackup_provider.core.catalog.manifest" in GRAPH["xtrabackup_provider.core.catalog.backups"]
+    # an import inside a function counts: the CLI imports the backup verb only when it runs one
+    assert "xtrabackup_provider.core.backup.run" in GRAPH["xtrabackup_provider.cli.backups"]
+
+
+def test_no_module_imports_itself_back():
+    assert _cycle(GRAPH) is None, f"import loop: {' -> '.join(_cycle(GRAPH) or [])}"
+
+
+def test_domains_depend_one_way():
+    domains = _domain_graph()
+    assert _cycle(domains) is None, f"domain loop: {' -> '.join(_cycle(domains) or [])}"
+
+
+@pytest.mark.parametrize(
+    ("domain", "must_not_reach"),
+    [
+        # the storage layer and the tool rules know nothing of what is built on them
+        ("core.storage", {"core.backup", "core.restore", "core.pitr", "core.retention", "core.catalog"}),
+        ("core.engine", {"core.backup", "core.restore", "core.storage", "core.catalog", "core.db"}),
+        ("core.catalog", {"core.backup", "core.restore", "core.binlog", "core.retention"}),
+        # nothing in the core knows Airflow, the CLI or the DAG helpers
+        *[
+            (f"core.{d}", {"operators", "sensors", "triggers", "hooks", "cli", "dag_tasks", "policy"})
+            for d in (
+                "storage",
+                "catalog",
+                "engine",
+                "db",
+                "pipeline",
+                "backup",
+                "restore",
+                "binlog",
+                "pitr",
+                "retention",
+                "report",
+                "config",
+                "common",
+            )
+        ],
+        ("operators", {"cli"}),
+        ("sensors", {"cli"}),
+        ("cli", {"operators", "sensors", "triggers", "hooks", "dag_tasks"}),
+    ],
+)
+def test_dependencies_point_down(domain, must_not_reach):
+    reached = _reaches(_domain_graph(), domain)
+    assert not reached & must_not_reach, f"{domain} reaches {sorted(reached & must_not_reach)}"
+
+
+def test_config_schema_imports_no_runtime_module():
+    """The schema validates with pure validators and models: no server, store or process code."""
+    allowed = {
+        "xtrabackup_provider.core.db.dsn",
+        "xtrabackup_provider.core.retention.model",
+        "xtrabackup_provider.core.storage.base",
+    }
+    schema = "xtrabackup_provider.core.config.schema"
+    reached: set[str] = set()
+    todo = [schema]
+    while todo:
+        for nxt in GRAPH[todo.pop()]:
+            if nxt not in reached:
+                reached.add(nxt)
+                todo.append(nxt)
+    assert reached <= allowed, f"the config schema reaches {sorted(reached - allowed)}"
+
+
+def test_core_imports_no_airflow():
+    for name, path in MODULES.items():
+        if name.startswith(f"{PACKAGE}.core"):
+            tree = ast.parse(path.read_text())
+            names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names] + [
+                n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+            ]
+            assert not [m for m in names if m.split(".")[0] == "airflow"], f"{name} imports Airflow"
+
+
+# Every import path the README, docs/EXTENDING.md and docs/OPERATORS.md show, and the old paths
+# kept as re-exports.
+DOCUMENTED = [
+    ("xtrabackup_provider.operators.backup", "XtraBackupOperator"),
+    ("xtrabackup_provider.operators.restore", "XtraBackupRestoreOperator"),
+    ("xtrabackup_provider.operators.prepare", "XtraBackupPrepareOperator"),
+    ("xtrabackup_provider.operators.prepare", "XtraBackupFinalPrepareOperator"),
+    ("xtrabackup_provider.operators.standby", "XtraBackupStandbyOperator"),
+    ("xtrabackup_provider.operators.restore_test", "RestoreTestOperator"),
+    ("xtrabackup_provider.operators.binlog", "BinlogShipOperator"),
+    ("xtrabackup_provider.operators.pitr", "PitrRestoreTestOperator"),
+    ("xtrabackup_provider.operators.retention", "ApplyRetentionOperator"),
+    ("xtrabackup_provider.operators.checksum", "TableChecksumOperator"),
+    ("xtrabackup_provider.operators.lifecycle", "BucketLifecycleOperator"),
+    ("xtrabackup_provider.operators.glacier", "GlacierRestoreRequestOperator"),
+    ("xtrabackup_provider.operators.verify", "VerifyBackupOperator"),
+    ("xtrabackup_provider.operators.files", "GpgEncryptOperator"),
+    ("xtrabackup_provider.operators.files", "BackupUploadOperator"),
+    ("xtrabackup_provider.operators.base", "BackupStorageOperator"),
+    ("xtrabackup_provider.operators.base", "skip_unless_branch_chose"),
+    ("xtrabackup_provider.operators.base", "storage_template_fields"),
+    ("xtrabackup_provider.operators.base", "ChainRestoreOperator"),
+    ("xtrabackup_provider.operators.base", "RestoreTestingOperator"),
+    ("xtrabackup_provider.arguments", "keep_arguments"),
+    ("xtrabackup_provider.sensors.binlog", "BinlogLagSensor"),
+    ("xtrabackup_provider.sensors.checksum", "ReplicaChecksumSensor"),
+    ("xtrabackup_provider.sensors.glacier", "GlacierRestoreSensor"),
+    ("xtrabackup_provider.hooks.xtrabackup", "XtraBackupHook"),
+    ("xtrabackup_provider.hooks.storage", "BackupStorageHook"),
+    ("xtrabackup_provider.hooks.gpg", "GpgKeysHook"),
+    ("xtrabackup_provider.policy", "task_instance_mutation_hook"),
+    ("xtrabackup_provider.policy", "route_backup_task"),
+    ("xtrabackup_provider.policy", "HOST_QUEUE"),
+    ("xtrabackup_provider.cli", "main"),
+    ("xtrabackup_provider.core.backup.run", "run_backup"),
+    ("xtrabackup_provider.core.backup.run", "BackupRequest"),
+    ("xtrabackup_provider.core.backup.decide", "decide"),
+    ("xtrabackup_provider.core.catalog.backups", "Catalog"),
+    ("xtrabackup_provider.core.db.server", "MySQLTarget"),
+    ("xtrabackup_provider.core.storage.s3", "S3Store"),
+    ("xtrabackup_provider.core.storage.s3", "make_s3_client"),
+    ("xtrabackup_provider.core.storage.local", "LocalStore"),
+    ("xtrabackup_provider.core.storage.base", "ObjectStore"),
+    ("xtrabackup_provider.core.restore.chain", "restore"),
+    ("xtrabackup_provider.core.restore.restore_test", "run_restore_test"),
+    ("xtrabackup_provider.core.restore.standby", "update_standby"),
+    ("xtrabackup_provider.core.engine.tools", "Capabilities"),
+    ("xtrabackup_provider.core.engine.argv", "backup_argv"),
+    # deprecated paths, kept as re-exports
+    ("xtrabackup_provider.operators.s3", "BucketLifecycleOperator"),
+    ("xtrabackup_provider.operators.s3", "GlacierRestoreRequestOperator"),
+    ("xtrabackup_provider.operators.s3", "VerifyBackupOperator"),
+    ("xtrabackup_provider.operators.s3", "BackupVerifyFailed"),
+    ("xtrabackup_provider.operators.s3", "GpgEncryptOperator"),
+    ("xtrabackup_provider.operators.s3", "BackupUploadOperator"),
+    ("xtrabackup_provider.operators.decide", "choose_backup_kind"),
+    ("xtrabackup_provider.operators._common", "skip_unless_branch_chose"),
+]
+
+
+@pytest.mark.parametrize(("module", "name"), DOCUMENTED)
+def test_documented_import_paths_work(module, name):
+    assert getattr(importlib.import_module(module), name) is not None
+
+
+def test_every_operator_module_airflow_registers_imports():
+    from xtrabackup_provider.get_provider_info import get_provider_info
+
+    info = get_provider_info()
+    for key in ("operators", "sensors", "triggers", "hooks"):
+        for entry in info[key]:
+            for module in entry["python-modules"]:
+                importlib.import_module(module)
