@@ -47,7 +47,9 @@ def decide(
         return Decision("full", f"the newest chain is not valid ({exc})")
     full, last = chain[0], chain[-1]
     if server_uuid and last.server_uuid != server_uuid:
-        return Decision("full", f"the server changed ({last.server_uuid} -> {server_uuid})")
+        return Decision(
+            "full", f"the server changed since {last.backup_id} ({last.server_uuid} -> {server_uuid})"
+        )
     if engine and (last.engine_flavour, last.engine_major) != engine:
         return Decision("full", f"the backup tool changed to {engine[0]} {engine[1]}")
     age = now - full.started_at
