@@ -90,7 +90,11 @@ class Deleted:
     freed_bytes: int | None = 0  # bytes no longer stored (None: the store cannot tell)
     retained: list[str] = field(default_factory=list)  # versions Object Lock still keeps, named
 
-    def add(self, other: Deleted) -> None:
+    def add(self, other: Deleted | None) -> None:
+        """Sum up another call's result (None: a store of an older protocol that returns nothing)."""
+        if other is None:
+            self.freed_bytes = None
+            return
         self.keys += other.keys
         self.freed_bytes = (
             None
