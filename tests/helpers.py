@@ -6,7 +6,9 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -392,3 +394,24 @@ class S3Server:
 def process_argv(pid: int) -> list[str]:
     """The argv of a running process (Linux), to check that no secret is visible in it."""
     return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+
+
+# -- the CLI, as a DBA runs it -----------------------------------------------------------------------
+
+# Importing the CLI must not import Airflow: it has to work on a host where Airflow is broken.
+RUN = (
+    "import sys, runpy; sys.argv = ['xtrabackup-provider'] + sys.argv[1:]; "
+    "from xtrabackup_provider import cli; rc = cli.main(sys.argv[1:]); "
+    "assert 'airflow' not in sys.modules, 'the CLI imported airflow'; sys.exit(rc)"
+)
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    return subprocess.run(
+        [sys.executable, "-c", RUN, *args],
+        capture_output=True,
+        text=True,
+        env={**clean, **(env or {})},
+        timeout=600,
+    )

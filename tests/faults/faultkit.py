@@ -15,7 +15,7 @@ import stat
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -95,12 +95,21 @@ class ProxyLog:
 
 class S3Proxy:
     """Forwards real HTTP to `upstream`. `rule(operation, path)` may answer instead: an int status
-    (500) or "stop" (the proxy stops listening and drops every connection, like a dead endpoint)."""
+    (500) or "stop" (the proxy stops listening and drops every connection, like a dead endpoint);
+    it may also just wait before answering None (a slow endpoint). `drop_headers` are removed
+    from every request (an S3-compatible store that ignores them, e.g. If-None-Match / If-Match;
+    boto3 signs them, but moto does not check signatures)."""
 
-    def __init__(self, upstream: str, rule: Callable[[str, str], int | str | None] | None = None) -> None:
+    def __init__(
+        self,
+        upstream: str,
+        rule: Callable[[str, str], int | str | None] | None = None,
+        drop_headers: Collection[str] = (),
+    ) -> None:
         parts = urlsplit(upstream)
         self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
         self.rule = rule or (lambda op, path: None)
+        self.drop = {h.lower() for h in drop_headers} | {"transfer-encoding", "connection"}
         self.log: list[ProxyLog] = []
         self.port = 0
         self._server: ThreadingHTTPServer | None = None
@@ -213,7 +222,7 @@ class S3Proxy:
     ) -> tuple[int, dict[str, str], bytes]:
         conn = http.client.HTTPConnection(*self.upstream, timeout=60)
         try:
-            out = {k: v for k, v in headers.items() if k.lower() not in ("transfer-encoding", "connection")}
+            out = {k: v for k, v in headers.items() if k.lower() not in self.drop}
             out["Content-Length"] = str(len(body))
             conn.request(method, path, body=body, headers=out)
             resp = conn.getresponse()

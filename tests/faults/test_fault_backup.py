@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -446,7 +447,7 @@ def test_two_runs_for_one_host_at_once_one_runs_the_other_fails_clearly(
     assert not [k for k in snapshot(s3_server.client(), bucket) if k.endswith(LOCK_NAME)]
 
 
-def _foreign_lock(catalog: Catalog, expires: datetime) -> str:
+def _foreign_lock(catalog: Catalog, expires: datetime, lease_seconds: float = 120) -> str:
     """A lock left by a run on another machine (the format the product writes)."""
     key = f"{catalog.host_prefix}/{LOCK_NAME}"
     body = {
@@ -457,6 +458,7 @@ def _foreign_lock(catalog: Catalog, expires: datetime) -> str:
         "pid_start": 1,
         "acquired_at": (expires - timedelta(minutes=2)).isoformat(),
         "expires_at": expires.isoformat(),
+        "lease_seconds": lease_seconds,
     }
     catalog.store.put_bytes(key, json.dumps(body).encode())
     return key
@@ -475,7 +477,9 @@ def test_a_live_lock_of_another_worker_blocks_and_an_expired_one_is_taken_over(
     assert key in message, "the error must say which object to remove if that run is really gone"
     assert catalog.backup_ids() == [] and catalog.store.head(key) is not None
 
-    _foreign_lock(catalog, datetime.now(UTC) - timedelta(seconds=1))
+    # Expired by the store's clock: not renewed for longer than its (one-second) lease + 2 s.
+    _foreign_lock(catalog, datetime.now(UTC) - timedelta(seconds=1), lease_seconds=1)
+    time.sleep(4.2)
     manifest = run_backup(_request(catalog, server, gpg_keys))
     assert catalog.backup_ids() == [manifest.backup_id]
     assert catalog.store.head(key) is None, "the taken-over lock was not released"

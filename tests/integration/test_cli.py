@@ -4,39 +4,19 @@ S3 endpoint is down, the bucket is missing, there are no credentials or the host
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import yaml
 
-from helpers import add_orders, restored_checksums, seed_database, unique_name
+from helpers import add_orders, cli, restored_checksums, seed_database, unique_name
 from manifest_factory import CLUSTER, HOST, PREFIX, make_manifest
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.catalog.lock import LOCK_NAME
 from xtrabackup_provider.core.db.sandbox import free_port, table_checksums
 from xtrabackup_provider.core.storage.s3 import S3Store
-
-# Importing the CLI must not import Airflow: it has to work on a host where Airflow is broken.
-RUN = (
-    "import sys, runpy; sys.argv = ['xtrabackup-provider'] + sys.argv[1:]; "
-    "from xtrabackup_provider import cli; rc = cli.main(sys.argv[1:]); "
-    "assert 'airflow' not in sys.modules, 'the CLI imported airflow'; sys.exit(rc)"
-)
-
-
-def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
-    return subprocess.run(
-        [sys.executable, "-c", RUN, *args],
-        capture_output=True,
-        text=True,
-        env={**clean, **(env or {})},
-        timeout=600,
-    )
 
 
 def test_backup_list_restore_round_trip_without_airflow(mariadb, tmp_path):

@@ -442,7 +442,7 @@ class FailingStore(LocalStore):
         if self.allowed <= 0:
             raise StorageError(f"{self.location}: connection reset")
         self.allowed -= 1
-        super().delete(keys)
+        return super().delete(keys)
 
 
 def materialize(w: World, root: Path) -> None:

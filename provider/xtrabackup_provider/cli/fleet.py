@@ -96,7 +96,14 @@ def cmd_retention(args: argparse.Namespace, config: FleetConfig) -> int:
         if applied and applied["dry_run"]:
             print(f"dry run: {len(plan.deletes)} item(s) would be deleted; add --confirm to delete them")
         elif applied:
-            print(f"deleted {applied['deleted_items']} item(s): {applied['deleted_keys']} object(s)")
+            print(
+                f"deleted {applied['deleted_items']} item(s): {applied['deleted_keys']} object(s), "
+                f"freed {applied['freed_bytes']:,} bytes"
+            )
+            for retained in applied["retained"]:
+                print(f"kept under Object Lock: {retained}")
+            for name in applied["kept_leased"]:
+                print(f"kept the data of {name}: a restore started reading it meanwhile")
     for problem in plan.problems:
         print(f"WARNING: unreadable manifest (its backup is kept): {problem}", file=sys.stderr)
     return 1 if plan.problems else 0

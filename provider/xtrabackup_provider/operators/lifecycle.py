@@ -16,8 +16,10 @@ class BucketLifecycleOperator(KeptArguments, BaseOperator):
 
     `rules`: [{"id": "xbp-main", "prefix": "backups/main/", "transitions": [{"days": 30,
     "storage_class": "GLACIER_IR"}, {"days": 180, "storage_class": "DEEP_ARCHIVE"}],
-    "abort_incomplete_multipart_days": 7}]. Transitions apply to backup data objects only
-    (tagged xbp-archive=true), never to manifests. The bucket's other rules are kept as they are.
+    "abort_incomplete_multipart_days": 7, "noncurrent_version_days": 7}]. Transitions apply to
+    backup data objects only (tagged xbp-archive=true), never to manifests. On a versioned bucket,
+    `noncurrent_version_days` expires non-current versions and lone delete markers under the
+    prefix. The bucket's other rules are kept as they are.
     """
 
     template_fields: Sequence[str] = ("bucket",)

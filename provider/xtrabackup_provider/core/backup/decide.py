@@ -21,6 +21,9 @@ class Decision:
     kind: str  # "full" | "incremental"
     reason: str
     parent: Manifest | None = None
+    # A full chosen by policy (age, length, size) on a chain that validates: what a forced
+    # incremental may continue. None when the chain cannot take one (invalid, other server or tool).
+    continuable: Manifest | None = None
 
     @property
     def parent_id(self) -> str | None:
@@ -44,7 +47,9 @@ def decide(
         return Decision("full", f"the newest chain is not valid ({exc})")
     full, last = chain[0], chain[-1]
     if server_uuid and last.server_uuid != server_uuid:
-        return Decision("full", f"the server changed ({last.server_uuid} -> {server_uuid})")
+        return Decision(
+            "full", f"the server changed since {last.backup_id} ({last.server_uuid} -> {server_uuid})"
+        )
     if engine and (last.engine_flavour, last.engine_major) != engine:
         return Decision("full", f"the backup tool changed to {engine[0]} {engine[1]}")
     age = now - full.started_at
@@ -52,11 +57,14 @@ def decide(
         return Decision(
             "full",
             f"the chain's full {full.backup_id} is {_days(age)} old (full_every {_days(policy.full_every)})",
+            continuable=last,
         )
     incrementals = len(chain) - 1
     if incrementals >= policy.max_chain_length:
         return Decision(
-            "full", f"the chain has {incrementals} incrementals (max_chain_length {policy.max_chain_length})"
+            "full",
+            f"the chain has {incrementals} incrementals (max_chain_length {policy.max_chain_length})",
+            continuable=last,
         )
     if incrementals and full.stored_bytes:
         ratio = last.stored_bytes / full.stored_bytes
@@ -65,6 +73,7 @@ def decide(
                 "full",
                 f"the last incremental was {ratio:.0%} of the full's size "
                 f"(max_incremental_ratio {policy.max_incremental_ratio:.0%})",
+                continuable=last,
             )
     return Decision("incremental", f"continuing chain {full.backup_id} after {last.backup_id}", parent=last)
 

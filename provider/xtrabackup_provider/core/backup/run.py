@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from ..catalog.backups import Catalog
 from ..catalog.lock import HostLock
@@ -22,8 +23,14 @@ from ..catalog.manifest import (
     new_backup_id,
 )
 from ..common.files import directory_size
-from ..db.heartbeat import wait_for_heartbeat, write_heartbeat
-from ..db.server import MySQLTarget, ServerFacts, defaults_file, server_facts
+from ..db.heartbeat import (
+    SOURCE_HEARTBEAT_TABLE,
+    lineage_token,
+    plant,
+    wait_for_heartbeat,
+    write_source_heartbeat,
+)
+from ..db.server import MySQLTarget, ServerFacts, data_position, defaults_file, server_facts
 from ..engine.argv import BackupOptions, backup_argv
 from ..engine.metadata import read_binlog_position, read_checkpoints, read_info
 from ..engine.tools import Flavour, ToolVersion, detect_tool
@@ -31,6 +38,7 @@ from ..pipeline.gpg import GpgHome
 from ..pipeline.to_store import stream_to_store
 from ..storage.base import ARCHIVE_TAGGING, PutOptions
 from .decide import ChainPolicy, Decision, decide
+from .lineage import ServerLineage, describe_break, lineage_problems
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +74,7 @@ class BackupRequest:
     policy: ChainPolicy = field(default_factory=ChainPolicy)
     gates: list[GateResult] = field(default_factory=list)
     host_defaults_file: str | None = None
-    heartbeat: bool = False  # write the restore-test canary row before the backup starts
+    heartbeat: bool = False  # plant the canary + lineage row (unlogged) before the backup starts
     heartbeat_target: MySQLTarget | None = None  # the source, when backing up a replica
     heartbeat_wait: float = 60  # seconds a replica gets to apply the heartbeat before the backup
     progress: Callable[[int], None] | None = None
@@ -83,17 +91,22 @@ def plan(req: BackupRequest, facts: ServerFacts, tool: ToolVersion, now: datetim
         # A branch that already chose "full" by policy runs this: keep the policy's reason.
         return auto if auto.kind == "full" else Decision("full", "a full backup was requested")
     if req.kind == "incremental" and auto.kind != "incremental":
-        if auto.parent is None and manifests:
-            newest = max(manifests, key=lambda m: m.backup_id)
-            return Decision("incremental", "an incremental was requested", parent=newest)
+        # Only past the policy's own limits (age, length, size), never onto a chain that does not
+        # validate or that another server or tool version made: that could not be restored.
+        if auto.continuable is not None:
+            return Decision(
+                "incremental",
+                f"an incremental was requested (policy: {auto.reason})",
+                parent=auto.continuable,
+            )
         raise BackupError(f"an incremental was requested but {auto.reason}; take a full backup first")
     return auto
 
 
 def run_backup(req: BackupRequest, now: datetime | None = None) -> Manifest:
     # One run per host at a time, from the decision to the manifest (HostLockBusy otherwise).
-    with HostLock(req.catalog):
-        return _run_locked(req, now)
+    with HostLock(req.catalog) as lock:
+        return _run_locked(req, now, lock)
 
 
 # Backup ids have one-second resolution and must sort in the order the backups were taken.
@@ -116,14 +129,15 @@ def _start_after_newest(catalog: Catalog) -> datetime:
     return now
 
 
-def _run_locked(req: BackupRequest, now: datetime | None) -> Manifest:
+def _run_locked(req: BackupRequest, now: datetime | None, lock: HostLock) -> Manifest:
     started = _start_after_newest(req.catalog)
     tool = detect_tool(req.flavour, req.binary)
     facts = server_facts(req.target)
     decision = plan(req, facts, tool, now or started)
-    log.info("backup kind %s: %s", decision.kind, decision.reason)
     if decision.parent is not None:
         _check_parent(decision.parent, facts, tool)
+        decision = _check_lineage(req, decision, facts)
+    log.info("backup kind %s: %s", decision.kind, decision.reason)
     backup_id = new_backup_id(decision.kind, started)
     if req.catalog.store.head(req.catalog.manifest_key(backup_id)) is not None:
         raise BackupError(
@@ -131,8 +145,7 @@ def _run_locked(req: BackupRequest, now: datetime | None) -> Manifest:
         )
     datadir = req.datadir or facts.datadir
     _abort_stale_uploads(req)
-    if req.heartbeat:
-        _heartbeat(req, backup_id)
+    canary = _heartbeat(req, backup_id) if req.heartbeat else {"heartbeat": False}
     with GpgHome() as gpg, tempfile.TemporaryDirectory(prefix="xbp-backup-") as work:
         recipients = _recipients(gpg, req)
         stored = _stream(req, tool, decision, Path(work), datadir, backup_id, gpg, recipients)
@@ -144,6 +157,11 @@ def _run_locked(req: BackupRequest, now: datetime | None) -> Manifest:
         raise BackupError(
             f"{backup_id}: the tool started at LSN {checkpoints.from_lsn}, not at parent "
             f"{decision.parent.backup_id}'s to_lsn {decision.parent.to_lsn}; not registering it"
+        )
+    if checkpoints.to_lsn < checkpoints.from_lsn:
+        raise BackupError(
+            f"{backup_id}: the tool ended at to_lsn {checkpoints.to_lsn}, below its from_lsn {checkpoints.from_lsn}: "
+            "the server's data is not the parent's history (re-seeded?); not registering it, take a full backup"
         )
     manifest = Manifest(
         backup_id=backup_id,
@@ -172,8 +190,9 @@ def _run_locked(req: BackupRequest, now: datetime | None) -> Manifest:
         stored_bytes=stored.size,
         gates=req.gates,
         estimate_memory=tool.capabilities.estimate_memory,
-        extra={"heartbeat": req.heartbeat},
+        extra=canary,
     )
+    lock.confirm(f"registering {backup_id}")  # fencing: a run that lost its lock registers nothing
     req.catalog.write(manifest)
     log.info(
         "registered %s (%s, %d raw bytes -> %d stored) at %s",
@@ -208,15 +227,48 @@ def _put_options(req: BackupRequest, storage_class: str, expected_size: int | No
     )
 
 
-def _heartbeat(req: BackupRequest, backup_id: str) -> None:
-    write_heartbeat(req.heartbeat_target or req.target, backup_id)
-    if req.heartbeat_target and not wait_for_heartbeat(req.target, backup_id, req.heartbeat_wait):
-        # Go on: the backup is still worth having, and a restore test will flag the missing canary.
-        log.warning(
-            "the replica did not apply heartbeat %s within %.0fs; it is lagging or stopped",
-            backup_id,
-            req.heartbeat_wait,
-        )
+def _heartbeat(req: BackupRequest, backup_id: str) -> dict[str, Any]:
+    """Plant this backup's row (canary + lineage token, never logged: core/db/heartbeat.py); with
+    a heartbeat_target, the canary is the source's replicated row. What goes into manifest.extra."""
+    planted = plant(req.target, backup_id)
+    extra: dict[str, Any] = {"heartbeat": planted.table is not None}
+    if planted.table is None:
+        log.warning("taking the backup without a canary or lineage row: %s", planted.skipped)
+        extra["heartbeat_skipped"] = planted.skipped
+    else:
+        extra.update(heartbeat_table=planted.table, lineage_token=planted.token)
+    if req.heartbeat_target:
+        write_source_heartbeat(req.heartbeat_target, backup_id)
+        extra.update(heartbeat=True, heartbeat_table=".".join(SOURCE_HEARTBEAT_TABLE))
+        if not wait_for_heartbeat(req.target, backup_id, req.heartbeat_wait):
+            # Go on: the backup is still worth having, and a restore test will flag the missing canary.
+            log.warning(
+                "the replica did not apply heartbeat %s within %.0fs; it is lagging or stopped",
+                backup_id,
+                req.heartbeat_wait,
+            )
+    return extra
+
+
+def _check_lineage(req: BackupRequest, decision: Decision, facts: ServerFacts) -> Decision:
+    """An incremental only onto the parent's own data history (core/backup/lineage.py): otherwise
+    `auto` takes a full and says why, and a requested incremental is refused."""
+    parent = decision.parent
+    assert parent is not None
+    server = ServerLineage(
+        facts.server_uuid,
+        data_position(req.target, parent.gtid),
+        lineage_token(req.target, parent.backup_id) if parent.extra.get("lineage_token") else None,
+        facts.is_mariadb,
+    )
+    problems = lineage_problems(parent, server)
+    if not problems:
+        return decision
+    why = describe_break(parent, server, problems)
+    if req.kind == "incremental":
+        raise BackupError(f"an incremental was requested but {why}; take a full backup")
+    log.warning("taking a full backup: %s", why)
+    return Decision("full", why)
 
 
 def _recipients(gpg: GpgHome, req: BackupRequest) -> list[str]:

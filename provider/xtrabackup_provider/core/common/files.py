@@ -1,7 +1,8 @@
-"""Sizes and hashes of local files: a datadir's size, the sha256 of a byte range."""
+"""Local files: a datadir's size, the sha256 of a byte range, durable directory entries."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from pathlib import Path
@@ -35,3 +36,24 @@ def sha256_range(path: Path, offset: int, size: int) -> str:
             digest.update(chunk)
             left -= len(chunk)
     return digest.hexdigest()
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make the entries of `directory` (creates, renames, deletions) durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def make_dirs(directory: Path) -> None:
+    """mkdir -p, with each directory it creates made durable in its parent."""
+    missing = []
+    while not directory.is_dir():
+        missing.append(directory)
+        directory = directory.parent
+    for new in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            new.mkdir()
+        fsync_dir(new.parent)

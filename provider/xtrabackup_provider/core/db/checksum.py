@@ -22,6 +22,7 @@ from .dsn import (
     check_table_name,
     quote_table,
 )
+from .heartbeat import LOCAL_SCHEMA
 from .server import MySQLTarget, connect, defaults_file
 
 log = logging.getLogger(__name__)
@@ -142,7 +143,9 @@ def checksum_argv(target: MySQLTarget, creds_path: str, opts: ChecksumOptions) -
         raise ConsistencyError(
             f"recursion_method must be dsn, processlist or hosts, not {opts.recursion_method!r}"
         )
-    for flag, names in (("--databases", opts.databases), ("--ignore-databases", opts.ignore_databases)):
+    # Each host's heartbeat rows are its own (written unlogged, core/db/heartbeat.py): never compared.
+    ignored = [*opts.ignore_databases, *([] if LOCAL_SCHEMA in opts.ignore_databases else [LOCAL_SCHEMA])]
+    for flag, names in (("--databases", opts.databases), ("--ignore-databases", ignored)):
         if names:
             argv.append(f"{flag}={','.join(check_database_name(n) for n in names)}")
     return argv

@@ -129,3 +129,43 @@ def server_facts(target: MySQLTarget) -> ServerFacts:
         return ServerFacts(str(version), int(server_id), str(uuid), str(datadir), str(gtid or ""), is_mariadb)
     finally:
         conn.close()
+
+
+@dataclass(frozen=True)
+class DataPosition:
+    """Where the server's data history stands now: what an incremental's parent must be behind."""
+
+    lsn: int | None  # the InnoDB LSN now (None: this account cannot read it)
+    gtid: str  # MariaDB: @@gtid_binlog_state (every domain-server_id's last GTID); MySQL: gtid_executed
+    gtid_current: str = ""  # MariaDB: @@gtid_current_pos (a replica without a binlog of its own)
+    contains: bool | None = None  # MySQL: GTID_SUBSET(<given set>, gtid_executed), computed by the server
+
+
+def data_position(target: MySQLTarget, gtid_set: str | None = None) -> DataPosition:
+    """The server's LSN and GTID history; on MySQL also whether `gtid_set` is contained in it."""
+    conn = connect(target)
+    try:
+        cur = conn.cursor()
+        cur.execute("SELECT @@version")
+        if "mariadb" in str(cur.fetchone()[0]).lower():
+            cur.execute("SHOW GLOBAL STATUS LIKE 'Innodb_lsn_current'")
+            row = cur.fetchone()
+            cur.execute("SELECT @@gtid_binlog_state, @@gtid_current_pos")
+            state, current = cur.fetchone()
+            return DataPosition(int(row[1]) if row else None, str(state or ""), str(current or ""))
+        cur.execute("SELECT @@global.gtid_executed")
+        executed = str(cur.fetchone()[0] or "")
+        contains = None
+        if gtid_set:
+            cur.execute("SELECT GTID_SUBSET(%s, @@global.gtid_executed)", (gtid_set,))
+            contains = bool(cur.fetchone()[0])
+        lsn = None
+        try:  # needs BACKUP_ADMIN
+            cur.execute("SELECT LOCAL->>'$.innodb.LSN' FROM performance_schema.log_status")
+            row = cur.fetchone()
+            lsn = int(row[0]) if row and row[0] is not None else None
+        except Exception:  # noqa: BLE001 - without the privilege the LSN check is skipped
+            lsn = None
+        return DataPosition(lsn, executed, contains=contains)
+    finally:
+        conn.close()

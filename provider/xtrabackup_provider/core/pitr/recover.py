@@ -42,10 +42,11 @@ from ..binlog.events import (
     replay_end,
 )
 from ..catalog.backups import Catalog
+from ..catalog.lease import ReadLease
 from ..common.files import sha256_range
 from ..pipeline.from_store import stream_from_store
 from ..pipeline.gpg import GpgError, GpgHome, passphrase_pipe
-from ..restore.chain import RestoreRequest, check_target, empty_dir, restore
+from ..restore.chain import RestoreRequest, check_target, empty_dir, plan_chain, restore
 from .plan import PitrError, PitrPlan, PitrTarget, make_plan
 from .replay import replay
 
@@ -94,6 +95,15 @@ class PitrReport:
 def point_in_time_restore(req: PitrRequest) -> PitrReport:
     check_target(req.target_datadir)
     plan = make_plan(req.catalog, req.target, req.backup_id)
+    chain = [m.backup_id for m in plan_chain(req.catalog, plan.backup.backup_id)]
+    binlogs = [f"{m.server_uuid}/{m.name}" for m in plan.binlogs]
+    # Retention keeps the chain and the binlogs while they are read (core/catalog/lease.py).
+    with ReadLease(req.catalog, "point-in-time restore", chain, binlogs) as lease:
+        lease.check()
+        return _recover(req, plan)
+
+
+def _recover(req: PitrRequest, plan: PitrPlan) -> PitrReport:
     backup = plan.backup
     scratch = req.scratch_dir or req.target_datadir.parent / f".xbp-pitr-{backup.backup_id}"
     if scratch.exists() and any(scratch.iterdir()):

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..catalog.backups import Catalog
+from ..catalog.lease import ReadLease
 from ..catalog.manifest import Manifest
 from ..common.progress import ProgressLogger
 from ..engine.argv import PrepareStep, copy_back_argv, extract_argv
@@ -94,6 +95,13 @@ def check_target(target: Path) -> None:
 def restore(req: RestoreRequest) -> RestoreReport:
     chain = plan_chain(req.catalog, req.backup_id)
     check_target(req.target_datadir)
+    # Retention keeps what a running restore reads (core/catalog/lease.py).
+    with ReadLease(req.catalog, "restore", [m.backup_id for m in chain]) as lease:
+        lease.check()
+        return _restore(req, chain)
+
+
+def _restore(req: RestoreRequest, chain: list[Manifest]) -> RestoreReport:
     _check_not_archived(req.catalog, chain)
     tool = _prepare_tool(chain, req.binary)
     last = chain[-1]

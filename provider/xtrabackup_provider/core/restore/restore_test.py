@@ -20,7 +20,7 @@ from typing import Any, Literal
 from ..catalog.backups import Catalog
 from ..catalog.manifest import Manifest
 from ..catalog.reports import REPORT_NAME
-from ..db.heartbeat import HEARTBEAT_TABLE
+from ..db.heartbeat import SOURCE_HEARTBEAT_TABLE
 from ..db.sandbox import SandboxServer, quote_ident
 from ..engine.metadata import read_binlog_position
 from .chain import RestoreRequest, plan_chain, restore
@@ -151,10 +151,14 @@ def _check_canary(server: SandboxServer, manifest: Manifest, checks: dict[str, A
     if not manifest.extra.get("heartbeat"):
         checks["canary"] = "not written for this backup"
         return []
-    schema, table = HEARTBEAT_TABLE
+    # Manifests before the host-local canary name no table: theirs was the source's, replicated.
+    schema, _, table = str(manifest.extra.get("heartbeat_table", ".".join(SOURCE_HEARTBEAT_TABLE))).partition(
+        "."
+    )
     try:
         rows = server.query(
-            f"SELECT created_at FROM `{schema}`.`{table}` WHERE backup_id = %s", (manifest.backup_id,)
+            f"SELECT created_at FROM {quote_ident(schema)}.{quote_ident(table)} WHERE backup_id = %s",
+            (manifest.backup_id,),
         )
     except Exception as exc:  # noqa: BLE001 - a missing table is a failed canary
         rows, error = [], str(exc)

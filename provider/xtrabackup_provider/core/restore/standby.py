@@ -3,6 +3,14 @@
 State lives in `<dir>/standby.json`; the catalog stays the source of truth, so a standby that
 is lost or belongs to an older chain is simply rebuilt.
 
+The standby only ever deletes a directory it created: one that is not empty and holds no
+standby.json (a mistyped standby_dir, somebody's datadir) is refused, as restore refuses a
+non-empty target. The state is written before the first download, and every step that changes
+base/ (a fetch, a prepare, a move) records itself in the state first (`step`) and clears it once
+done and recorded: a standby found with a step still recorded was interrupted in the middle
+(killed, power cut) and its base/ is in an unknown state, so it is rebuilt. An update also holds
+a read lease on the chain (core/catalog/lease.py), so retention does not delete what it reads.
+
 - MariaBackup 10.5+: the base is fully prepared and each new incremental is merged into it;
   a restore from the standby is a copy-back.
 - XtraBackup: the base and every incremental but the newest are applied with
@@ -15,12 +23,15 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..catalog.backups import Catalog
+from ..catalog.lease import ReadLease
 from ..catalog.manifest import Manifest
+from ..common.files import fsync_dir
 from ..engine.argv import PrepareStep
 from ..engine.tools import ToolVersion, detect_tool
 from ..pipeline.gpg import GpgHome
@@ -41,6 +52,7 @@ class StandbyState:
     base_prepared: bool = False
     pending: str | None = None  # XtraBackup: newest incremental, extracted but not applied
     finalized: bool = False  # XtraBackup: final prepare done; no more incrementals
+    step: str | None = None  # a step that changes base/ is running (set before it, cleared after)
 
     @property
     def newest(self) -> str | None:
@@ -51,13 +63,47 @@ def load_state(directory: Path) -> StandbyState | None:
     path = directory / STATE
     if not path.is_file():
         return None
-    return StandbyState(**json.loads(path.read_text()))
+    try:
+        raw = json.loads(path.read_text())
+        return StandbyState(**{k: raw[k] for k in StandbyState.__dataclass_fields__ if k in raw})
+    except (ValueError, TypeError, KeyError) as exc:
+        raise RestoreError(
+            f"{path} is unreadable ({exc}); remove {directory} to rebuild the standby"
+        ) from exc
 
 
 def _save(directory: Path, state: StandbyState) -> None:
     tmp = directory / (STATE + ".tmp")
-    tmp.write_text(json.dumps(asdict(state), indent=2))
+    with tmp.open("w") as fh:
+        fh.write(json.dumps(asdict(state), indent=2))
+        fh.flush()
+        os.fsync(fh.fileno())
     tmp.replace(directory / STATE)
+    fsync_dir(directory)
+
+
+def _begin(directory: Path, state: StandbyState, step: str) -> None:
+    state.step = step
+    _save(directory, state)
+
+
+def _rebuild_reason(directory: Path, state: StandbyState | None, root: str) -> str | None:
+    """Why the standby in `directory` must be rebuilt (None: it can continue); RestoreError for a
+    directory the standby did not create."""
+    if state is None:
+        if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+            raise RestoreError(
+                f"standby directory {directory} is not empty and holds no {STATE}: the standby never deletes "
+                "a directory it did not create; empty it or choose another standby_dir"
+            )
+        return "no standby yet"
+    if state.step:
+        return f"an update was interrupted during '{state.step}'"
+    if state.chain_root != root:
+        return f"the newest chain is {root}, the standby holds {state.chain_root}"
+    if state.finalized:
+        return "the standby was finalized for a restore"
+    return None
 
 
 @dataclass
@@ -80,14 +126,32 @@ def update_standby(
 ) -> StandbyUpdate:
     """Bring the standby in `directory` up to the newest backup of the host's latest chain."""
     chain = catalog.latest_chain()
+    with ReadLease(catalog, "standby update", [m.backup_id for m in chain]) as lease:
+        lease.check()
+        return _update(catalog, directory, chain, private_key, passphrase, binary, use_memory)
+
+
+def _update(
+    catalog: Catalog,
+    directory: Path,
+    chain: list[Manifest],
+    private_key: str | None,
+    passphrase: str | None,
+    binary: str | None,
+    use_memory: int | None,
+) -> StandbyUpdate:
     root = chain[0]
     tool = detect_tool(root.engine_flavour, binary)
     state = load_state(directory)
-    rebuilt = state is None or state.chain_root != root.backup_id or state.finalized
+    reason = _rebuild_reason(directory, state, root.backup_id)
+    rebuilt = reason is not None
     if rebuilt:
-        shutil.rmtree(directory, ignore_errors=True)
-        directory.mkdir(parents=True)
+        log.info("rebuilding the standby %s: %s", directory, reason)
+        if state is not None:  # ours: standby.json is there
+            shutil.rmtree(directory)
+        directory.mkdir(parents=True, exist_ok=True)
         state = StandbyState(root.backup_id, root.engine_flavour, root.engine_major)
+        _save(directory, state)  # from now on the directory is the standby's
     assert state is not None
     known = set(state.applied) | ({state.pending} if state.pending else set())
     new = [m for m in chain if m.backup_id not in known]
@@ -95,7 +159,9 @@ def update_standby(
         if private_key:
             import_private_for(gpg, private_key, passphrase, new)
         for manifest in new:
+            _begin(directory, state, f"apply {manifest.backup_id}")
             _apply(catalog, directory, state, manifest, tool, gpg, use_memory)
+            state.step = None
             _save(directory, state)
     log.info("standby %s at %s (chain %s)", directory, state.newest, state.chain_root)
     return StandbyUpdate(directory, state.chain_root, state.newest, rebuilt, [m.backup_id for m in new])
@@ -154,6 +220,10 @@ def restore_from_standby(
         raise RestoreError(f"{directory} holds no standby ({STATE} missing); run the standby update first")
     check_target(target_datadir)
     tool = detect_tool("xtrabackup" if state.flavour == "xtrabackup" else "mariabackup", binary)
+    if state.step:
+        raise RestoreError(
+            f"{directory}: an update was interrupted during '{state.step}'; run the standby update (it rebuilds)"
+        )
     base = directory / "base"
     if not state.finalized and not tool.capabilities.prepared_base_accepts_incrementals:
         pending = directory / "pending"
@@ -163,7 +233,9 @@ def restore_from_standby(
                 f"{directory}: base was prepared with --apply-log-only and nothing is pending; "
                 "rebuild the standby (a lone plain --prepare would corrupt it)"
             )
+        _begin(directory, state, "final prepare")
         _step(tool, step, [base, pending] if state.pending else [base], use_memory)
+        state.step = None
         if state.pending:
             shutil.rmtree(pending)
             state.applied.append(state.pending)

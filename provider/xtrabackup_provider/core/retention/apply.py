@@ -11,7 +11,15 @@ debris once it is older than the grace period (it already is, being old data).
 
 Deleting happens under the host's backup lock (core/catalog/lock.py), so a backup of the host and a
 retention apply never interleave: while a backup runs, apply fails with HostLockBusy naming the
-holder and deletes nothing; while retention deletes, a backup fails the same way.
+holder and deletes nothing; while retention deletes, a backup fails the same way. The lock is
+confirmed (fencing) before each round of deletions: a run that lost it stops deleting.
+
+Read leases (core/catalog/lease.py): what a running restore, PITR or standby update reads is
+kept and named in the plan; after step 1 the leases are read again, and the data of an item
+leased since planning is kept (its manifest is gone, so it becomes debris once the lease ends).
+
+On a versioned bucket every version of a deleted key goes (core/storage/s3.py); `freed_bytes`
+is what the store really freed, and versions Object Lock still keeps are named in `retained`.
 """
 
 from __future__ import annotations
@@ -24,10 +32,11 @@ from typing import Any
 
 from ..binlog.catalog import BinlogCatalog, server_uuids
 from ..catalog.backups import Catalog
+from ..catalog.lease import leased_items
 from ..catalog.lock import HostLock, HostLockBusy
 from ..catalog.manifest import CatalogError, Manifest
 from ..catalog.reports import REPORT_NAME, read_report
-from ..storage.base import ObjectInfo, StorageError
+from ..storage.base import Deleted, ObjectInfo, StorageError
 from .model import BinlogItem, Plan, PlanItem, RetentionPolicy
 from .plan import plan_retention
 
@@ -78,7 +87,10 @@ class ApplyReport:
     dry_run: bool
     deleted: list[str] = field(default_factory=list)  # names of the deleted items
     deleted_keys: int = 0
-    deleted_bytes: int = 0
+    deleted_bytes: int = 0  # the planned size of what was deleted
+    freed_bytes: int = 0  # what the store freed (every version, on a versioned bucket)
+    retained: list[str] = field(default_factory=list)  # versions still under Object Lock, named
+    kept_leased: list[str] = field(default_factory=list)  # leased after planning: data kept
     plan: dict[str, Any] = field(default_factory=dict)  # Plan.summary()
 
     def summary(self, max_names: int = 50) -> dict[str, Any]:
@@ -88,6 +100,9 @@ class ApplyReport:
             "deleted_items": len(self.deleted),
             "deleted_keys": self.deleted_keys,
             "deleted_bytes": self.deleted_bytes,
+            "freed_bytes": self.freed_bytes,
+            "retained": self.retained[:max_names],
+            "kept_leased": self.kept_leased[:max_names],
             "deleted": self.deleted[:max_names],
             "plan": self.plan,
         }
@@ -133,6 +148,7 @@ def plan_host(
     if binlogs is None:
         binlogs = retention_items(catalog)
     inv = gather(catalog)
+    leases = leased_items(catalog)
     reader = catalog.store.lock_reader()
     locks: dict[str, datetime] = {}
     checked: set[str] = set()
@@ -146,6 +162,7 @@ def plan_host(
             listing=inv.listing,
             backups_prefix=backups_prefix(catalog),
             locks=locks,
+            leases=leases,
         )
         todo = [k for item in plan.deletes for k in item.keys if k not in checked]
         if reader is None or not todo:
@@ -177,26 +194,42 @@ def apply_plan(catalog: Catalog, plan: Plan, *, confirm: bool = False) -> ApplyR
     except HostLockBusy as exc:
         raise HostLockBusy(f"{exc}. Nothing was deleted; apply retention again once it is over") from exc
     try:
-        _delete(catalog, plan, report)
+        _delete(catalog, plan, report, lock)
     finally:
         lock.release()
     return report
 
 
-def _delete(catalog: Catalog, plan: Plan, report: ApplyReport) -> None:
+def _delete(catalog: Catalog, plan: Plan, report: ApplyReport, lock: HostLock) -> None:
     deletes = plan.deletes
     _check_no_new_children(catalog, plan)  # under the lock: no backup can register meanwhile
+    done = Deleted()
     for batch in marker_batches(deletes):
-        catalog.store.delete(batch)
+        lock.confirm("deleting manifests")
+        done.add(catalog.store.delete(batch))
         report.deleted_keys += len(batch)
-    rest = [k for item in deletes for k in item.keys[item.markers :]]
-    catalog.store.delete(rest)
+    # A restore that started after planning wrote its lease before re-reading its manifests.
+    late = leased_items(catalog)
+    kept = [item for item in deletes if item.name in late]
+    for item in kept:
+        log.warning("a %s started meanwhile: keeping the data of %s", late[item.name], item.name)
+    report.kept_leased = [item.name for item in kept]
+    rest = [k for item in deletes if item.name not in late for k in item.keys[item.markers :]]
+    lock.confirm("deleting data")
+    done.add(catalog.store.delete(rest))
     report.deleted_keys += len(rest)
-    report.deleted = [item.name for item in deletes]
-    report.deleted_bytes = sum(item.size for item in deletes)
+    report.deleted = [item.name for item in deletes if item.name not in late]
+    report.deleted_bytes = sum(item.size for item in deletes if item.name not in late)
+    report.freed_bytes = report.deleted_bytes if done.freed_bytes is None else done.freed_bytes
+    report.retained = done.retained
     log.info(
-        "deleted %d item(s), %d object(s), %d bytes", len(deletes), report.deleted_keys, report.deleted_bytes
+        "deleted %d item(s), %d object(s): %d bytes freed",
+        len(report.deleted),
+        report.deleted_keys,
+        report.freed_bytes,
     )
+    for retained in done.retained:
+        log.warning("kept under Object Lock: %s", retained)
 
 
 def marker_batches(deletes: Sequence[PlanItem]) -> list[list[str]]:

@@ -34,6 +34,7 @@ class Context:
     prefix: str  # <prefix>/<cluster>/<host>/backups/
     dirs: dict[str, list[ObjectInfo]]  # backup id -> objects listed in its directory
     locks: dict[str, datetime]
+    leases: dict[str, str] = field(default_factory=dict)  # item name -> the read lease keeping it
 
     def locked(self, keys: Sequence[str], known: Sequence[datetime | None] = ()) -> str | None:
         """The Object Lock reason if any key (or a known retain-until) is still retained."""
@@ -131,6 +132,8 @@ class _BinlogRule:
             return NOT_CONFIGURED
         if (ctx.locks or b.lock_until) and (lock := ctx.locked(keys, [b.lock_until])):
             return lock
+        if ctx.leases and (leased := ctx.leases.get(f"{b.server_uuid}/{b.name}")):
+            return leased
         if last > self.young_after:
             return self.young
         if not cut.kept:
@@ -158,7 +161,7 @@ def debris_items(ctx: Context, registered: Collection[str]) -> list[PlanItem]:
             ]
             continue
         item = _dir_item("debris", bid, "", infos)
-        item.reason = _debris_keep_reason(ctx, infos, item.created) or ""
+        item.reason = _debris_keep_reason(ctx, bid, infos, item.created) or ""
         if not item.reason:
             item.action = "delete"
             item.early_delete_usd = sum(
@@ -173,12 +176,16 @@ def debris_items(ctx: Context, registered: Collection[str]) -> list[PlanItem]:
     return items
 
 
-def _debris_keep_reason(ctx: Context, infos: list[ObjectInfo], newest: datetime | None) -> str | None:
+def _debris_keep_reason(
+    ctx: Context, bid: str, infos: list[ObjectInfo], newest: datetime | None
+) -> str | None:
     policy = ctx.policy
     if not policy.configured:
         return NOT_CONFIGURED
     if lock := ctx.locked([i.key for i in infos]):
         return lock
+    if leased := ctx.leases.get(bid):
+        return leased  # the data of a backup whose manifest went after a restore leased it
     if newest is None or (ctx.age_days(newest) or 0.0) < policy.debris_grace_days:
         return f"no manifest, but younger than debris_grace_days ({policy.debris_grace_days:g}): may be uploading"
     return None

@@ -6,6 +6,7 @@ its reason. Nothing here does I/O: core/retention/apply.py gathers the inputs an
 A backup is kept when any of these holds (the first that holds is its reason):
   - retention is not configured (`keep_last_chains` unset): everything is kept;
   - one of its objects is under S3 Object Lock (kept until the retain-until date);
+  - a running restore, PITR or standby update holds a read lease on it (core/catalog/lease.py);
   - an ancestor has no manifest, or its own manifest is unreadable: kept for a human to look
     at, so that a parent manifest that failed to read never makes its children look like garbage;
   - it is newer than the newest backup that restores (its chain does not validate): kept for a
@@ -83,17 +84,26 @@ def plan_retention(
     listing: Sequence[ObjectInfo] = (),
     backups_prefix: str = "",
     locks: Mapping[str, datetime] | None = None,
+    leases: Mapping[str, str] | None = None,
 ) -> Plan:
     """Keep or delete every backup, binlog and leftover object of one host, with a reason.
 
     `verified`: ids whose restore test passed. `listing`: the objects under `backups_prefix`
     (`<prefix>/<cluster>/<host>/backups/`), for debris and files beside a manifest such as
     restore-report.json. `locks`: Object Lock retain-until per key (from head-object).
+    `leases`: item name (backup id, `<server_uuid>/<binlog>`) -> the live read lease keeping it.
     """
     if now.tzinfo is None:
         raise ValueError("plan_retention needs a timezone-aware `now` (UTC)")
     with _gc_paused():
-        ctx = Context(policy, now, backups_prefix, listing_dirs(listing, backups_prefix), dict(locks or {}))
+        ctx = Context(
+            policy,
+            now,
+            backups_prefix,
+            listing_dirs(listing, backups_prefix),
+            dict(locks or {}),
+            dict(leases or {}),
+        )
         backups = _Backups(manifests, ctx)
         backups.decide(verified)
         items = backups.items()
@@ -202,6 +212,8 @@ class _Backups:
                 self.keep(bid, NOT_CONFIGURED)
             return
         self._locked()
+        for bid in self.ctx.leases.keys() & self.by_id.keys():
+            self.keep(bid, self.ctx.leases[bid])
         self._broken()
         if newest := max((b for b in verified if b in self.by_id), default=None, key=self._start_key):
             self.keep(newest, "newest backup that passed a restore test")

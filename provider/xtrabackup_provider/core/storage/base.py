@@ -12,7 +12,7 @@ from __future__ import annotations
 import builtins
 import math
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
@@ -81,6 +81,39 @@ class PutOptions:
         return args
 
 
+@dataclass
+class Deleted:
+    """What a delete did. On a versioned bucket every version of each key is deleted (a delete
+    without a VersionId only hides the object behind a delete marker and frees nothing)."""
+
+    keys: int = 0  # keys that are gone
+    freed_bytes: int | None = 0  # bytes no longer stored (None: the store cannot tell)
+    retained: list[str] = field(default_factory=list)  # versions Object Lock still keeps, named
+
+    def add(self, other: Deleted | None) -> None:
+        """Sum up another call's result (None: a store of an older protocol that returns nothing)."""
+        if other is None:
+            self.freed_bytes = None
+            return
+        self.keys += other.keys
+        self.freed_bytes = (
+            None
+            if self.freed_bytes is None or other.freed_bytes is None
+            else self.freed_bytes + other.freed_bytes
+        )
+        self.retained += other.retained
+
+
+@dataclass(frozen=True)
+class Versioned:
+    """An object read with its ETag, and its age by the store's own clock (the response's Date
+    less the object's LastModified), so that no two workers' clocks need to agree."""
+
+    data: bytes
+    etag: str
+    age: timedelta | None  # None: the store did not say
+
+
 class ObjectWriter(Protocol):
     def write(self, data: bytes) -> None: ...
     def commit(self) -> int: ...
@@ -101,9 +134,11 @@ class ObjectStore(Protocol):
     def read_chunks(self, key: str) -> Iterator[bytes]: ...
     def head(self, key: str) -> ObjectInfo | None: ...
     def list(self, prefix: str) -> Iterator[ObjectInfo]: ...
-    def delete(self, keys: Iterable[str]) -> None: ...
+    def delete(self, keys: Iterable[str]) -> Deleted: ...
     def put_new(self, key: str, data: bytes, if_match: str | None = None) -> str | None: ...
-    def get_versioned(self, key: str) -> tuple[bytes, str] | None: ...
+    def get_versioned(self, key: str) -> Versioned | None: ...
+    @property
+    def endpoint_url(self) -> str | None: ...  # where the store is reached (named in errors)
 
     # What only some stores have: the others say "not here", so callers never ask isinstance.
     @property

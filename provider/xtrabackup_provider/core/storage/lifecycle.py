@@ -5,6 +5,10 @@ A rule spec (JSON-like, so an operator can take it) becomes up to two S3 rules:
                   data; manifests are not tagged, so listing and chain checks never hit Glacier)
   <id>-abort-mpu  AbortIncompleteMultipartUpload after N days for everything under the prefix
                   (S3 does not allow a tag filter on this action)
+  <id>-noncurrent on a versioned bucket (Object Lock buckets are): NoncurrentVersionExpiration
+                  after N days and ExpiredObjectDeleteMarker for everything under the prefix, a
+                  net for the versions that overwrites and plain deletes leave behind (retention
+                  itself deletes every version of what it removes; core/storage/s3.py)
 
 Installing merges by rule ID: rules of other owners are put back exactly as read, ours are
 added or replaced, and nothing is written when the bucket already has what we want.
@@ -25,6 +29,7 @@ from .base import ARCHIVE_TAG
 TIER_ORDER = ("STANDARD_IA", "INTELLIGENT_TIERING", "ONEZONE_IA", "GLACIER_IR", "GLACIER", "DEEP_ARCHIVE")
 IA_MIN_DAYS = 30  # S3 refuses transitions to the IA classes before 30 days
 ABORT_SUFFIX = "-abort-mpu"
+NONCURRENT_SUFFIX = "-noncurrent"
 MAX_RULES = 1000
 
 
@@ -48,11 +53,18 @@ class RuleSpec(BaseModel):
     prefix: str = Field("", max_length=1024)
     transitions: list[Transition] = Field(default_factory=list, max_length=len(TIER_ORDER))
     abort_incomplete_multipart_days: int | None = Field(None, ge=1, le=3650)
+    noncurrent_version_days: int | None = Field(None, ge=1, le=36500)
 
     @model_validator(mode="after")
     def _sane(self) -> RuleSpec:
-        if not self.transitions and self.abort_incomplete_multipart_days is None:
-            raise ValueError("give transitions, abort_incomplete_multipart_days, or both")
+        if (
+            not self.transitions
+            and self.abort_incomplete_multipart_days is None
+            and not self.noncurrent_version_days
+        ):
+            raise ValueError(
+                "give transitions, abort_incomplete_multipart_days, noncurrent_version_days, or several"
+            )
         previous: Transition | None = None
         for t in self.transitions:
             if t.storage_class in ("STANDARD_IA", "ONEZONE_IA") and t.days < IA_MIN_DAYS:
@@ -90,6 +102,16 @@ class RuleSpec(BaseModel):
                     "AbortIncompleteMultipartUpload": {
                         "DaysAfterInitiation": self.abort_incomplete_multipart_days
                     },
+                }
+            )
+        if self.noncurrent_version_days is not None:
+            rules.append(
+                {
+                    "ID": self.id + NONCURRENT_SUFFIX,
+                    "Status": "Enabled",
+                    "Filter": {"Prefix": self.prefix},
+                    "NoncurrentVersionExpiration": {"NoncurrentDays": self.noncurrent_version_days},
+                    "Expiration": {"ExpiredObjectDeleteMarker": True},
                 }
             )
         return rules

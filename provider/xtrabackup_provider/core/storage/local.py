@@ -1,21 +1,32 @@
-"""LocalStore: a directory as an object store (tests, air-gapped hosts)."""
+"""LocalStore: a directory as an object store (tests, air-gapped hosts).
+
+Commits are crash-durable, so "manifest last" holds after a power cut too: a writer fsyncs its
+file before renaming it into place and then fsyncs the directory (and every directory it had to
+create, in its parent), so nothing committed later can reach the disk before it. A deletion
+fsyncs the directories it removed from before returning, so a manifest deleted first stays
+deleted even if the data deleted after it is what survives a crash.
+"""
 
 from __future__ import annotations
 
 import builtins
+import contextlib
 import os
 import posixpath
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from .base import LockReader, MiB, ObjectInfo, PutOptions, StorageError, check_key
+from ..common.files import fsync_dir, make_dirs
+from .base import Deleted, LockReader, MiB, ObjectInfo, PutOptions, StorageError, Versioned, check_key
 
 
 class LocalStore:
     supports_object_lock = False
     supports_archive = False
+    endpoint_url: str | None = None
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
@@ -81,16 +92,28 @@ class LocalStore:
             if info:
                 yield info
 
-    def delete(self, keys: Iterable[str]) -> None:
+    def delete(self, keys: Iterable[str]) -> Deleted:
+        result = Deleted()
+        touched: set[Path] = set()
         for key in keys:
-            self._path(key).unlink(missing_ok=True)
+            path = self._path(key)
+            with contextlib.suppress(FileNotFoundError):
+                size = path.stat().st_size
+                path.unlink()
+                result.keys += 1
+                assert result.freed_bytes is not None
+                result.freed_bytes += size
+                touched.add(path.parent)
+        for directory in sorted(touched):  # before the caller deletes anything that depended on these
+            fsync_dir(directory)
+        return result
 
     def put_new(self, key: str, data: bytes, if_match: str | None = None) -> str | None:
         """Conditional write (see S3Store.put_new); a lock on the directory makes it atomic."""
         import fcntl
 
         path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(path.parent)
         dir_fd = os.open(path.parent, os.O_RDONLY)
         try:
             fcntl.flock(dir_fd, fcntl.LOCK_EX)
@@ -106,12 +129,15 @@ class LocalStore:
             os.close(dir_fd)  # also releases the flock
         return _etag(data)
 
-    def get_versioned(self, key: str) -> tuple[bytes, str] | None:
+    def get_versioned(self, key: str) -> Versioned | None:
+        path = self._path(key)
         try:
-            data = self._path(key).read_bytes()
+            data = path.read_bytes()
+            mtime = path.stat().st_mtime
         except FileNotFoundError:
             return None
-        return data, _etag(data)
+        # One machine (or one file server) sets both times: its clock is the store's clock.
+        return Versioned(data, _etag(data), timedelta(seconds=max(0.0, time.time() - mtime)))
 
 
 def _etag(data: bytes) -> str:
@@ -122,7 +148,7 @@ def _etag(data: bytes) -> str:
 
 class _LocalWriter:
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(path.parent)
         self.path = path
         self.tmp = path.with_name(f"{path.name}.partial-{uuid.uuid4().hex[:8]}")
         self.fh = self.tmp.open("wb")
@@ -134,9 +160,10 @@ class _LocalWriter:
 
     def commit(self) -> int:
         self.fh.flush()
-        os.fsync(self.fh.fileno())
+        os.fsync(self.fh.fileno())  # the bytes are on disk before the name points at them
         self.fh.close()
         os.replace(self.tmp, self.path)
+        fsync_dir(self.path.parent)  # the name is on disk before anything committed after it
         return self.size
 
     def abort(self) -> None:

@@ -5,6 +5,7 @@ parallel GET, and botocore errors turned into one line naming the endpoint, buck
 from __future__ import annotations
 
 import builtins
+import contextlib
 import logging
 import threading
 from collections import deque
@@ -16,11 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from .base import (
     LEGAL_HOLD,
+    Deleted,
     LockReader,
     MiB,
     ObjectInfo,
     PutOptions,
     StorageError,
+    Versioned,
     check_key,
     choose_part_size,
 )
@@ -108,6 +111,7 @@ class S3Store:
     read_chunk: int = 8 * MiB
     read_parallel: int = 4
     location: str = field(init=False)
+    _versioning: bool | None = field(default=None, init=False, repr=False)
 
     supports_object_lock = True
     supports_archive = True
@@ -219,29 +223,84 @@ class S3Store:
                 return
             yield page
 
-    def delete(self, keys: Iterable[str]) -> None:
-        batch: builtins.list[str] = []
-        for key in keys:
-            batch.append(check_key(key))
-            if len(batch) == 1000:
-                self._delete_batch(batch)
-                batch = []
-        if batch:
-            self._delete_batch(batch)
+    def delete(self, keys: Iterable[str]) -> Deleted:
+        """Delete `keys`. On a versioned bucket (Object Lock buckets always are) every version and
+        delete marker of each key is deleted by VersionId, so the bytes are really freed; a
+        version that Object Lock still retains is kept (the object stays visible) and named in
+        the result. The caller's order holds per call: keys of one call are gone (or named as
+        retained) before it returns."""
+        checked = [check_key(k) for k in keys]
+        if not checked:
+            return Deleted()
+        if not self._versioned():
+            result = Deleted(freed_bytes=None)
+            for start in range(0, len(checked), 1000):
+                self._delete_batch([{"Key": k} for k in checked[start : start + 1000]], result)
+            return result
+        return self._delete_versions(checked)
 
-    def _delete_batch(self, keys: builtins.list[str]) -> None:
+    def _versioned(self) -> bool:
+        """Is versioning on (Enabled or Suspended)? Asked once per store."""
+        if self._versioning is None:
+            resp = self._call(
+                "read the versioning status", "", self.client.get_bucket_versioning, Bucket=self.bucket
+            )
+            self._versioning = resp.get("Status") in ("Enabled", "Suspended")
+        return self._versioning
+
+    def _delete_versions(self, keys: builtins.list[str]) -> Deleted:
+        wanted = set(keys)
+        versions: builtins.list[dict[str, Any]] = []
+        markers: builtins.list[dict[str, Any]] = []
+        sizes: dict[tuple[str, str], int] = {}
+        for prefix in sorted({k.rsplit("/", 1)[0] + "/" if "/" in k else k for k in keys}):
+            for page in self._pages("list_object_versions", "list versions", prefix):
+                for v in page.get("Versions", []):
+                    if v["Key"] in wanted:
+                        versions.append({"Key": v["Key"], "VersionId": v["VersionId"]})
+                        sizes[(v["Key"], v["VersionId"])] = int(v.get("Size", 0))
+                for d in page.get("DeleteMarkers", []):
+                    if d["Key"] in wanted:
+                        markers.append({"Key": d["Key"], "VersionId": d["VersionId"]})
+        result = Deleted()
+        # Versions first, delete markers after: an interrupted run never uncovers a version.
+        for batch in (versions, markers):
+            for start in range(0, len(batch), 1000):
+                self._delete_batch(batch[start : start + 1000], result, sizes)
+        retained_keys = {r.split(" ", 1)[0] for r in result.retained}
+        result.keys = len(wanted - retained_keys)
+        return result
+
+    def _delete_batch(
+        self,
+        objects: builtins.list[dict[str, Any]],
+        result: Deleted,
+        sizes: dict[tuple[str, str], int] | None = None,
+    ) -> None:
         resp = self._call(
             "delete",
-            keys[0],
+            objects[0]["Key"],
             self.client.delete_objects,
             Bucket=self.bucket,
-            Delete={"Objects": [{"Key": k} for k in keys]},
+            Delete={"Objects": objects},
         )
-        if errors := resp.get("Errors"):
-            first = errors[0]
-            raise StorageError(
-                f"{self.location}: could not delete {first.get('Key')}: {first.get('Message')}"
+        for done in resp.get("Deleted", []):
+            if sizes is None:
+                result.keys += 1
+            elif result.freed_bytes is not None:
+                result.freed_bytes += sizes.get((done["Key"], done.get("VersionId", "")), 0)
+        for error in resp.get("Errors", []):
+            key, message = error.get("Key", ""), str(error.get("Message", ""))
+            # Some implementations leave out the VersionId: name the ones this batch asked for.
+            version = error.get("VersionId") or ", ".join(
+                o["VersionId"] for o in objects if o["Key"] == key and "VersionId" in o
             )
+            if version and error.get("Code") == "AccessDenied" and "lock" in message.lower():
+                result.retained.append(f"{key} (version {version}): {message}")
+                continue
+            raise StorageError(f"{self.location}: could not delete {key}: {message}")
+        if result.retained:
+            log.warning("%s: kept under Object Lock: %s", self.location, "; ".join(result.retained[:5]))
 
     def put_new(self, key: str, data: bytes, if_match: str | None = None) -> str | None:
         """Conditional write: create `key` only if it is absent (if_match None), or replace it only
@@ -260,15 +319,24 @@ class S3Store:
             raise self.failure("conditional put", key, exc) from exc
         return str(resp["ETag"])
 
-    def get_versioned(self, key: str) -> tuple[bytes, str] | None:
-        """The object and its ETag, or None if it does not exist."""
+    def get_versioned(self, key: str) -> Versioned | None:
+        """The object, its ETag and its age by the store's clock (the response's Date header less
+        the object's LastModified, both written by the store), or None if it does not exist."""
         try:
             resp = self._call("get", key, self.client.get_object, Bucket=self.bucket, Key=check_key(key))
         except StorageError as exc:
             if "no object" in str(exc):
                 return None
             raise
-        return bytes(resp["Body"].read()), str(resp["ETag"])
+        age = None
+        date = resp.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+        modified = resp.get("LastModified")
+        if date and isinstance(modified, datetime):
+            from email.utils import parsedate_to_datetime
+
+            with contextlib.suppress(TypeError, ValueError):
+                age = max(timedelta(0), parsedate_to_datetime(date) - modified)
+        return Versioned(bytes(resp["Body"].read()), str(resp["ETag"]), age)
 
     def open_multipart_uploads(self, prefix: str = "") -> builtins.list[str]:
         resp = self._call(
