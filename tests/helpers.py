@@ -406,7 +406,9 @@ RUN = (
 )
 
 
-def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, env: dict[str, str] | None = None, **kw: Any) -> subprocess.CompletedProcess[str]:
+    """`xtrabackup-provider ARGS` in a new process, with this environment minus Airflow's plus `env`
+    (`kw` goes to subprocess.run, e.g. a preexec_fn setting a limit)."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     return subprocess.run(
         [sys.executable, "-c", RUN, *args],
@@ -414,4 +416,13 @@ def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
         text=True,
         env={**clean, **(env or {})},
         timeout=600,
+        **kw,
     )
+
+
+def is_cli(argv: list[str]) -> bool:
+    """Is this the argv of a process that cli() started?"""
+    return RUN in argv
+
+
+run_cli, CLI_RUN = cli, RUN  # (the names the later commits of this branch use)

@@ -24,6 +24,7 @@ import zlib
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ..common import children
 from ..common.files import sha256_range
 from ..db.server import defaults_file
 from .catalog import BinlogError, BinlogManifest
@@ -142,7 +143,7 @@ def ship_continuous(
                 shipper.binary, creds, directory, first, stop_never=True, replica_server_id=replica_id
             )
             log.info("following %s from %s for %.0fs", shipper.where, first, duration)
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
+            proc = children.popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
             try:
                 _follow(follower, proc, deadline, stop, poll_interval)
             finally:

@@ -24,6 +24,7 @@ from typing import Any
 
 from ..catalog.backups import Catalog
 from ..catalog.manifest import StoredObject
+from ..common import children
 from ..common.files import sha256_range
 from ..db.server import MySQLTarget, ServerError, ServerFacts, defaults_file, query, server_facts
 from ..pipeline.gpg import GpgHome
@@ -238,7 +239,7 @@ class BinlogShipper:
     def download(self, name: str) -> Path:
         with defaults_file(self.req.target) as creds:
             argv = download_argv(self.binary, creds, self.scratch, name)
-            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+            proc = children.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True)
         path = self.scratch / name
         if proc.returncode != 0 or not path.is_file():
             raise BinlogError(

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..common import children
 from .dsn import (
     DEFAULT_DSN_TABLE,
     DEFAULT_REPLICATE,
@@ -311,7 +312,7 @@ def run_checksum(target: MySQLTarget, opts: ChecksumOptions) -> ChecksumRun:
         argv = checksum_argv(target, creds, opts)
         log.info("running %s", " ".join(argv))  # no secret: credentials are in the F= file
         try:
-            proc = subprocess.run(
+            proc = children.run(
                 argv,
                 stdin=subprocess.DEVNULL,
                 capture_output=True,

@@ -22,6 +22,8 @@ from typing import Any
 
 import MySQLdb
 
+from ..common import children
+
 # sun_path is 108 bytes including the terminating NUL.
 MAX_SOCKET_PATH = 107
 _ERROR_LOG_TAIL_LINES = 40
@@ -159,7 +161,7 @@ class SandboxServer:
             # Same redo size as start() so the first start does not resize the log.
             "--innodb-log-file-size=48M",
         ]
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        proc = children.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True)
         if proc.returncode != 0:
             raise SandboxError(
                 f"{install_db} exited {proc.returncode}: {(proc.stderr or proc.stdout)[-4000:]}", datadir
@@ -239,7 +241,7 @@ class SandboxServer:
             raise SandboxError("datadir does not exist", self.datadir)
         with open(self.error_log, "ab") as log:
             # stdout/stderr go to the error log too: early failures are written before --log-error opens.
-            self._proc = subprocess.Popen(
+            self._proc = children.popen(
                 self.server_args(),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -333,7 +335,7 @@ class SandboxServer:
         argv = ["mariadb", f"--defaults-file={defaults}", "--batch"]
         if database:
             argv.append(f"--database={database}")
-        proc = subprocess.run(argv, input=sql, capture_output=True, text=True)
+        proc = children.run(argv, input=sql, capture_output=True, text=True)
         if proc.returncode != 0:
             raise SandboxError(
                 f"mariadb client exited {proc.returncode}: {proc.stderr.strip()}", self.datadir

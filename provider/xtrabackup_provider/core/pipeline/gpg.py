@@ -12,6 +12,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..common import children
 from ..common.tempdirs import private_dir
 
 GPG = "gpg"
@@ -23,7 +24,7 @@ class GpgError(RuntimeError):
 
 def _run_gpg(home: Path, args: list[str], stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
     argv = [GPG, "--homedir", str(home), "--batch", "--no-tty", *args]
-    return subprocess.run(argv, input=stdin, capture_output=True, timeout=120)
+    return children.run(argv, input=stdin, capture_output=True, timeout=120)
 
 
 # gpg-agent's lowest S2K iteration count (its default is calibrated to ~100 ms of hashing).
@@ -99,7 +100,7 @@ class GpgHome:
             )
         fd = passphrase_pipe(self.passphrase) if self.passphrase is not None else None
         try:
-            proc = subprocess.run(
+            proc = children.run(
                 self.decrypt_argv(fd),
                 input=probe.stdout,
                 capture_output=True,
@@ -151,9 +152,7 @@ class GpgHome:
 
 def _kill_agent(home: Path) -> None:
     """The agent of a killed run's GPG home would live on with it; stop it before the home goes."""
-    subprocess.run(
-        ["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], capture_output=True, check=False
-    )
+    children.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], capture_output=True, check=False)
 
 
 def passphrase_pipe(passphrase: str) -> int:

@@ -11,8 +11,10 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import IO, Any
+
+from ..common import children
 
 CHUNK = 1024 * 1024
 EOF = object()
@@ -34,14 +36,20 @@ class Proc:
         stdin: Any = None,
         stdout: Any = subprocess.PIPE,
         pass_fds: tuple[int, ...] = (),
-        env: dict[str, str] | None = None,
+        extra_env: Mapping[str, str] | None = None,
         cwd: str | None = None,
     ) -> None:
         self.name = name
         self.stderr = tempfile.TemporaryFile()
         try:
-            self.popen = subprocess.Popen(
-                argv, stdin=stdin, stdout=stdout, stderr=self.stderr, pass_fds=pass_fds, env=env, cwd=cwd
+            self.popen = children.popen(
+                argv,
+                stdin=stdin,
+                stdout=stdout,
+                stderr=self.stderr,
+                pass_fds=pass_fds,
+                extra_env=extra_env,
+                cwd=cwd,
             )
         except FileNotFoundError as exc:
             self.stderr.close()

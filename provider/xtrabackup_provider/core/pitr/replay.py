@@ -6,7 +6,6 @@ One `mariadb-binlog` process reads the local binlog copies and pipes SQL into th
 
 from __future__ import annotations
 
-import os
 import secrets
 import shutil
 import subprocess
@@ -71,8 +70,8 @@ def _drop_account(account: MySQLTarget) -> None:
 
 def run_replay(reader_argv: list[str], client_argv: list[str]) -> None:
     """reader | client, both exit statuses checked; the client's error is the one that explains."""
-    env = dict(os.environ, TZ="UTC")  # --stop-datetime is read in the tool's local time zone
-    reader = Proc("mariadb-binlog", reader_argv, stdin=subprocess.DEVNULL, env=env)
+    # --stop-datetime is read in the tool's local time zone.
+    reader = Proc("mariadb-binlog", reader_argv, stdin=subprocess.DEVNULL, extra_env={"TZ": "UTC"})
     client: Proc | None = None
     try:
         client = Proc(

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from pathlib import Path
 from ..catalog.backups import Catalog
 from ..catalog.lease import ReadLease
 from ..catalog.manifest import Manifest
+from ..common import children
 from ..common.progress import ProgressLogger
 from ..engine.argv import PrepareStep, copy_back_argv, extract_argv
 from ..engine.tools import ToolVersion, detect_tool
@@ -274,7 +274,7 @@ def copy_back(tool: ToolVersion, prepared: Path, target: Path, *, move: bool) ->
     created = not target.exists()
     target.mkdir(parents=True, exist_ok=True)
     argv = copy_back_argv(tool, str(prepared), str(target), move=move)
-    proc = subprocess.run(argv, capture_output=True, text=True)
+    proc = children.run(argv, capture_output=True, text=True)
     if proc.returncode != 0:
         empty_dir(target, remove=created)
         raise RestoreError(

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..common import children
 from ..engine.argv import PrepareStep, PrepareTuning, prepare_argv, prepare_steps
 from ..engine.metadata import CHECKPOINT_FILES, find_metadata, read_checkpoints, read_info
 from ..engine.tools import ToolVersion
@@ -103,7 +103,7 @@ def run_step(tool: ToolVersion, step: PrepareStep, tuning: PrepareTuning) -> Pre
     what = f"prepare of {step.target_dir}" + (f" with {step.incremental_dir}" if step.incremental_dir else "")
     log.info("running %s", " ".join(argv))
     t0 = time.monotonic()
-    proc = subprocess.run(argv, capture_output=True, text=True)
+    proc = children.run(argv, capture_output=True, text=True)
     if proc.returncode != 0:
         raise PrepareError(f"{what} failed (exit {proc.returncode}): {proc.stderr.strip()[-1500:]}")
     return PrepareReport(argv, time.monotonic() - t0)
