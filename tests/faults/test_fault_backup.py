@@ -34,7 +34,7 @@ from faultkit import (
     wait_next_second,
 )
 
-from helpers import add_orders, restore_with, restored_checksums, wait_for
+from helpers import add_orders, restore_with, restored_checksums, seed_database, unique_name, wait_for
 from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.catalog.lock import LOCK_NAME, HostLock, HostLockBusy
@@ -526,3 +526,25 @@ def test_the_lease_is_renewed_while_the_run_lives_and_released_after(s3_server, 
         wait_for(lambda: expires() > first, timeout=20, what="a renewed lease")
     # Release deletes the lock only while it holds the current version: renewals kept track of it.
     assert catalog.store.head(key) is None, "a renewed lock was not released"
+
+
+# -- the tool fails: its own error comes first ----------------------------------------------------------
+
+
+def test_a_corrupted_page_fails_the_backup_with_the_cause_first_and_no_binary_garbage(mariadb, tmp_path):
+    """mariabackup retries a corrupted page ten times, then dumps it in hex and raw bytes before
+    its last words; the error must start with the cause and stay readable."""
+    db = unique_name("corrupt")
+    seed_database(mariadb, db, rows=3000)
+    mariadb.query(f"FLUSH TABLES `{db}`.orders FOR EXPORT")  # its pages are on disk, none dirty
+    with open(mariadb.datadir / db / "orders.ibd", "r+b") as fh:
+        fh.seek(4 * 16384 + 200)
+        fh.write(os.urandom(2000))
+    catalog = Catalog(LocalStore(str(tmp_path / "store")), "backups", "c1", "db1")
+    with pytest.raises(PipelineError) as excinfo:
+        run_backup(BackupRequest(catalog=catalog, target=target(mariadb), allow_unencrypted=True))
+    message = str(excinfo.value)
+    assert message.startswith("mariabackup --backup failed (exit status 1): "), message[:300]
+    assert f"File ./{db}/orders.ibd seems to be corrupted" in message[:300], message[:300]
+    assert message.isprintable() and " hex " not in message and len(message) < 1500, repr(message[-500:])
+    assert catalog.backup_ids() == []

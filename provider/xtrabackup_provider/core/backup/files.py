@@ -77,7 +77,7 @@ def encrypt_file(source: Path, output: Path, public_keys: list[str]) -> EncryptR
                 )
             if proc.returncode != 0:
                 raise GpgError(
-                    f"gpg could not encrypt {source}: {proc.stderr.decode(errors='replace')[-600:]}"
+                    f"gpg could not encrypt {source}: {children.summarize_stderr(proc.stderr, 600)}"
                 )
             size, sha = _digest(partial)
             os.replace(partial, output)

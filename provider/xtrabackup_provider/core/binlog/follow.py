@@ -152,7 +152,7 @@ def ship_continuous(
             follower.sweep(final=True)
             if died is not None:
                 stderr.seek(0)
-                tail = stderr.read().decode(errors="replace").strip()[-1500:]
+                tail = children.summarize_stderr(stderr.read())
                 raise BinlogError(
                     f"{shipper.binary} stopped following {shipper.where} (exit {died}): {tail or '(no stderr)'}; "
                     "what it received was shipped, and the next run resumes from there"

@@ -244,7 +244,7 @@ class BinlogShipper:
         if proc.returncode != 0 or not path.is_file():
             raise BinlogError(
                 f"{self.binary} could not copy {name} from {self.where} (exit {proc.returncode}): "
-                f"{proc.stderr.strip()[-1500:] or '(no stderr)'}. The user needs REPLICATION SLAVE and "
+                f"{children.summarize_stderr(proc.stderr) or '(no stderr)'}. The user needs REPLICATION SLAVE and "
                 "BINLOG MONITOR (REPLICATION CLIENT); if the server purged it meanwhile, the next run records the gap"
             )
         return path

@@ -1,4 +1,5 @@
-"""How the product starts its child processes: the environment each one gets.
+"""How the product starts its child processes: the environment each one gets, and what their
+stderr says when they fail.
 
 Every process the core starts (the backup tools, gpg and the agent it forks, zstd, the
 extractors, the xbstream checker, mariadb-binlog, the mariadb client, sandbox servers, dd,
@@ -8,11 +9,15 @@ this process, gpg gets the passphrase through a pipe), and /proc/<pid>/environ s
 environment for as long as it lives, the daemonised gpg-agent's after the run too. So a child
 starts with `child_env()`: what locates programs, libraries, temporary files and the home
 directory, and the time zone, plus what its caller sets on purpose (TZ=UTC for mariadb-binlog).
+
+When a child fails, `summarize_stderr()` turns its stderr into the one line an error message
+carries: the tool's own error lines first, page dumps and binary bytes dropped.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections.abc import Mapping
 from typing import Any
@@ -48,3 +53,71 @@ def popen(
 ) -> subprocess.Popen[Any]:
     """`subprocess.Popen` with `child_env(extra_env)`."""
     return subprocess.Popen(argv, env=child_env(extra_env), **kwargs)
+
+
+# -- what a failed child's stderr says ------------------------------------------------------------------
+
+# The tools' own error lines: mariabackup / xtrabackup ("[ERROR] InnoDB: ...", "Error number 24
+# means ...", "FATAL ERROR: ..."), the clients, gpg, zstd, pt-table-checksum (Perl's die).
+_CAUSE = re.compile(
+    r"\[ERROR\]|FATAL|Error number|\berror\b|failed|Failed|Access denied|Can't|[Cc]annot|not empty|"
+    r"unknown (?:option|variable)|corrupt|No space left|Permission denied|No such file|[Ii]nvalid|"
+    r"Too many|No secret key|manipulated|unsupported|refused|[Tt]imeout|died|\bat .+ line \d+",
+    re.IGNORECASE,
+)
+_FIRST = re.compile(r"\[ERROR\]|FATAL|Error number|\berror:", re.IGNORECASE)
+_ERRNO = re.compile(r"Error number \d+ means")
+_NOISE = re.compile(r"\[(?:Note|Warning)\]")
+# "[00] 2026-12-01 11:16:23 " (mariabackup), "2026-12-01 11:16:23 0 " (InnoDB), anywhere in a line.
+_STAMP = re.compile(r"\[\d{2}\] |\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?(?: \d+)? ")
+# A page dump: "len 16384; hex 0000...; asc <raw page bytes>", up to the next message.
+_HEXDUMP = re.compile(r"\s*len \d+; hex [0-9a-fA-F]*;?(?:\s*asc .*?(?=\[\d{2}\] \d{4}-|\n\S|$))?", re.DOTALL)
+SUMMARY_CHARS = 1200
+TAIL_BYTES = 256 * 1024
+
+
+def tail_text(data: bytes, limit: int = TAIL_BYTES) -> str:
+    """At most the last `limit` bytes of a tool's output as text, cut at a line start (`data` may
+    hold one byte more than `limit`, to tell whether the cut falls on one)."""
+    if len(data) > limit:
+        cut = len(data) - limit
+        if data[cut - 1 : cut] != b"\n":
+            newline = data.find(b"\n", cut)
+            cut = newline + 1 if newline >= 0 else len(data)
+        data = data[cut:]
+    return data.decode(errors="replace")
+
+
+def summarize_stderr(text: str | bytes, limit: int = SUMMARY_CHARS) -> str:
+    """One readable line from a tool's stderr: its own error lines first ([ERROR], Error number,
+    FATAL, error:), then the other lines that name a cause (failed, Can't, not empty...), each once
+    and without timestamps; page dumps and unprintable bytes dropped; the last line kept for
+    context. Without any such line: the last few lines. Never more than `limit` characters."""
+    if isinstance(text, bytes):
+        text = tail_text(text)
+    text = _HEXDUMP.sub("\n", text)
+    lines: list[str] = []
+    for raw in text.split("\n"):
+        line = "".join(c for c in raw.replace("\t", " ") if c.isprintable()).strip()
+        line = _STAMP.sub("", line).strip()
+        # zstd -v's banner, and what is left of binary junk, say nothing.
+        junk = not line or line.startswith("*** ") or sum(c.isalnum() for c in line) < len(line) / 3
+        if not junk and line not in lines:
+            lines.append(line)
+    meaningful = [line for line in lines if not _NOISE.search(line)]
+    # The errno explanation ("Error number 24 means 'Too many open files'") is the cause itself.
+    first = sorted(
+        (line for line in meaningful if _FIRST.search(line)), key=lambda line: not _ERRNO.search(line)
+    )
+    causes = first + [line for line in meaningful if _CAUSE.search(line) and line not in first]
+    if not causes:
+        causes = meaningful[-3:] or lines[-3:]
+    elif meaningful and meaningful[-1] not in causes:
+        causes.append(meaningful[-1])
+    out = ""
+    for line in causes:
+        piece = line if not out else f"; {line}"
+        if len(out) + len(piece) > limit:
+            return (out + piece)[: limit - 3].rstrip() + "..."
+        out += piece
+    return out

@@ -210,7 +210,7 @@ class ChecksumRun:
         """Reasons the results cannot be trusted (the run must count as failed)."""
         found = [f"{f}: {_FLAG_ADVICE[f]}" for f in self.flags if f in _BLOCKING_FLAGS]
         if found and self.stderr:
-            found.append(f"pt-table-checksum said: {self.stderr[-1000:]}")
+            found.append(f"pt-table-checksum said: {children.summarize_stderr(self.stderr)}")
         return found
 
     @property
@@ -294,7 +294,7 @@ def interpret(code: int, stdout: str, stderr: str) -> ChecksumRun:
         or ("ERROR" in flags and not any(t.errors for t in tables))
     )
     if unexplained:
-        tail = (stderr.strip() or stdout.strip())[-3000:] or "<no output>"
+        tail = children.summarize_stderr(stderr) or children.summarize_stderr(stdout) or "<no output>"
         raise ConsistencyError(f"pt-table-checksum failed (exit status {code}): {tail}")
     return ChecksumRun(code, flags, tables, stderr.strip()[-3000:])
 

@@ -164,7 +164,8 @@ class SandboxServer:
         proc = children.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True)
         if proc.returncode != 0:
             raise SandboxError(
-                f"{install_db} exited {proc.returncode}: {(proc.stderr or proc.stdout)[-4000:]}", datadir
+                f"{install_db} exited {proc.returncode}: {children.summarize_stderr(proc.stderr or proc.stdout)}",
+                datadir,
             )
         server.start()
         if root_password:
@@ -338,7 +339,8 @@ class SandboxServer:
         proc = children.run(argv, input=sql, capture_output=True, text=True)
         if proc.returncode != 0:
             raise SandboxError(
-                f"mariadb client exited {proc.returncode}: {proc.stderr.strip()}", self.datadir
+                f"mariadb client exited {proc.returncode}: {children.summarize_stderr(proc.stderr)}",
+                self.datadir,
             )
 
     def write_client_defaults(self, path: Path) -> Path:

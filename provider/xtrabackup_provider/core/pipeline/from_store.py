@@ -22,6 +22,7 @@ from typing import IO, Any
 from .process import (
     CHUNK,
     EOF,
+    ChecksumMismatch,
     Handoff,
     PipelineError,
     Proc,
@@ -148,7 +149,7 @@ def _stream_through_processes(
         if stopped_early:
             raise PipelineError(f"{stages[0].name} exited before reading the whole of {d.object_name}")
         _check_sha256(digest, d.expected_sha256, d.object_name)
-        sizes = _ZSTD_SIZE.findall(unzstd.stderr_text())
+        sizes = _ZSTD_SIZE.findall(unzstd.stderr_tail(4096))
         raw = int(sizes[-1]) if sizes else -1
     except BaseException:
         for proc in stages:
@@ -169,10 +170,13 @@ def _gpg_stage(decrypt_argv: list[str] | None, pass_fds: tuple[int, ...], object
 
 
 def _check_sha256(digest: Any, expected: str | None, object_name: str) -> None:
+    """Called once every stage succeeded: the bytes decrypt, decompress and extract cleanly, so a
+    different sha256 says the manifest and the object disagree, not which of them changed."""
     if expected and digest.hexdigest() != expected:
-        raise PipelineError(
-            f"{object_name}: sha256 {digest.hexdigest()} does not match the manifest's {expected}; "
-            "the stored object was altered or truncated"
+        raise ChecksumMismatch(
+            f"{object_name}: sha256 {digest.hexdigest()} differs from the manifest's {expected}, although "
+            "the object decrypts, decompresses and extracts cleanly: the manifest and the object disagree "
+            "(was the manifest edited?)"
         )
 
 
@@ -191,7 +195,7 @@ def _check_stages(stages: list[Proc], unzstd: Proc, object_name: str, consumer_n
         raise PipelineError(f"{consumer_name} exited before reading the whole of {object_name}")
     cause = causes[0]
     if cause is unzstd:
-        raise _damaged(object_name, cause.stderr_tail() or "no stderr")
+        raise _damaged(object_name, cause.stderr_summary() or "no stderr")
     cause.check()
 
 

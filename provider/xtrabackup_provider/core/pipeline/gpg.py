@@ -163,9 +163,8 @@ def passphrase_pipe(passphrase: str) -> int:
     return read_fd
 
 
-def _tail(stderr: bytes, limit: int = 600) -> str:
-    text = stderr.decode(errors="replace").strip()
-    return text[-limit:] if text else "(no output)"
+def _tail(stderr: bytes) -> str:
+    return children.summarize_stderr(stderr, 600) or "(no output)"
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,10 @@ from ..engine.argv import PrepareStep, copy_back_argv, extract_argv
 from ..engine.tools import ToolVersion, detect_tool
 from ..pipeline.from_store import stream_from_store
 from ..pipeline.gpg import GpgError, GpgHome, passphrase_pipe
+from ..pipeline.process import ChecksumMismatch, PipelineError
 from ..storage.base import ARCHIVE_CLASSES
 from . import prepare
+from .verify import sha256_verdict
 
 log = logging.getLogger(__name__)
 
@@ -264,6 +266,13 @@ def fetch_one(
             consumer_name=f"{tool.stream_tool()} -x into {dest}",
             progress=progress,
         )
+    except ChecksumMismatch:
+        raise
+    except PipelineError as exc:
+        # Whichever stage noticed first, say which object and whether it is what the backup stored.
+        raise PipelineError(
+            f"backup {m.backup_id}: {obj.key}: {exc}; {sha256_verdict(catalog.store, obj)}"
+        ) from exc
     finally:
         if fd is not None:
             os.close(fd)
@@ -279,7 +288,7 @@ def copy_back(tool: ToolVersion, prepared: Path, target: Path, *, move: bool) ->
         empty_dir(target, remove=created)
         raise RestoreError(
             f"{'move' if move else 'copy'}-back into {target} failed (exit {proc.returncode}); the target was "
-            f"emptied again: {proc.stderr.strip()[-1500:]}"
+            f"emptied again: {children.summarize_stderr(proc.stderr)}"
         )
 
 

@@ -105,7 +105,9 @@ def run_step(tool: ToolVersion, step: PrepareStep, tuning: PrepareTuning) -> Pre
     t0 = time.monotonic()
     proc = children.run(argv, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise PrepareError(f"{what} failed (exit {proc.returncode}): {proc.stderr.strip()[-1500:]}")
+        raise PrepareError(
+            f"{what} failed (exit {proc.returncode}): {children.summarize_stderr(proc.stderr)}"
+        )
     return PrepareReport(argv, time.monotonic() - t0)
 
 
