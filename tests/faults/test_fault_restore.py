@@ -6,12 +6,17 @@ filesystems (tmpfs) that fill up.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from faultkit import (
+    ProcScanner,
     copy_bucket,
     s3_catalog,
     snapshot,
@@ -21,7 +26,7 @@ from faultkit import (
     wait_next_second,
 )
 
-from helpers import add_orders, restore_with
+from helpers import CLI_RUN, add_orders, restore_with, wait_for
 from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.catalog.manifest import Manifest
@@ -193,3 +198,47 @@ def test_a_manifest_whose_sha256_alone_was_edited_is_named_as_disagreeing_with_i
     assert inc.backup_object.key in message, message
     assert "the manifest and the object disagree" in message, message
     assert not target_dir.exists()
+
+
+# -- a killed restore leaves its scratch; the next one removes it -----------------------------------------
+
+
+def _extracting(parent: Path, owner: int) -> bool:
+    """mbstream of `owner` is writing files under `parent`."""
+    running = False
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and ProcScanner.descends_from(int(pid), owner):
+            with contextlib.suppress(OSError):
+                running |= b"mbstream" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    return running and any(p.is_file() for p in parent.rglob("*"))
+
+
+def test_a_restore_killed_mid_fetch_leaves_a_scratch_that_the_next_restore_removes(
+    backed_up, s3_server, gpg_keys, tmp_path
+):
+    catalog, _manifest, db = backed_up
+    key = tmp_path / "private.asc"
+    key.write_text(gpg_keys.private_key)
+    parent = tmp_path / "restore"
+    parent.mkdir()
+    flags = ["--cluster", "c1", "--host", "db1", "--bucket", catalog.store.bucket]
+    argv = [sys.executable, "-c", CLI_RUN, "restore", *flags, "--endpoint-url", s3_server.endpoint_url]
+    argv += ["--private-key-file", str(key), "--target-datadir", str(parent / "data")]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env["XTRABACKUP_GPG_PASSPHRASE"] = gpg_keys.passphrase
+    child = subprocess.Popen(
+        argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        wait_for(lambda: _extracting(parent, child.pid), timeout=300, interval=0.02, what="the extraction")
+        os.kill(child.pid, signal.SIGKILL)  # the worker dies (OOM killer, lost task)
+        child.wait()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)  # and whatever it started
+    left = list(parent.iterdir())
+    assert left and not (parent / "data").exists(), left
+
+    restore_with(catalog, gpg_keys, parent / "data")  # the next restore into the same place
+    assert sorted(p.name for p in parent.iterdir()) == ["data"], "the killed restore's scratch is still there"
+    assert (parent / "data" / db).is_dir()

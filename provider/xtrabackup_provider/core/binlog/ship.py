@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,6 +25,7 @@ from ..catalog.backups import Catalog
 from ..catalog.manifest import StoredObject
 from ..common import children
 from ..common.files import sha256_range
+from ..common.tempdirs import private_dir
 from ..db.server import MySQLTarget, ServerError, ServerFacts, defaults_file, query, server_facts
 from ..pipeline.gpg import GpgHome
 from ..pipeline.to_store import stream_to_store
@@ -163,7 +163,7 @@ class BinlogShipper:
         self.report = ShipReport(self.facts.server_uuid)
         self.gpg = GpgHome()
         self.recipients: list[str] = []
-        self.scratch = Path(tempfile.mkdtemp(prefix="xbp-binlog-", dir=req.workdir))  # 0700
+        self.scratch = private_dir("binlog", req.workdir)  # 0700
 
     def __enter__(self) -> BinlogShipper:
         try:

@@ -1,5 +1,5 @@
-"""How the product starts its child processes: the environment each one gets, and what their
-stderr says when they fail.
+"""How the product starts its child processes: the environment each one gets, the open-files
+limit they inherit, and what their stderr says when they fail.
 
 Every process the core starts (the backup tools, gpg and the agent it forks, zstd, the
 extractors, the xbstream checker, mariadb-binlog, the mariadb client, sandbox servers, dd,
@@ -10,17 +10,24 @@ environment for as long as it lives, the daemonised gpg-agent's after the run to
 starts with `child_env()`: what locates programs, libraries, temporary files and the home
 directory, and the time zone, plus what its caller sets on purpose (TZ=UTC for mariadb-binlog).
 
+The backup tools keep every tablespace open: `raise_open_files_limit()` gives them the hard
+limit, and `require_open_files()` refuses to start when even that is too low.
+
 When a child fails, `summarize_stderr()` turns its stderr into the one line an error message
 carries: the tool's own error lines first, page dumps and binary bytes dropped.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import resource
 import subprocess
 from collections.abc import Mapping
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 # Nothing secret lives here: where programs, libraries and temp files are (mariabackup and
 # mariadbd write temp files to TMPDIR), the home directory (the client tools read their option
@@ -39,6 +46,43 @@ def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env["LC_ALL"] = LOCALE
     env.update(extra or {})
     return env
+
+
+# -- open files -----------------------------------------------------------------------------------------
+
+# Besides one descriptor per tablespace, mariabackup / xtrabackup --backup need a few dozen of
+# their own (redo log, system tablespace, undo, the stream, libraries).
+OPEN_FILES_MARGIN = 64
+
+
+class OpenFilesError(RuntimeError):
+    """This worker's open-files limit cannot be raised far enough for a tool."""
+
+
+def raise_open_files_limit() -> int:
+    """Raise this process's soft RLIMIT_NOFILE to its hard limit (the children inherit it) and
+    return it. mariabackup --backup keeps every tablespace open; a worker usually starts with a
+    soft limit of 1024, which a server with a thousand tables exceeds."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 30
+    wanted = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    if soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        log.info("raised the open-files limit from %d to the hard limit %d for the tools", soft, wanted)
+    return max(soft, wanted)
+
+
+def require_open_files(count: int, what: str) -> int:
+    """The open-files limit the tools get (raised to the hard limit), or OpenFilesError when `count`
+    `what` (plus the tools' own descriptors) do not fit in it."""
+    limit = raise_open_files_limit()
+    if count + OPEN_FILES_MARGIN > limit:
+        raise OpenFilesError(
+            f"too many open files: {count} {what}, limit {limit}; raise LimitNOFILE in the worker's systemd unit "
+            f"(or `ulimit -Hn` before starting it) to at least {count + OPEN_FILES_MARGIN}"
+        )
+    return limit
 
 
 def run(

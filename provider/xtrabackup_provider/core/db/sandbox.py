@@ -393,6 +393,28 @@ def table_checksums(server: SandboxServer, databases: Iterable[str]) -> dict[str
     return result
 
 
+def stop_orphans(directory: Path) -> list[int]:
+    """SIGKILL the sandbox servers a dead run left running in `directory` (a swept temp dir): they
+    run in their own session, so its death does not stop them. A process counts only if its argv
+    names the pid file it wrote there. Returns their pids."""
+    killed = []
+    for pid_file in Path(directory).glob("**/mysqld.pid"):
+        try:
+            pid = int(pid_file.read_text().split()[0])
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        if f"--pid-file={pid_file}".encode() not in argv:
+            continue  # not that server any more: the pid was reused
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{pid}").exists() for pid in killed) and time.monotonic() < deadline:
+        time.sleep(0.05)  # its files are removed next
+    return killed
+
+
 @atexit.register
 def _stop_all() -> None:
     """Servers run in their own session, so stop any still running when the interpreter exits."""

@@ -48,7 +48,7 @@ from ..common.files import sha256_range
 from ..pipeline.from_store import stream_from_store
 from ..pipeline.gpg import GpgError, GpgHome, passphrase_pipe
 from ..pipeline.process import ChecksumMismatch, PipelineError
-from ..restore.chain import RestoreRequest, check_target, empty_dir, plan_chain, restore
+from ..restore.chain import RestoreRequest, check_target, empty_dir, own_scratch, plan_chain, restore
 from ..restore.verify import sha256_verdict
 from .plan import PitrError, PitrPlan, PitrTarget, make_plan
 from .replay import replay
@@ -108,9 +108,7 @@ def point_in_time_restore(req: PitrRequest) -> PitrReport:
 
 def _recover(req: PitrRequest, plan: PitrPlan) -> PitrReport:
     backup = plan.backup
-    scratch = req.scratch_dir or req.target_datadir.parent / f".xbp-pitr-{backup.backup_id}"
-    if scratch.exists() and any(scratch.iterdir()):
-        raise PitrError(f"scratch directory {scratch} is not empty (an earlier restore?); remove it first")
+    scratch = own_scratch(req.scratch_dir, req.target_datadir, "pitr", backup.backup_id)
     report = PitrReport(
         backup.backup_id,
         [],

@@ -20,6 +20,7 @@ from ..catalog.lease import ReadLease
 from ..catalog.manifest import Manifest
 from ..common import children
 from ..common.progress import ProgressLogger
+from ..common.tempdirs import private_dir
 from ..engine.argv import PrepareStep, copy_back_argv, extract_argv
 from ..engine.tools import ToolVersion, detect_tool
 from ..pipeline.from_store import stream_from_store
@@ -115,10 +116,7 @@ def _restore(req: RestoreRequest, chain: list[Manifest]) -> RestoreReport:
         binlog_position=last.binlog_position,
         gtid=last.gtid,
     )
-    scratch = req.scratch_dir or req.target_datadir.parent / f".xbp-restore-{last.backup_id}"
-    if scratch.exists() and any(scratch.iterdir()):
-        raise RestoreError(f"scratch directory {scratch} is not empty (an earlier restore?); remove it first")
-    scratch.mkdir(parents=True, exist_ok=True)
+    scratch = own_scratch(req.scratch_dir, req.target_datadir, "restore", last.backup_id)
     # An applied incremental directory is consumed: it is removed in this thread while the next
     # prepare step (or the move-back) runs, instead of all of them after the move-back.
     discarder = ThreadPoolExecutor(1, thread_name_prefix="discard")
@@ -153,6 +151,19 @@ def _restore(req: RestoreRequest, chain: list[Manifest]) -> RestoreReport:
         report.timings["scratch_cleanup"] = time.monotonic() - t0
     log.info("restored %s (chain %s) into %s", last.backup_id, " -> ".join(report.chain), req.target_datadir)
     return report
+
+
+def own_scratch(given: Path | None, target: Path, kind: str, backup_id: str) -> Path:
+    """The scratch directory of a restore: `given`, which must be empty, or by default a private
+    one beside the target (so move-back is a rename), named after this process so that the next
+    restore there removes it if this one is killed."""
+    if given is None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return private_dir(kind, target.parent, label=backup_id, hidden=True)
+    if given.exists() and any(given.iterdir()):
+        raise RestoreError(f"scratch directory {given} is not empty (an earlier restore?); remove it first")
+    given.mkdir(parents=True, exist_ok=True)
+    return given
 
 
 def _discard(directory: Path) -> None:

@@ -67,13 +67,14 @@ def tuning_for(
     estimated: bool = False,
     use_memory: int | None = None,
 ) -> PrepareTuning:
-    """Memory and parallelism for a chain's prepare; the choice is logged so it can be recorded."""
+    """Memory, parallelism and open files for a chain's prepare; the memory choice is logged."""
+    files = children.raise_open_files_limit()
     if estimated and tool.capabilities.estimate_memory:
-        tuning = PrepareTuning(use_free_memory_pct=max_free_pct, parallel=parallel)
+        tuning = PrepareTuning(use_free_memory_pct=max_free_pct, parallel=parallel, open_files_limit=files)
     else:
         redo = max((redo_bytes(d) for d in dirs), default=0)
         memory = use_memory or size_use_memory(redo, available_memory(), max_free_pct)
-        tuning = PrepareTuning(use_memory_bytes=memory, parallel=parallel)
+        tuning = PrepareTuning(use_memory_bytes=memory, parallel=parallel, open_files_limit=files)
         log.info("prepare memory: redo %d MiB -> --use-memory=%d MiB", redo // MiB, memory // MiB)
     return tuning
 
