@@ -196,7 +196,15 @@ def test_cli_lists_and_restores_the_good_chain_despite_hostile_neighbours(
     assert len(listed["problems"]) == len(HOSTILE_CASES)
 
     target_dir = tmp_path / "restore" / "data"
-    argv = ["restore", *common, "--backup-id", chain.inc.backup_id, "--target-datadir", str(target_dir)]
+    argv = [
+        "restore",
+        *common,
+        "--backup-id",
+        chain.inc.backup_id,
+        "--target-datadir",
+        str(target_dir),
+        "--create-parents",
+    ]
     assert cli.main([*argv, "--private-key-file", str(key_file)]) == 0, capsys.readouterr().err
     assert restored_checksums(target_dir, tmp_path / "sb", [chain.db], server_id=970) == chain.expected
 

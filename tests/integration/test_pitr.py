@@ -181,7 +181,13 @@ def test_cli_restores_to_a_binlog_position(history, gpg_keys, tmp_path, monkeypa
         [
             "restore",
             *("--cluster", "c1", "--host", "db1", "--bucket", store.bucket),
-            *("--endpoint-url", store.client.meta.endpoint_url, "--target-datadir", str(datadir)),
+            *(
+                "--endpoint-url",
+                store.client.meta.endpoint_url,
+                "--target-datadir",
+                str(datadir),
+                "--create-parents",
+            ),
             *("--private-key-file", str(key), "--to-position", history.positions["E"]),
         ]
     )
@@ -207,6 +213,23 @@ def test_a_target_beyond_the_shipped_binlogs_is_refused_and_leaves_the_target_em
             )
         )
     assert not datadir.exists() or not any(datadir.iterdir())
+
+
+def test_a_target_in_the_future_is_refused_as_such_with_the_current_time(history, gpg_keys, tmp_path):
+    datadir = tmp_path / "restored" / "data"
+    future = PitrTarget.at_time(iso_utc(int(time.time()) + 3600))
+    with pytest.raises(PitrError) as excinfo:
+        point_in_time_restore(
+            PitrRequest(
+                catalog=history.catalog,
+                target_datadir=datadir,
+                target=future,
+                private_key=gpg_keys.private_key,
+            )
+        )
+    message = str(excinfo.value)
+    assert f"{future.describe()} is in the future" in message and "it is now " in message, message
+    assert not datadir.exists()
 
 
 def test_decrypted_binlogs_in_the_scratch_are_readable_by_their_owner_only(history, gpg_keys, tmp_path):

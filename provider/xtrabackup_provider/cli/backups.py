@@ -43,7 +43,10 @@ def add_parsers(sub: Any) -> None:
     p = sub.add_parser("restore", help="restore a backup chain into an empty datadir")
     add_common(p)
     p.add_argument("--backup-id", default="latest", help="backup id, or 'latest' (default)")
-    p.add_argument("--target-datadir", required=True, type=Path)
+    p.add_argument("--target-datadir", required=True, type=Path, help="an empty or new directory")
+    p.add_argument(
+        "--create-parents", action="store_true", help="create the target's parent directories if missing"
+    )
     p.add_argument(
         "--private-key-file", help="armored private key; passphrase from $XTRABACKUP_GPG_PASSPHRASE"
     )
@@ -144,6 +147,12 @@ def cmd_restore(args: argparse.Namespace, config: FleetConfig) -> int:
 
     from ..core.restore.chain import RestoreRequest, restore
 
+    parent = args.target_datadir.parent
+    if not parent.is_dir() and not args.create_parents:
+        raise SetupError(
+            f"--target-datadir {args.target_datadir}: its parent {parent} does not exist (a typo?); "
+            "create it, or pass --create-parents"
+        )
     if (target := pitr_target(args)) is not None:
         return cmd_pitr_restore(args, config, target)
     key, passphrase = read_private_key(config, args.private_key_file)

@@ -16,11 +16,12 @@ from .schema import CONFIG_ENV, ConfigError, FleetConfig
 
 
 def _format_errors(exc: ValidationError, source: str) -> str:
-    lines = []
+    """One line (the CLI prints it after `error: `, a DAG import error shows it): every field."""
+    problems = []
     for err in exc.errors()[:10]:
         path = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        lines.append(f"  {path}: {err['msg']}")
-    return f"{source}: invalid fleet config:\n" + "\n".join(lines)
+        problems.append(f"{path}: {err['msg']}")
+    return f"{source}: invalid fleet config: " + "; ".join(problems)
 
 
 def parse_config(data: Any, source: str = "<config>") -> FleetConfig:

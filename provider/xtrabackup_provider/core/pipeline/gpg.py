@@ -22,6 +22,10 @@ class GpgError(RuntimeError):
     """A key could not be imported or used; the message says which and what to do."""
 
 
+class PassphraseRequired(GpgError):
+    """The private key is protected by a passphrase and none was given."""
+
+
 def _run_gpg(home: Path, args: list[str], stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
     argv = [GPG, "--homedir", str(home), "--batch", "--no-tty", *args]
     return children.run(argv, input=stdin, capture_output=True, timeout=120)
@@ -110,6 +114,10 @@ class GpgHome:
         finally:
             if fd is not None:
                 os.close(fd)
+        if (proc.returncode != 0 or proc.stdout != b"probe") and self.passphrase is None:
+            raise PassphraseRequired(
+                f"private key {', '.join(fprs)} is protected by a passphrase and none was given"
+            )
         if proc.returncode != 0 or proc.stdout != b"probe":
             raise GpgError(
                 f"the passphrase given does not unlock private key {', '.join(fprs)} ({_tail(proc.stderr)}); "

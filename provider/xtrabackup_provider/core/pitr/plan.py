@@ -194,6 +194,12 @@ def _check_reach(
 
 
 def make_plan(catalog: Catalog, target: PitrTarget, backup_id: str | None = None) -> PitrPlan:
+    now = datetime.now(UTC)
+    if target.time is not None and target.time > now:
+        raise PitrError(
+            f"{target.describe()} is in the future (it is now {now:%Y-%m-%d %H:%M:%S} UTC); "
+            "point-in-time recovery reaches only what has happened"
+        )
     backup = choose_backup(catalog.manifests(), target, backup_id)
     if backup.engine_flavour != "mariabackup":
         raise PitrError(
