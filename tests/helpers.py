@@ -426,3 +426,22 @@ def is_cli(argv: list[str]) -> bool:
 
 
 run_cli, CLI_RUN = cli, RUN  # (the names the later commits of this branch use)
+
+
+# -- hand-made xbstreams ---------------------------------------------------------------------------------
+
+
+def xbstream(files: list[tuple[str, bytes]]) -> bytes:
+    """An xbstream as `mbstream -c` writes it: per file a payload chunk and an end-of-file chunk,
+    for any path (a hostile producer's too)."""
+    import struct
+    import zlib
+
+    out = bytearray()
+    for path, data in files:
+        name = path.encode()
+        head = b"XBSTCK01" + bytes([0])
+        out += head + b"P" + struct.pack("<I", len(name)) + name
+        out += struct.pack("<QQI", len(data), 0, zlib.crc32(data)) + data
+        out += head + b"E" + struct.pack("<I", len(name)) + name
+    return bytes(out)

@@ -79,6 +79,15 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except (OSError, ValueError) as exc:
+        # Last resort for a file or a value no check foresaw: one line still (-v shows where).
+        logging.getLogger(__name__).debug("the error came from here", exc_info=True)
+        where = f": {exc.filename}" if isinstance(exc, OSError) and exc.filename else ""
+        print(
+            f"error: {exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}{where}",
+            file=sys.stderr,
+        )
+        return 2
     except Exception as exc:
         # The store translates its own S3 errors (StorageError); this catches a botocore error
         # from a direct client call, so that no S3 failure ends in a traceback either.

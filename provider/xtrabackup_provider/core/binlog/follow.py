@@ -26,9 +26,10 @@ from pathlib import Path
 
 from ..common import children
 from ..common.files import sha256_range
+from ..common.values import binlog_number
 from ..db.server import defaults_file
 from .catalog import BinlogError, BinlogManifest
-from .events import BinlogSummary, binlog_number, summarize
+from .events import BinlogSummary, summarize
 from .ship import BinlogShipper, ShipReport, ShipRequest, download_argv, master_position, server_binlogs
 
 log = logging.getLogger(__name__)

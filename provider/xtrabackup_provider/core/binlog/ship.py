@@ -26,6 +26,7 @@ from ..catalog.manifest import StoredObject
 from ..common import children
 from ..common.files import sha256_range
 from ..common.tempdirs import private_dir
+from ..common.values import format_gtid_pos, parse_gtid_pos
 from ..db.server import MySQLTarget, ServerError, ServerFacts, defaults_file, query, server_facts
 from ..pipeline.gpg import GpgHome
 from ..pipeline.to_store import stream_to_store
@@ -42,7 +43,7 @@ from .catalog import (
     find_gap,
     server_uuids,
 )
-from .events import BinlogSummary, format_gtid_pos, parse_gtid_pos, summarize
+from .events import BinlogSummary, summarize
 
 log = logging.getLogger(__name__)
 

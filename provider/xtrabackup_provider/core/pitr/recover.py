@@ -35,16 +35,12 @@ from pathlib import Path
 from typing import Any
 
 from ..binlog.catalog import BinlogManifest
-from ..binlog.events import (
-    format_gtid_pos,
-    gtid_reached,
-    parse_gtid_pos,
-    replay_end,
-)
+from ..binlog.events import replay_end
 from ..catalog.backups import Catalog
 from ..catalog.lease import ReadLease
 from ..catalog.manifest import StoredObject
 from ..common.files import sha256_range
+from ..common.values import format_gtid_pos, gtid_reached, parse_gtid_pos
 from ..pipeline.from_store import stream_from_store
 from ..pipeline.gpg import GpgError, GpgHome, passphrase_pipe
 from ..pipeline.process import ChecksumMismatch, PipelineError

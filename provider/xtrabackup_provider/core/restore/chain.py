@@ -22,6 +22,7 @@ from ..common import children
 from ..common.progress import ProgressLogger
 from ..common.tempdirs import private_dir
 from ..engine.argv import PrepareStep, copy_back_argv, extract_argv
+from ..engine.metadata import CHECKPOINT_FILES, find_metadata
 from ..engine.tools import ToolVersion, detect_tool
 from ..pipeline.from_store import stream_from_store
 from ..pipeline.gpg import GpgError, GpgHome, passphrase_pipe
@@ -276,7 +277,13 @@ def fetch_one(
             object_name=f"{catalog.store.location}/{obj.key}",
             consumer_name=f"{tool.stream_tool()} -x into {dest}",
             progress=progress,
+            quiet_consumer=True,
         )
+        if find_metadata(dest, CHECKPOINT_FILES) is None:
+            raise PipelineError(
+                f"{tool.stream_tool()} -x extracted no {' or '.join(CHECKPOINT_FILES)} into {dest}: "
+                "the stream is not a whole backup"
+            )
     except ChecksumMismatch:
         raise
     except PipelineError as exc:
