@@ -189,6 +189,10 @@ def cmd_restore(args: argparse.Namespace, config: FleetConfig) -> int:
     else:
         print(f"restored {report.backup_id} (chain {' -> '.join(report.chain)}) into {report.target_datadir}")
         print(f"binlog position: {report.binlog_file}:{report.binlog_position} gtid {report.gtid}")
+        if report.gtid:  # MariaDB's replicas start from gtid_slave_pos, MySQL's from gtid_purged
+            mariadb = config.find_host(args.cluster, args.host).flavour == "mariabackup"
+            variable = "gtid_slave_pos" if mariadb else "gtid_purged"
+            print(f"to make it a replica: SET GLOBAL {variable} = '{report.gtid}'")
     return 0
 
 
