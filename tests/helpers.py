@@ -425,9 +425,6 @@ def is_cli(argv: list[str]) -> bool:
     return RUN in argv
 
 
-run_cli, CLI_RUN = cli, RUN  # (the names the later commits of this branch use)
-
-
 # -- hand-made xbstreams ---------------------------------------------------------------------------------
 
 

@@ -39,9 +39,9 @@ from faultkit import (
 
 from helpers import (
     add_orders,
+    cli,
     restore_with,
     restored_checksums,
-    run_cli,
     seed_database,
     unique_name,
     wait_for,
@@ -611,10 +611,10 @@ def test_1500_tables_back_up_and_restore_under_the_usual_soft_limit_of_1024(many
     )
     flags = ["--local-path", str(tmp_path / "store"), "--cluster", "c1", "--host", "db1"]
     creds = str(server.write_client_defaults(tmp_path / "client.cnf"))
-    backup = run_cli("backup", *flags, "--defaults-file", creds, "--no-encrypt", preexec_fn=_nofile(1024))
+    backup = cli("backup", *flags, "--defaults-file", creds, "--no-encrypt", preexec_fn=_nofile(1024))
     assert backup.returncode == 0, backup.stderr[-3000:]
     target_dir = tmp_path / "restored"
-    restore = run_cli("restore", *flags, "--target-datadir", str(target_dir), preexec_fn=_nofile(1024))
+    restore = cli("restore", *flags, "--target-datadir", str(target_dir), preexec_fn=_nofile(1024))
     assert restore.returncode == 0, restore.stderr[-3000:]
     with SandboxServer.on_datadir(target_dir, tmp_path / "sb", server_id=951) as restored:
         restored.start()
@@ -631,9 +631,7 @@ def test_too_many_tablespaces_for_the_hard_limit_fail_before_anything_is_streame
     flags = ["--local-path", str(store), "--cluster", "c1", "--host", "db1"]
     creds = str(server.write_client_defaults(tmp_path / "client.cnf"))
     with ProcScanner({}) as scan:
-        proc = run_cli(
-            "backup", *flags, "--defaults-file", creds, "--no-encrypt", preexec_fn=_nofile(1024, 1024)
-        )
+        proc = cli("backup", *flags, "--defaults-file", creds, "--no-encrypt", preexec_fn=_nofile(1024, 1024))
     assert proc.returncode == 2, proc.stderr[-3000:]
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1, proc.stderr[-3000:]

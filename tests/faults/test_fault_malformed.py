@@ -19,7 +19,7 @@ import pytest
 import yaml
 import zstandard
 
-from helpers import run_cli, xbstream
+from helpers import cli, xbstream
 from manifest_factory import make_manifest
 from xtrabackup_provider.core.binlog.catalog import BinlogCatalog, BinlogManifest, BinlogSegment
 from xtrabackup_provider.core.catalog.backups import Catalog
@@ -64,7 +64,7 @@ def test_values_at_the_calendars_and_mariadbs_edges_are_one_error_line(flag, val
         argv = ["retention", "plan", *store, flag, value]
     else:
         argv = ["restore", *store, "--target-datadir", str(tmp_path / "restored"), flag, value]
-    _no_traceback(flag, run_cli(*argv), flag)
+    _no_traceback(flag, cli(*argv), flag)
     assert not (tmp_path / "restored").exists()
 
 
@@ -160,7 +160,7 @@ def test_config_mistakes_yaml_or_the_schema_used_to_accept_are_one_error_line(ca
     body, mention = CONFIGS[case]
     path = tmp_path / "fleet.yaml"
     path.write_bytes(body)
-    proc = run_cli("backup", "--config", str(path), "--cluster", CLUSTER, "--host", HOST)
+    proc = cli("backup", "--config", str(path), "--cluster", CLUSTER, "--host", HOST)
     line = _no_traceback(case, proc, mention)
     assert line.startswith(f"error: {path}: "), line
 
@@ -171,7 +171,7 @@ def test_config_mistakes_yaml_or_the_schema_used_to_accept_are_one_error_line(ca
 def test_a_bad_flag_value_is_named_by_its_flag_not_a_field_path(flag, value, tmp_path):
     argv = {"--cluster": CLUSTER, "--host": HOST, "--local-path": str(tmp_path / "store")}
     argv[flag] = value
-    line = _no_traceback(flag, run_cli("list", *[a for kv in argv.items() for a in kv]), flag)
+    line = _no_traceback(flag, cli("list", *[a for kv in argv.items() for a in kv]), flag)
     assert "clusters.0" not in line and "storage." not in line, line
 
 
@@ -264,13 +264,13 @@ def test_store_content_that_passes_a_schema_breaks_neither_listing_nor_pitr(tmp_
     catalog.store.put_bytes(f"{bcat.prefix}/notes.json", b'{"note": "copied by hand"}')
 
     flags = ["--local-path", str(store), "--prefix", "backups-prod", "--cluster", CLUSTER, "--host", HOST]
-    listing = run_cli("binlogs", "list", *flags)
+    listing = cli("binlogs", "list", *flags)
     assert listing.returncode == 1 and "Traceback" not in listing.stderr, listing.stderr[-3000:]
     assert "mysql-bin.000001" in listing.stdout, listing.stdout
     assert "notes.json" in listing.stderr and "mysql-bin.000002.json" in listing.stderr, listing.stderr
 
     for target in (["--to-time", "2026-11-01T01:30:00Z"], ["--to-gtid", "0-1-15"]):
-        proc = run_cli("restore", *flags, "--target-datadir", str(tmp_path / "restored"), *target)
+        proc = cli("restore", *flags, "--target-datadir", str(tmp_path / "restored"), *target)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
         # Planned from the good backup, its binlog fetched: it fails only on the backup object itself.
         last = proc.stderr.rstrip().splitlines()[-1]

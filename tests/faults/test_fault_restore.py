@@ -26,7 +26,7 @@ from faultkit import (
     wait_next_second,
 )
 
-from helpers import CLI_RUN, add_orders, restore_with, wait_for
+from helpers import RUN, add_orders, restore_with, wait_for
 from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.catalog.manifest import Manifest
@@ -222,7 +222,7 @@ def test_a_restore_killed_mid_fetch_leaves_a_scratch_that_the_next_restore_remov
     parent = tmp_path / "restore"
     parent.mkdir()
     flags = ["--cluster", "c1", "--host", "db1", "--bucket", catalog.store.bucket]
-    argv = [sys.executable, "-c", CLI_RUN, "restore", *flags, "--endpoint-url", s3_server.endpoint_url]
+    argv = [sys.executable, "-c", RUN, "restore", *flags, "--endpoint-url", s3_server.endpoint_url]
     argv += ["--private-key-file", str(key), "--target-datadir", str(parent / "data")]
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     env["XTRABACKUP_GPG_PASSPHRASE"] = gpg_keys.passphrase

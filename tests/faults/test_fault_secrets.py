@@ -29,7 +29,7 @@ from faultkit import (
     wait_next_second,
 )
 
-from helpers import add_orders, commit_known, is_cli, run_cli, seed_database, unique_name
+from helpers import add_orders, cli, commit_known, is_cli, seed_database, unique_name
 from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
 from xtrabackup_provider.core.restore.restore_test import RestoreTestRequest, run_restore_test
 
@@ -252,20 +252,20 @@ def test_cli_children_get_no_secret_in_their_environment(mariadb, s3_server, tmp
     common = ["--config", str(config), "--cluster", "c1", "--host", "db1"]
     with ProcScanner(env, environ_skip=is_cli) as scan:
 
-        def cli(*args: str) -> None:
-            proc = run_cli(*args, env=env)
+        def run(*args: str) -> None:
+            proc = cli(*args, env=env)
             assert proc.returncode == 0, f"{args[0]}: {proc.stderr}"
 
-        cli("keygen", "--uid", "Env test <env@example.invalid>", "--out-dir", str(keys))
-        cli("backup", *common)
+        run("keygen", "--uid", "Env test <env@example.invalid>", "--out-dir", str(keys))
+        run("backup", *common)
         add_orders(mariadb, db, 300)
-        cli("backup", *common)
+        run("backup", *common)
         mariadb.query(f"CREATE TABLE `{db}`.t (id INT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(20))")
         point = commit_known(mariadb, db, "after")
-        cli("binlogs", "ship", *common, "--flush")
-        cli("verify", *common, "--backup-id", "latest", "--deep")
-        cli("restore", *common, "--target-datadir", str(tmp_path / "restored"))
-        cli("restore", *common, "--target-datadir", str(tmp_path / "pitr"), "--to-gtid", point.gtid)
+        run("binlogs", "ship", *common, "--flush")
+        run("verify", *common, "--backup-id", "latest", "--deep")
+        run("restore", *common, "--target-datadir", str(tmp_path / "restored"))
+        run("restore", *common, "--target-datadir", str(tmp_path / "pitr"), "--to-gtid", point.gtid)
     assert scan.errors == [] and scan.samples > 50
 
     def saw(*words: str) -> bool:
