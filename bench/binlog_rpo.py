@@ -37,10 +37,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
 from xtrabackup_provider.core.binlog.catalog import BinlogManifest  # noqa: E402
-from xtrabackup_provider.core.binlog.events import parse_gtid_pos  # noqa: E402
 from xtrabackup_provider.core.binlog.follow import ship_continuous  # noqa: E402
 from xtrabackup_provider.core.binlog.ship import BinlogShipper, ShipRequest, master_position  # noqa: E402
 from xtrabackup_provider.core.catalog.backups import Catalog  # noqa: E402
+from xtrabackup_provider.core.common.values import parse_gtid_pos  # noqa: E402
 from xtrabackup_provider.core.db.sandbox import SandboxServer  # noqa: E402
 from xtrabackup_provider.core.db.server import MySQLTarget, server_facts  # noqa: E402
 from xtrabackup_provider.core.storage.base import StorageError  # noqa: E402

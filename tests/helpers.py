@@ -406,7 +406,9 @@ RUN = (
 )
 
 
-def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, env: dict[str, str] | None = None, **kw: Any) -> subprocess.CompletedProcess[str]:
+    """`xtrabackup-provider ARGS` in a new process, with this environment minus Airflow's plus `env`
+    (`kw` goes to subprocess.run, e.g. a preexec_fn setting a limit)."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     return subprocess.run(
         [sys.executable, "-c", RUN, *args],
@@ -414,4 +416,29 @@ def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
         text=True,
         env={**clean, **(env or {})},
         timeout=600,
+        **kw,
     )
+
+
+def is_cli(argv: list[str]) -> bool:
+    """Is this the argv of a process that cli() started?"""
+    return RUN in argv
+
+
+# -- hand-made xbstreams ---------------------------------------------------------------------------------
+
+
+def xbstream(files: list[tuple[str, bytes]]) -> bytes:
+    """An xbstream as `mbstream -c` writes it: per file a payload chunk and an end-of-file chunk,
+    for any path (a hostile producer's too)."""
+    import struct
+    import zlib
+
+    out = bytearray()
+    for path, data in files:
+        name = path.encode()
+        head = b"XBSTCK01" + bytes([0])
+        out += head + b"P" + struct.pack("<I", len(name)) + name
+        out += struct.pack("<QQI", len(data), 0, zlib.crc32(data)) + data
+        out += head + b"E" + struct.pack("<I", len(name)) + name
+    return bytes(out)

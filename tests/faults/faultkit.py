@@ -56,6 +56,17 @@ def snapshot(client: Any, bucket: str, prefix: str = "") -> dict[str, tuple[int,
     return out
 
 
+def copy_bucket(s3_server: Any, source: str) -> str:
+    """A new bucket holding a copy of every object of `source` (tests damage the copy)."""
+    import uuid
+
+    dest = s3_server.make_bucket(f"xbp-copy-{uuid.uuid4().hex[:12]}")
+    client = s3_server.client()
+    for key in snapshot(client, source):
+        client.copy_object(CopySource={"Bucket": source, "Key": key}, Bucket=dest, Key=key)
+    return dest
+
+
 def open_uploads(client: Any, bucket: str, prefix: str = "") -> list[str]:
     resp = client.list_multipart_uploads(Bucket=bucket, Prefix=prefix)
     return [u["Key"] for u in resp.get("Uploads", [])]
@@ -247,8 +258,10 @@ class Sighting:
 
 @dataclass
 class ProcScanner:
-    """Samples /proc/*/cmdline of every process (and the environment of our descendants) every
-    few milliseconds while a run goes on, looking for the given secrets.
+    """Samples /proc/*/cmdline of every process (and the environment of ours) every few
+    milliseconds while a run goes on, looking for the given secrets. Ours are our descendants and
+    the gpg-agents of their GPG homes: gpg starts the agent as a daemon (its parent is init), and
+    it outlives the gpg that started it.
 
     `seen` holds the argv of each of our descendants; `watch(pid, argv)` is called for each of
     them on every sample, to inspect it while it lives."""
@@ -256,6 +269,8 @@ class ProcScanner:
     secrets: dict[str, str]  # label -> secret value
     watch: Callable[[int, list[str]], None] | None = None
     environ: bool = True  # also scan the environment of our descendants
+    # Processes whose environment may hold the secrets (the CLI itself, given them on purpose).
+    environ_skip: Callable[[list[str]], bool] | None = None
     interval: float = 0.003
     sightings: list[Sighting] = field(default_factory=list)
     seen: dict[int, list[str]] = field(default_factory=dict)
@@ -305,10 +320,12 @@ class ProcScanner:
             except OSError:
                 continue
             argv = raw.decode(errors="replace").split("\0")
+            if not mine and self._agent_of_ours(argv, me):
+                mine = self._mine[pid] = True
             self._check(pid, "cmdline", raw, argv)
             if not mine or not raw:
                 continue
-            if self.environ:
+            if self.environ and not (self.environ_skip and self.environ_skip(argv)):
                 with contextlib.suppress(OSError):
                     self._check(pid, "environ", Path(f"/proc/{pid}/environ").read_bytes(), argv)
             self.seen[pid] = argv  # the newest: a forked child shows our argv until it execs
@@ -319,6 +336,15 @@ class ProcScanner:
         for label, needle in self._needles.items():
             if needle in data:
                 self.sightings.append(Sighting(pid, where, argv[:3], label))
+
+    def _agent_of_ours(self, argv: list[str], me: int) -> bool:
+        """A gpg-agent (or other daemon) started for the GPG home of one of our processes."""
+        home = next((b for a, b in zip(argv, argv[1:], strict=False) if a == "--homedir"), "")
+        owner = home.rsplit("/", 1)[-1].split("-")
+        if len(owner) < 3 or owner[:2] != ["xbp", "gpg"] or not owner[2].isdigit():
+            return False
+        pid = int(owner[2])
+        return pid == me or bool(self._mine.get(pid)) or self.descends_from(pid, me)
 
     @staticmethod
     def descends_from(pid: int, ancestor: int) -> bool:

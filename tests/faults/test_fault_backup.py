@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import secrets
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -34,7 +37,15 @@ from faultkit import (
     wait_next_second,
 )
 
-from helpers import add_orders, restore_with, restored_checksums, wait_for
+from helpers import (
+    add_orders,
+    cli,
+    restore_with,
+    restored_checksums,
+    seed_database,
+    unique_name,
+    wait_for,
+)
 from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.catalog.lock import LOCK_NAME, HostLock, HostLockBusy
@@ -325,17 +336,16 @@ run_backup(BackupRequest(
 """
 
 
-def _private_dirs(pid: int) -> set[Path]:
-    """The credential directories and GPG homes process `pid` created (they carry its pid)."""
-    import tempfile
-
-    return set(Path(tempfile.gettempdir()).glob(f"xbp-cred-{pid}-*")) | set(
-        Path("/tmp").glob(f"xbp-gpg-{pid}-*")
-    )
+def _private_dirs(pid: int, tmpdir: Path) -> set[Path]:
+    """What worker `pid` left in its temp dir (its own: nothing else uses it) and its GPG homes."""
+    return set(tmpdir.iterdir()) | set(Path("/tmp").glob(f"xbp-gpg-{pid}-*"))
 
 
-def _kill_worker(where: str, s3_server, bucket: str, server: SandboxServer, gpg_keys) -> tuple[int, str]:
-    """Run a backup in a child worker process that SIGKILLs itself at `where`; its pid and stdout."""
+def _kill_worker(
+    where: str, s3_server, bucket: str, server: SandboxServer, gpg_keys, tmpdir: Path
+) -> tuple[int, str]:
+    """Run a backup in a child worker process (temp dir `tmpdir`) that SIGKILLs itself at `where`;
+    its pid and stdout."""
     args = {
         "where": where,
         "endpoint": s3_server.endpoint_url,
@@ -351,6 +361,7 @@ def _kill_worker(where: str, s3_server, bucket: str, server: SandboxServer, gpg_
         stderr=subprocess.PIPE,
         start_new_session=True,
         text=True,
+        env={**os.environ, "TMPDIR": str(tmpdir)},
     )
     try:
         out, err = child.communicate(json.dumps(args), timeout=180)
@@ -365,7 +376,7 @@ def _kill_worker(where: str, s3_server, bucket: str, server: SandboxServer, gpg_
 
 @pytest.mark.parametrize("where", ["before_manifest", "mid_stream"])
 def test_worker_killed_leaves_no_backup_and_a_retry_succeeds(
-    where, seeded, s3_server, bucket, gpg_keys, tmp_path
+    where, seeded, s3_server, bucket, gpg_keys, tmp_path, monkeypatch
 ):
     server, db = seeded
     catalog = s3_catalog(s3_server.endpoint_url, bucket)
@@ -374,25 +385,29 @@ def test_worker_killed_leaves_no_backup_and_a_retry_succeeds(
     add_orders(server, db, 1000)
     wait_next_second(kept.started_at)
 
-    pid, out = _kill_worker(where, s3_server, bucket, server, gpg_keys)
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    pid, out = _kill_worker(where, s3_server, bucket, server, gpg_keys, tmpdir)
     assert catalog.backup_ids() == [kept.backup_id], "a killed worker registered a backup"
     assert open_uploads(s3_server.client(), bucket) == []
     assert catalog.store.head(f"{PREFIX}{LOCK_NAME}") is not None, "the dead worker's lock should be left"
     _assert_untouched(s3_server, bucket, kept_objects, kept)
-    left = _private_dirs(pid)
+    left = _private_dirs(pid, tmpdir)
     if where == "before_manifest":
         # The object is stored, but without a manifest it is debris: not a backup, not a parent.
         died = json.loads(out.strip().splitlines()[-1])
         assert catalog.store.head(died["key"]) is not None
     else:
-        # Killed mid-stream: its credential file and GPG home could not be removed, but stay private.
-        assert {p.name.split("-")[1] for p in left} == {"cred", "gpg"}, left
+        # Killed mid-stream: its credential file, GPG home and work directory (the tool's scratch,
+        # the LSN files) could not be removed, but stay private.
+        assert {p.name.split("-")[1] for p in left} == {"cred", "gpg", "backup"}, left
         for path in left:
             assert path.stat().st_mode & 0o777 == 0o700, f"{path} is open to others"
         for cnf in (f for p in left for f in p.glob("*.cnf")):
             assert cnf.stat().st_mode & 0o777 == 0o600, f"{cnf} is readable by others"
 
     expected = table_checksums(server, [db])
+    monkeypatch.setattr(tempfile, "tempdir", str(tmpdir))  # the next run on that worker
     retry = run_backup(_request(catalog, server, gpg_keys))  # the lock of a dead process is taken over
     assert retry.kind == "incremental" and retry.parent_id == kept.backup_id
     assert catalog.backup_ids() == [kept.backup_id, retry.backup_id]
@@ -526,3 +541,103 @@ def test_the_lease_is_renewed_while_the_run_lives_and_released_after(s3_server, 
         wait_for(lambda: expires() > first, timeout=20, what="a renewed lease")
     # Release deletes the lock only while it holds the current version: renewals kept track of it.
     assert catalog.store.head(key) is None, "a renewed lock was not released"
+
+
+# -- the tool fails: its own error comes first ----------------------------------------------------------
+
+
+def test_a_corrupted_page_fails_the_backup_with_the_cause_first_and_no_binary_garbage(mariadb, tmp_path):
+    """mariabackup retries a corrupted page ten times, then dumps it in hex and raw bytes before
+    its last words; the error must start with the cause and stay readable."""
+    db = unique_name("corrupt")
+    seed_database(mariadb, db, rows=3000)
+    mariadb.query(f"FLUSH TABLES `{db}`.orders FOR EXPORT")  # its pages are on disk, none dirty
+    with open(mariadb.datadir / db / "orders.ibd", "r+b") as fh:
+        fh.seek(4 * 16384 + 200)
+        fh.write(os.urandom(2000))
+    catalog = Catalog(LocalStore(str(tmp_path / "store")), "backups", "c1", "db1")
+    with pytest.raises(PipelineError) as excinfo:
+        run_backup(BackupRequest(catalog=catalog, target=target(mariadb), allow_unencrypted=True))
+    message = str(excinfo.value)
+    assert message.startswith("mariabackup --backup failed (exit status 1): "), message[:300]
+    assert f"File ./{db}/orders.ibd seems to be corrupted" in message[:300], message[:300]
+    assert message.isprintable() and " hex " not in message and len(message) < 1500, repr(message[-500:])
+    assert catalog.backup_ids() == []
+
+
+# -- open files ------------------------------------------------------------------------------------------
+
+MANY_TABLES = 1500
+
+
+@pytest.fixture(scope="module")
+def many_tables(mariadb_factory) -> Iterator[tuple[SandboxServer, str]]:
+    """A server with 1,500 InnoDB tables, one tablespace each: mariabackup --backup opens them all."""
+    server = mariadb_factory("nofile", root_password=secrets.token_urlsafe(16))
+    db = unique_name("many")
+    server.execute_script(
+        f"CREATE DATABASE `{db}`; USE `{db}`;\n"
+        + "".join(f"CREATE TABLE t{n:04d} (id INT PRIMARY KEY) ENGINE=InnoDB;\n" for n in range(MANY_TABLES))
+        + "INSERT INTO t0000 VALUES (1), (2), (3);\n"
+    )
+    # A clean restart writes every page, as on a server that has run a while: mariabackup keeps a
+    # tablespace open once its first page is on disk (brand-new ones it may look at later).
+    server.stop()
+    server.start()
+    try:
+        yield server, db
+    finally:
+        mariadb_factory.discard(server)
+
+
+def _nofile(soft: int, hard: int | None = None) -> Callable[[], None]:
+    """preexec_fn: start the child like a worker with `ulimit -Sn soft` (and `-Hn hard`)."""
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(
+            resource.RLIMIT_NOFILE, (soft, hard or resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+        )
+
+    return limit
+
+
+def test_1500_tables_back_up_and_restore_under_the_usual_soft_limit_of_1024(many_tables, tmp_path):
+    server, db = many_tables
+    import resource
+
+    assert resource.getrlimit(resource.RLIMIT_NOFILE)[1] > MANY_TABLES + 200, (
+        "this host's hard limit is too low"
+    )
+    flags = ["--local-path", str(tmp_path / "store"), "--cluster", "c1", "--host", "db1"]
+    creds = str(server.write_client_defaults(tmp_path / "client.cnf"))
+    backup = cli("backup", *flags, "--defaults-file", creds, "--no-encrypt", preexec_fn=_nofile(1024))
+    assert backup.returncode == 0, backup.stderr[-3000:]
+    target_dir = tmp_path / "restored"
+    restore = cli("restore", *flags, "--target-datadir", str(target_dir), preexec_fn=_nofile(1024))
+    assert restore.returncode == 0, restore.stderr[-3000:]
+    with SandboxServer.on_datadir(target_dir, tmp_path / "sb", server_id=951) as restored:
+        restored.start()
+        tables = restored.query(
+            "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = %s", (db,)
+        )
+        assert tables[0][0] == MANY_TABLES
+        assert restored.query(f"SELECT COUNT(*) FROM `{db}`.t0000")[0][0] == 3
+
+
+def test_too_many_tablespaces_for_the_hard_limit_fail_before_anything_is_streamed(many_tables, tmp_path):
+    server, _db = many_tables
+    store = tmp_path / "store"
+    flags = ["--local-path", str(store), "--cluster", "c1", "--host", "db1"]
+    creds = str(server.write_client_defaults(tmp_path / "client.cnf"))
+    with ProcScanner({}) as scan:
+        proc = cli("backup", *flags, "--defaults-file", creds, "--no-encrypt", preexec_fn=_nofile(1024, 1024))
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, proc.stderr[-3000:]
+    found = re.match(
+        r"error: too many open files: (\d+) tablespaces, limit 1024; raise LimitNOFILE", errors[0]
+    )
+    assert found and int(found[1]) >= MANY_TABLES, errors[0]
+    assert not scan.processes(lambda argv: "--backup" in argv), "the backup tool was started"
+    assert not [p for p in store.rglob("*") if p.is_file()], "something was stored"

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from faultkit import ProcScanner, s3_catalog, snapshot, target, wait_next_second
+from faultkit import ProcScanner, copy_bucket, s3_catalog, snapshot, target, wait_next_second
 
 from helpers import add_orders, gpg_home, restore_with, restored_checksums, run_gpg, unique_name
 from xtrabackup_provider import cli
@@ -52,14 +52,6 @@ def chain(seeded, s3_server, gpg_keys) -> Chain:
         BackupRequest(catalog=catalog, target=target(server), kind="incremental", public_keys=keys)
     )
     return Chain(bucket, full, inc, table_checksums(server, [db]), db)
-
-
-def _copy(s3_server, source: str) -> str:
-    dest = s3_server.make_bucket(unique_name("xbp-copy").replace("_", "-"))
-    client = s3_server.client()
-    for key in snapshot(client, source):
-        client.copy_object(CopySource={"Bucket": source, "Key": key}, Bucket=dest, Key=key)
-    return dest
 
 
 class _Reads:
@@ -150,7 +142,7 @@ def test_hostile_manifest_is_refused_by_name_and_nothing_is_downloaded_or_writte
     case, chain, good_manifest, s3_server, gpg_keys, tmp_path
 ):
     body, mention = next((b, m) for c, b, m in _hostile(good_manifest) if c == case)
-    bucket = _copy(s3_server, chain.bucket)
+    bucket = copy_bucket(s3_server, chain.bucket)
     catalog = s3_catalog(s3_server.endpoint_url, bucket)
     key = catalog.manifest_key(HOSTILE_ID)
     catalog.store.put_bytes(key, body)
@@ -179,7 +171,7 @@ def test_hostile_manifest_is_refused_by_name_and_nothing_is_downloaded_or_writte
 def test_cli_lists_and_restores_the_good_chain_despite_hostile_neighbours(
     chain, good_manifest, s3_server, gpg_keys, tmp_path, capsys, monkeypatch
 ):
-    bucket = _copy(s3_server, chain.bucket)
+    bucket = copy_bucket(s3_server, chain.bucket)
     catalog = s3_catalog(s3_server.endpoint_url, bucket)
     for n, (_case, body, _m) in enumerate(_hostile(good_manifest)):
         catalog.store.put_bytes(catalog.manifest_key(f"20991231T2359{n:02d}Z-inc"), body)
@@ -204,7 +196,15 @@ def test_cli_lists_and_restores_the_good_chain_despite_hostile_neighbours(
     assert len(listed["problems"]) == len(HOSTILE_CASES)
 
     target_dir = tmp_path / "restore" / "data"
-    argv = ["restore", *common, "--backup-id", chain.inc.backup_id, "--target-datadir", str(target_dir)]
+    argv = [
+        "restore",
+        *common,
+        "--backup-id",
+        chain.inc.backup_id,
+        "--target-datadir",
+        str(target_dir),
+        "--create-parents",
+    ]
     assert cli.main([*argv, "--private-key-file", str(key_file)]) == 0, capsys.readouterr().err
     assert restored_checksums(target_dir, tmp_path / "sb", [chain.db], server_id=970) == chain.expected
 
@@ -213,7 +213,7 @@ def test_cli_lists_and_restores_the_good_chain_despite_hostile_neighbours(
 
 
 def _forge_inc(s3_server, chain: Chain, **changes: Any) -> tuple[Catalog, str]:
-    bucket = _copy(s3_server, chain.bucket)
+    bucket = copy_bucket(s3_server, chain.bucket)
     catalog = s3_catalog(s3_server.endpoint_url, bucket)
     body = json.loads(catalog.store.get_bytes(catalog.manifest_key(chain.inc.backup_id)))
     body.update(changes)

@@ -6,13 +6,27 @@ filesystems (tmpfs) that fill up.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from faultkit import s3_catalog, snapshot, target, tmpfs, tree_bytes
+from faultkit import (
+    ProcScanner,
+    copy_bucket,
+    s3_catalog,
+    snapshot,
+    target,
+    tmpfs,
+    tree_bytes,
+    wait_next_second,
+)
 
-from helpers import restore_with
+from helpers import RUN, add_orders, restore_with, wait_for
 from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.catalog.manifest import Manifest
@@ -112,3 +126,119 @@ def test_wrong_passphrase_is_a_clear_error_and_writes_nothing(backed_up, gpg_key
     assert not target_dir.exists()
     assert not list((tmp_path / "restore").glob(".xbp-restore-*")), "scratch was left behind"
     assert _own_gpg_homes() == homes, "the GPG home holding the private key was not wiped"
+
+
+# -- a damaged object: the error names it and says whether its sha256 matches the manifest -------------
+
+
+@pytest.fixture(scope="module")
+def chain_of_two(seeded, s3_server, gpg_keys) -> dict[str, tuple[str, Manifest]]:
+    """An encrypted full and incremental, and an unencrypted full (where zstd or mbstream notices
+    damage first), each in a bucket of its own: each test damages a copy."""
+    server, db = seeded
+    bucket = s3_server.make_bucket(f"xbp-damage-{os.getpid()}")
+    catalog = s3_catalog(s3_server.endpoint_url, bucket)
+    keys = [gpg_keys.public_key]
+    full = run_backup(BackupRequest(catalog=catalog, target=target(server), kind="full", public_keys=keys))
+    add_orders(server, db, 2000)
+    wait_next_second(full.started_at)
+    inc = run_backup(
+        BackupRequest(catalog=catalog, target=target(server), kind="incremental", public_keys=keys)
+    )
+    plain_bucket = s3_server.make_bucket(f"xbp-damage-plain-{os.getpid()}")
+    plain = run_backup(
+        BackupRequest(
+            catalog=s3_catalog(s3_server.endpoint_url, plain_bucket),
+            target=target(server),
+            allow_unencrypted=True,
+        )
+    )
+    return {"incremental": (bucket, inc), "plain": (plain_bucket, plain)}
+
+
+@pytest.mark.parametrize(
+    ("which", "where"),
+    [("incremental", 0.5), ("incremental", 1.0), ("plain", 0.5)],
+    ids=["encrypted incremental, middle", "encrypted incremental, last byte", "unencrypted full, middle"],
+)
+def test_a_flipped_byte_in_a_stored_object_is_named_with_its_sha256_against_the_manifest(
+    which, where, chain_of_two, s3_server, gpg_keys, tmp_path
+):
+    """Whatever stage notices first (gpg, zstd or mbstream), the error names the object and says
+    that its sha256 is not the manifest's: it was altered after the backup stored it."""
+    bucket, damaged = chain_of_two[which]
+    catalog = s3_catalog(s3_server.endpoint_url, copy_bucket(s3_server, bucket))
+    key = damaged.backup_object.key
+    data = bytearray(catalog.store.get_bytes(key))
+    data[min(len(data) - 1, int(len(data) * where))] ^= 0x01
+    catalog.store.put_bytes(key, bytes(data))
+
+    target_dir = tmp_path / "restore" / "data"
+    with pytest.raises((PipelineError, RestoreError)) as excinfo:
+        restore_with(catalog, gpg_keys, target_dir)
+    message = str(excinfo.value)
+    assert key in message, message
+    assert "differs from the manifest's" in message and "altered" in message, message
+    assert not target_dir.exists() and not list((tmp_path / "restore").glob("*")), "debris left behind"
+
+
+def test_a_manifest_whose_sha256_alone_was_edited_is_named_as_disagreeing_with_its_object(
+    chain_of_two, s3_server, gpg_keys, tmp_path
+):
+    bucket, inc = chain_of_two["incremental"]
+    catalog = s3_catalog(s3_server.endpoint_url, copy_bucket(s3_server, bucket))
+    body = json.loads(catalog.store.get_bytes(catalog.manifest_key(inc.backup_id)))
+    body["objects"][0]["sha256"] = "0" * 64
+    catalog.store.put_bytes(catalog.manifest_key(inc.backup_id), json.dumps(body).encode())
+
+    target_dir = tmp_path / "restore" / "data"
+    with pytest.raises((PipelineError, RestoreError)) as excinfo:
+        restore_with(catalog, gpg_keys, target_dir)
+    message = str(excinfo.value)
+    assert inc.backup_object.key in message, message
+    assert "the manifest and the object disagree" in message, message
+    assert not target_dir.exists()
+
+
+# -- a killed restore leaves its scratch; the next one removes it -----------------------------------------
+
+
+def _extracting(parent: Path, owner: int) -> bool:
+    """mbstream of `owner` is writing files under `parent`."""
+    running = False
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and ProcScanner.descends_from(int(pid), owner):
+            with contextlib.suppress(OSError):
+                running |= b"mbstream" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    return running and any(p.is_file() for p in parent.rglob("*"))
+
+
+def test_a_restore_killed_mid_fetch_leaves_a_scratch_that_the_next_restore_removes(
+    backed_up, s3_server, gpg_keys, tmp_path
+):
+    catalog, _manifest, db = backed_up
+    key = tmp_path / "private.asc"
+    key.write_text(gpg_keys.private_key)
+    parent = tmp_path / "restore"
+    parent.mkdir()
+    flags = ["--cluster", "c1", "--host", "db1", "--bucket", catalog.store.bucket]
+    argv = [sys.executable, "-c", RUN, "restore", *flags, "--endpoint-url", s3_server.endpoint_url]
+    argv += ["--private-key-file", str(key), "--target-datadir", str(parent / "data")]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env["XTRABACKUP_GPG_PASSPHRASE"] = gpg_keys.passphrase
+    child = subprocess.Popen(
+        argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        wait_for(lambda: _extracting(parent, child.pid), timeout=300, interval=0.02, what="the extraction")
+        os.kill(child.pid, signal.SIGKILL)  # the worker dies (OOM killer, lost task)
+        child.wait()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)  # and whatever it started
+    left = list(parent.iterdir())
+    assert left and not (parent / "data").exists(), left
+
+    restore_with(catalog, gpg_keys, parent / "data")  # the next restore into the same place
+    assert sorted(p.name for p in parent.iterdir()) == ["data"], "the killed restore's scratch is still there"
+    assert (parent / "data" / db).is_dir()

@@ -13,9 +13,11 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
+import yaml
 from faultkit import (
     ProcScanner,
     is_loopback,
@@ -27,7 +29,7 @@ from faultkit import (
     wait_next_second,
 )
 
-from helpers import add_orders, seed_database, unique_name
+from helpers import add_orders, cli, commit_known, is_cli, seed_database, unique_name
 from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
 from xtrabackup_provider.core.restore.restore_test import RestoreTestRequest, run_restore_test
 
@@ -204,3 +206,87 @@ def test_dag_runs_keep_secrets_out_of_task_logs_xcom_and_argv(fleet, gpg_keys, a
     _assert_no_secret("task logs", "\n".join(logs), secrets)
     _assert_no_secret("stdout/stderr", out + err, secrets)
     _assert_no_secret("Airflow's log files", _airflow_log_files(airflow_home), secrets)
+
+
+# -- the CLI: secrets in its own environment, none in its children's ---------------------------------------
+
+
+def test_cli_children_get_no_secret_in_their_environment(mariadb, s3_server, tmp_path):
+    """The CLI reads the passphrase and the S3 credentials from its environment. Every process it
+    starts (mariabackup, gpg and the gpg-agent daemon, zstd, mbstream, the xbstream checker,
+    mariadb-binlog, dd, the PITR sandbox and its mariadb client) must start without them."""
+    db = unique_name("env")
+    seed_database(mariadb, db, rows=500)
+    env = {
+        "XTRABACKUP_GPG_PASSPHRASE": secrets.token_urlsafe(16),
+        "AWS_ACCESS_KEY_ID": "AKIA" + secrets.token_hex(8).upper(),
+        "AWS_SECRET_ACCESS_KEY": secrets.token_urlsafe(30),
+    }
+    bucket = s3_server.make_bucket(unique_name("xbp-env").replace("_", "-"))
+    keys = tmp_path / "keys"
+    config = tmp_path / "fleet.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "storage": {"bucket": bucket, "endpoint_url": s3_server.endpoint_url, "region": "us-east-1"},
+                "encryption": {
+                    "public_key_files": [str(keys / "public.asc")],
+                    "private_key_file": str(keys / "private.asc"),
+                },
+                "policy": {"max_incremental_ratio": 10.0},
+                "clusters": [
+                    {
+                        "name": "c1",
+                        "binlogs": {"mode": "batch"},
+                        "hosts": [
+                            {
+                                "name": "db1",
+                                "defaults_file": str(mariadb.write_client_defaults(tmp_path / "c.cnf")),
+                            }
+                        ],
+                    }
+                ],
+            }
+        )
+    )
+    common = ["--config", str(config), "--cluster", "c1", "--host", "db1"]
+    with ProcScanner(env, environ_skip=is_cli) as scan:
+
+        def run(*args: str) -> None:
+            proc = cli(*args, env=env)
+            assert proc.returncode == 0, f"{args[0]}: {proc.stderr}"
+
+        run("keygen", "--uid", "Env test <env@example.invalid>", "--out-dir", str(keys))
+        run("backup", *common)
+        add_orders(mariadb, db, 300)
+        run("backup", *common)
+        mariadb.query(f"CREATE TABLE `{db}`.t (id INT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(20))")
+        point = commit_known(mariadb, db, "after")
+        run("binlogs", "ship", *common, "--flush")
+        run("verify", *common, "--backup-id", "latest", "--deep")
+        run("restore", *common, "--target-datadir", str(tmp_path / "restored"))
+        run("restore", *common, "--target-datadir", str(tmp_path / "pitr"), "--to-gtid", point.gtid)
+    assert scan.errors == [] and scan.samples > 50
+
+    def saw(*words: str) -> bool:
+        return bool(scan.processes(lambda argv: all(any(w in a for a in argv) for w in words)))
+
+    for words in (
+        ("mariabackup", "--backup"),
+        ("mariabackup", "--prepare"),
+        ("gpg", "--decrypt"),
+        ("gpg-agent", "--daemon"),
+        ("zstd", "-d"),
+        ("mbstream", "-x"),
+        ("xtrabackup_provider.core.engine.xbstream",),
+        ("mariadb-binlog", "--read-from-remote-server"),
+        ("dd", "of="),
+        ("mariadbd", "--skip-grant-tables"),
+    ):
+        assert saw(*words), f"the scan never saw {' '.join(words)}; it proved nothing about it"
+    leaks: dict[str, set[str]] = {}
+    for s in scan.sightings:
+        leaks.setdefault(
+            f"{os.path.basename(s.argv[0])} {s.argv[1][:30] if len(s.argv) > 1 else ''}", set()
+        ).add(f"{s.secret} ({s.where})")
+    assert leaks == {}, f"secrets seen in /proc of {len(leaks)} kinds of process: {leaks}"

@@ -15,7 +15,9 @@ from helpers import add_orders, cli, restored_checksums, seed_database, unique_n
 from manifest_factory import CLUSTER, HOST, PREFIX, make_manifest
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.catalog.lock import LOCK_NAME
+from xtrabackup_provider.core.catalog.manifest import Manifest
 from xtrabackup_provider.core.db.sandbox import free_port, table_checksums
+from xtrabackup_provider.core.storage.local import LocalStore
 from xtrabackup_provider.core.storage.s3 import S3Store
 
 
@@ -67,7 +69,7 @@ def test_backup_list_restore_round_trip_without_airflow(mariadb, tmp_path):
     expected = table_checksums(mariadb, [db])
 
     target = tmp_path / "restored" / "data"
-    restored = cli("restore", *common, "--target-datadir", str(target), env=passphrase)
+    restored = cli("restore", *common, "--target-datadir", str(target), "--create-parents", env=passphrase)
     assert restored.returncode == 0, restored.stderr
     assert restored_checksums(target, tmp_path / "sb", [db], server_id=990) == expected
 
@@ -229,3 +231,94 @@ def test_retention_apply_while_a_backup_holds_the_host_lock_deletes_nothing_and_
     assert "deleted 1 item(s)" in done.stdout
     assert catalog.backup_ids() == [new.backup_id]
     assert not [i.key for i in catalog.store.list(f"{PREFIX}/") if old.backup_id in i.key or i.key == lock]
+
+
+# -- messages a user can act on ------------------------------------------------------------------------
+
+
+def _one_line_config(tmp_path: Path, **over) -> Path:
+    config = tmp_path / "fleet.yaml"
+    body = {
+        "storage": {"local_path": str(tmp_path / "store")},
+        "clusters": [{"name": CLUSTER, "hosts": [{"name": HOST}]}],
+    }
+    body.update(over)
+    config.write_text(yaml.safe_dump(body))
+    return config
+
+
+def test_a_restore_without_the_passphrase_variable_says_which_variable_to_set(
+    tmp_path, gpg_keys, monkeypatch
+):
+    monkeypatch.delenv("XTRABACKUP_GPG_PASSPHRASE", raising=False)
+    key = tmp_path / "private.asc"
+    key.write_text(gpg_keys.private_key)
+    catalog = Catalog(LocalStore(str(tmp_path / "store")), PREFIX, CLUSTER, HOST)
+    manifest = make_manifest(
+        "20261101T000000Z-full", engine_flavour="mariabackup", engine_version="10.11.19", engine_major="10.11"
+    )
+    body = manifest.model_dump()
+    body["objects"][0].update(
+        key=body["objects"][0]["key"] + ".gpg", encryption="gpg", recipients=[gpg_keys.fingerprint]
+    )
+    manifest = Manifest.model_validate(body)
+    catalog.store.put_bytes(manifest.backup_object.key, b"x" * manifest.backup_object.size)
+    catalog.write(manifest)
+    config = _one_line_config(tmp_path, storage={"local_path": str(tmp_path / "store"), "prefix": PREFIX})
+    target = tmp_path / "restored"
+    line = _one_error_line(
+        "restore",
+        cli(
+            "restore",
+            "--config",
+            str(config),
+            "--cluster",
+            CLUSTER,
+            "--host",
+            HOST,
+            "--target-datadir",
+            str(target),
+            "--private-key-file",
+            str(key),
+        ),
+    )
+    assert line.startswith("error: XTRABACKUP_GPG_PASSPHRASE is not set"), line
+    assert gpg_keys.fingerprint in line and "does not unlock" not in line, line
+    assert not target.exists()
+
+
+def test_a_config_error_is_one_line_naming_the_file_and_every_field(tmp_path):
+    config = _one_line_config(tmp_path, policy={"compression_level": 99, "full_every_days": -1})
+    line = _one_error_line("list", cli("list", "--config", str(config), "--cluster", CLUSTER, "--host", HOST))
+    assert line.startswith(f"error: {config}: invalid fleet config: policy.compression_level: "), line
+    assert "policy.full_every_days: " in line, line
+
+
+def test_a_target_datadir_without_its_parent_is_refused_unless_asked_to_create_it(tmp_path):
+    target = tmp_path / "no" / "such" / "data"
+    flags = ["--local-path", str(tmp_path / "store"), "--cluster", CLUSTER, "--host", HOST]
+    line = _one_error_line("restore", cli("restore", *flags, "--target-datadir", str(target)))
+    assert f"--target-datadir {target}: its parent {target.parent} does not exist" in line, line
+    assert "--create-parents" in line and not (tmp_path / "no").exists(), line
+    line = _one_error_line(
+        "restore", cli("restore", *flags, "--target-datadir", str(target), "--create-parents")
+    )
+    assert "no backups at" in line, line  # past the check: asked to create the parents
+
+
+def test_the_cli_prints_no_botocore_chatter_unless_verbose(s3_server, bucket):
+    flags = [
+        "--bucket",
+        bucket,
+        "--endpoint-url",
+        s3_server.endpoint_url,
+        "--cluster",
+        CLUSTER,
+        "--host",
+        HOST,
+    ]
+    quiet = cli("list", *flags, env=S3_ENV)
+    assert quiet.returncode == 0, quiet.stderr
+    assert "Found credentials" not in quiet.stderr and "botocore" not in quiet.stderr, quiet.stderr
+    verbose = cli("-v", "list", *flags, env=S3_ENV)
+    assert verbose.returncode == 0 and "Found credentials" in verbose.stderr, verbose.stderr

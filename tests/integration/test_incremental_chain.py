@@ -237,8 +237,7 @@ def test_restore_latest_applies_the_whole_chain(chain: Chain, s3_server, gpg_key
     ]
     assert inc_dirs[0] is None
     assert [d.rsplit("/", 1)[-1] for d in inc_dirs[1:]] == chain.ids[1:]
-    scratch = target.parent / f".xbp-restore-{chain.ids[-1]}"
-    assert not scratch.exists(), "scratch directory left behind"
+    assert not list(target.parent.glob(".xbp-restore-*")), "scratch directory left behind"
     assert sorted(p.name for p in target.parent.iterdir()) == ["data"]
 
     expected = chain.states[-1]
@@ -258,7 +257,7 @@ def test_restore_of_a_middle_incremental_matches_that_point(chain: Chain, s3_ser
     assert report.chain == chain.ids[:4]
     assert len(report.prepare_argv) == 4
     assert not any("--apply-log-only" in a for argv in report.prepare_argv for a in argv)
-    assert not (target.parent / f".xbp-restore-{third}").exists()
+    assert not list(target.parent.glob(".xbp-restore-*"))
 
     with SandboxServer.on_datadir(target, tmp_path / "sb", server_id=901) as restored:
         restored.start()
@@ -335,7 +334,7 @@ def test_tampered_incremental_is_refused_before_prepare_and_older_points_still_r
             f"prepare ran on a damaged chain: {prepare_logs}"
         )
         _assert_empty_or_absent(target)
-        assert not (target.parent / f".xbp-restore-{chain.ids[-1]}").exists(), "scratch left behind"
+        assert not list(target.parent.glob(".xbp-restore-*")), "scratch left behind"
 
     # The damage is local: the chain up to the 1st incremental does not include that object.
     good = tmp_path / "good" / "data"

@@ -22,8 +22,8 @@ from xtrabackup_provider.core.binlog.ship import ShipRequest, ship_binlogs
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.catalog.manifest import Manifest
 from xtrabackup_provider.core.db.sandbox import SandboxServer
-from xtrabackup_provider.core.pitr.plan import PitrError, PitrTarget
-from xtrabackup_provider.core.pitr.recover import PitrRequest, point_in_time_restore
+from xtrabackup_provider.core.pitr.plan import PitrError, PitrTarget, make_plan
+from xtrabackup_provider.core.pitr.recover import PitrRequest, fetch_binlogs, point_in_time_restore
 from xtrabackup_provider.core.storage.s3 import S3Store, make_s3_client
 
 
@@ -181,7 +181,13 @@ def test_cli_restores_to_a_binlog_position(history, gpg_keys, tmp_path, monkeypa
         [
             "restore",
             *("--cluster", "c1", "--host", "db1", "--bucket", store.bucket),
-            *("--endpoint-url", store.client.meta.endpoint_url, "--target-datadir", str(datadir)),
+            *(
+                "--endpoint-url",
+                store.client.meta.endpoint_url,
+                "--target-datadir",
+                str(datadir),
+                "--create-parents",
+            ),
             *("--private-key-file", str(key), "--to-position", history.positions["E"]),
         ]
     )
@@ -195,9 +201,24 @@ def test_cli_restores_to_a_binlog_position(history, gpg_keys, tmp_path, monkeypa
 def test_a_target_beyond_the_shipped_binlogs_is_refused_and_leaves_the_target_empty(
     history, gpg_keys, tmp_path
 ):
+    unshipped = commit_known(history.server, history.db, "not shipped")  # in the past, never shipped
+    datadir = tmp_path / "restored" / "data"
+    with pytest.raises(PitrError, match="Ship binlogs first"):
+        point_in_time_restore(
+            PitrRequest(
+                catalog=history.catalog,
+                target_datadir=datadir,
+                target=PitrTarget.at_time(iso_utc(unshipped.time)),
+                private_key=gpg_keys.private_key,
+            )
+        )
+    assert not datadir.exists() or not any(datadir.iterdir())
+
+
+def test_a_target_in_the_future_is_refused_as_such_with_the_current_time(history, gpg_keys, tmp_path):
     datadir = tmp_path / "restored" / "data"
     future = PitrTarget.at_time(iso_utc(int(time.time()) + 3600))
-    with pytest.raises(PitrError, match="Ship binlogs first"):
+    with pytest.raises(PitrError) as excinfo:
         point_in_time_restore(
             PitrRequest(
                 catalog=history.catalog,
@@ -206,4 +227,23 @@ def test_a_target_beyond_the_shipped_binlogs_is_refused_and_leaves_the_target_em
                 private_key=gpg_keys.private_key,
             )
         )
-    assert not datadir.exists() or not any(datadir.iterdir())
+    message = str(excinfo.value)
+    assert f"{future.describe()} is in the future" in message and "it is now " in message, message
+    assert not datadir.exists()
+
+
+def test_decrypted_binlogs_in_the_scratch_are_readable_by_their_owner_only(history, gpg_keys, tmp_path):
+    """A binlog may hold `CREATE USER ... IDENTIFIED BY` in clear once decrypted."""
+    target = PitrTarget.at_gtid(history.gtids["D"])
+    plan = make_plan(history.catalog, target)
+    request = PitrRequest(
+        catalog=history.catalog,
+        target_datadir=tmp_path / "restored",
+        target=target,
+        private_key=gpg_keys.private_key,
+        passphrase=gpg_keys.passphrase,
+    )
+    files = fetch_binlogs(request, plan.binlogs, tmp_path / "scratch" / "binlogs")
+    assert files and b"IDENTIFIED BY" in b"".join(f.read_bytes() for f in files)
+    modes = {f.name: oct(f.stat().st_mode & 0o777) for f in files}
+    assert set(modes.values()) == {"0o600"}, modes

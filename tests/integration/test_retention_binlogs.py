@@ -29,10 +29,10 @@ import pytest
 
 from helpers import KnownPoint, commit_known, iso_utc, root_target, take_backup, unique_name
 from xtrabackup_provider.core.binlog.catalog import BinlogCatalog
-from xtrabackup_provider.core.binlog.events import binlog_number
 from xtrabackup_provider.core.binlog.ship import ShipRequest, ship_binlogs
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.catalog.manifest import Manifest
+from xtrabackup_provider.core.common.values import binlog_number
 from xtrabackup_provider.core.db.sandbox import SandboxServer
 from xtrabackup_provider.core.pitr.plan import PitrError, PitrTarget, make_plan
 from xtrabackup_provider.core.pitr.recover import PitrRequest, point_in_time_restore

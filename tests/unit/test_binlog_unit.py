@@ -23,6 +23,7 @@ from xtrabackup_provider.core.binlog.catalog import (
 )
 from xtrabackup_provider.core.binlog.follow import default_replica_server_id
 from xtrabackup_provider.core.binlog.ship import download_argv
+from xtrabackup_provider.core.common import values
 from xtrabackup_provider.core.config.load import parse_config
 from xtrabackup_provider.core.config.schema import ConfigError
 from xtrabackup_provider.core.pitr.plan import PitrError, PitrPlan, PitrTarget, choose_backup, plan_binlogs
@@ -66,8 +67,8 @@ def test_summary_of_a_closed_binlog(tmp_path):
     s = ev.summarize(_sample(tmp_path / "mysql-bin.000001"))
     assert s.closed and s.events == 9 and s.size == (tmp_path / "mysql-bin.000001").stat().st_size
     assert (s.first_time, s.last_time) == (T0 - 10, T0 + 4)
-    assert ev.format_gtid_pos(s.gtid_start) == "0-7-4"
-    assert (ev.format_gtid_pos(s.gtid_first), ev.format_gtid_pos(s.gtid_last)) == ("0-7-5", "0-7-7")
+    assert values.format_gtid_pos(s.gtid_start) == "0-7-4"
+    assert (values.format_gtid_pos(s.gtid_first), values.format_gtid_pos(s.gtid_last)) == ("0-7-5", "0-7-7")
 
 
 def test_a_half_written_event_is_left_out_and_the_summary_continues_later(tmp_path):
@@ -76,7 +77,7 @@ def test_a_half_written_event_is_left_out_and_the_summary_continues_later(tmp_pa
     path.write_bytes(whole[:-10])  # the last event is still being written
     partial = ev.summarize(path)
     assert not partial.closed and partial.size < len(whole) - 10
-    assert ev.format_gtid_pos(partial.gtid_last) == "0-7-7"  # its GTID event is complete
+    assert values.format_gtid_pos(partial.gtid_last) == "0-7-7"  # its GTID event is complete
     path.write_bytes(whole)
     assert ev.summarize(path, partial).size == len(whole)
 
@@ -93,27 +94,27 @@ def test_replay_end_mirrors_the_stop_options(tmp_path):
     with open(files[0], "rb") as fh:  # the backup position: at the first GTID event
         start = next(e.offset for e, _ in ev.iter_events(fh) if e.gtid is not None)
     by_time = ev.replay_end(files, start, stop_time=T0 + 2)
-    assert ev.format_gtid_pos(by_time.last_gtid) == "0-7-6", "events stamped before T are replayed"
-    by_gtid = ev.replay_end(files, start, stop_gtid=ev.parse_gtid_pos("0-7-5"))
-    assert ev.format_gtid_pos(by_gtid.last_gtid) == "0-7-5"
+    assert values.format_gtid_pos(by_time.last_gtid) == "0-7-6", "events stamped before T are replayed"
+    by_gtid = ev.replay_end(files, start, stop_gtid=values.parse_gtid_pos("0-7-5"))
+    assert values.format_gtid_pos(by_gtid.last_gtid) == "0-7-5"
     whole = ev.replay_end(files, start)
-    assert whole.position == files[0].stat().st_size and ev.format_gtid_pos(whole.last_gtid) == "0-7-7"
+    assert whole.position == files[0].stat().st_size and values.format_gtid_pos(whole.last_gtid) == "0-7-7"
     assert ev.replay_end(files, start, stop_position=by_gtid.position).last_gtid == by_gtid.last_gtid
 
 
 def test_gtid_parsing_and_comparison():
-    pos = ev.parse_gtid_pos("0-1-100, 1-2-7")
-    assert ev.format_gtid_pos(pos) == "0-1-100,1-2-7"
-    assert ev.gtid_reached(pos, ev.parse_gtid_pos("0-9-99"))
-    assert not ev.gtid_reached(pos, ev.parse_gtid_pos("0-1-101"))
-    assert not ev.gtid_reached(pos, ev.parse_gtid_pos("5-1-1")), "a domain never seen is not reached"
+    pos = values.parse_gtid_pos("0-1-100, 1-2-7")
+    assert values.format_gtid_pos(pos) == "0-1-100,1-2-7"
+    assert values.gtid_reached(pos, values.parse_gtid_pos("0-9-99"))
+    assert not values.gtid_reached(pos, values.parse_gtid_pos("0-1-101"))
+    assert not values.gtid_reached(pos, values.parse_gtid_pos("5-1-1")), "a domain never seen is not reached"
     with pytest.raises(ValueError, match="domain-server_id-sequence"):
-        ev.parse_gtid_pos("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5")
+        values.parse_gtid_pos("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5")
     with pytest.raises(ValueError, match="domain 0 appears twice"):
-        ev.parse_gtid_pos("0-1-1,0-1-2")
-    assert ev.binlog_number("mysql-bin.000042") == ("mysql-bin", 42)
+        values.parse_gtid_pos("0-1-1,0-1-2")
+    assert values.binlog_number("mysql-bin.000042") == ("mysql-bin", 42)
     with pytest.raises(ValueError, match="not a binlog file name"):
-        ev.binlog_number("mysql-bin.index")
+        values.binlog_number("mysql-bin.index")
 
 
 # -- the index of shipped binlogs ----------------------------------------------------------------------
@@ -229,8 +230,8 @@ def test_chain_from_stops_at_gaps_holes_and_the_open_binlog():
     assert index.covers_position("mysql-bin.000003", 500) and not index.covers_position(
         "mysql-bin.000003", 501
     )
-    assert index.covers_gtid(ev.parse_gtid_pos("0-7-39")) and not index.covers_gtid(
-        ev.parse_gtid_pos("0-7-40")
+    assert index.covers_gtid(values.parse_gtid_pos("0-7-39")) and not index.covers_gtid(
+        values.parse_gtid_pos("0-7-40")
     )
 
 

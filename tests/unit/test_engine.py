@@ -330,6 +330,15 @@ def test_backup_argv_mariabackup_incremental_with_host_defaults_exact():
     ]
 
 
+@pytest.mark.parametrize("tool", [xb("8.0.35-33"), mb("10.11.19")], ids=["xtrabackup", "mariabackup"])
+def test_both_tools_get_the_open_files_limit_for_backup_and_prepare(tool):
+    """Both documented tools take --open-files-limit: --backup keeps every tablespace open."""
+    assert "--open-files-limit=20000" in backup_argv(tool, "/c", opts(open_files_limit=20000))
+    assert not any(a.startswith("--open-files-limit") for a in backup_argv(tool, "/c", opts()))
+    step = prepare_steps(tool, BASE, [])[0]
+    assert "--open-files-limit=20000" in prepare_argv(tool, step, PrepareTuning(open_files_limit=20000))
+
+
 def test_backup_argv_uses_the_detected_binary_path():
     tool = ToolVersion("mariabackup", (10, 11, 19, 0), "/opt/mariadb/bin/mariadb-backup")
     assert backup_argv(tool, "/c", opts())[0] == "/opt/mariadb/bin/mariadb-backup"

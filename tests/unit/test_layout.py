@@ -256,3 +256,25 @@ def test_every_operator_module_airflow_registers_imports():
         for entry in info[key]:
             for module in entry["python-modules"]:
                 importlib.import_module(module)
+
+
+_SPAWNERS = {"run", "Popen", "call", "check_call", "check_output", "getoutput", "getstatusoutput"}
+
+
+def test_every_child_process_starts_through_core_common_children():
+    """One place builds a child's environment (no passphrase, no cloud credentials): no module of
+    the core starts a process any other way."""
+    allowed = f"{PACKAGE}.core.common.children"
+    offenders = []
+    for name, path in MODULES.items():
+        if name == allowed or not name.startswith(f"{PACKAGE}.core"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                owner = ast.unparse(node.func.value)
+                if (owner == "subprocess" and node.func.attr in _SPAWNERS) or (
+                    owner == "os"
+                    and node.func.attr.startswith(("system", "exec", "spawn", "popen", "posix_spawn"))
+                ):
+                    offenders.append(f"{name}:{node.lineno} {ast.unparse(node.func)}")
+    assert offenders == [], f"processes started outside {allowed}: {offenders}"

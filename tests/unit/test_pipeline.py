@@ -141,7 +141,7 @@ def test_wrong_expected_sha256_names_the_object(store, tmp_path, zstd_cli):
             object_name=KEY,
             zstd_cli=zstd_cli,
         )
-    assert KEY in str(exc.value) and "does not match" in str(exc.value)
+    assert KEY in str(exc.value) and "the manifest and the object disagree" in str(exc.value)
 
 
 def test_failing_consumer_raises_with_its_status(store, zstd_cli):

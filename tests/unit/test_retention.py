@@ -391,7 +391,7 @@ def test_bad_inputs_are_refused_with_what_to_fix():
         parse_policy({"min_age_days": float("nan")}, "x")
     with pytest.raises(ValueError, match="debris_grace_days"):
         parse_policy({"debris_grace_days": 0}, "x")
-    with pytest.raises(ConfigError, match=r"fleet.yaml: invalid fleet config:\n  retention.weekly"):
+    with pytest.raises(ConfigError, match=r"fleet.yaml: invalid fleet config: retention.weekly"):
         parse_config(
             {
                 "storage": {"bucket": "b"},

@@ -23,7 +23,7 @@ from ..core.config.wiring import (
 from ..core.restore.archived import chain_states
 from ..core.storage.glacier import request_restores, wait_for_restores, waiting
 from .binlogs import add_restore_targets, cmd_pitr_restore, pitr_target
-from .options import add_common, output
+from .options import add_common, backup_id, output, seconds
 
 
 def add_parsers(sub: Any) -> None:
@@ -42,8 +42,13 @@ def add_parsers(sub: Any) -> None:
 
     p = sub.add_parser("restore", help="restore a backup chain into an empty datadir")
     add_common(p)
-    p.add_argument("--backup-id", default="latest", help="backup id, or 'latest' (default)")
-    p.add_argument("--target-datadir", required=True, type=Path)
+    p.add_argument(
+        "--backup-id", default="latest", type=backup_id("latest"), help="backup id, or 'latest' (default)"
+    )
+    p.add_argument("--target-datadir", required=True, type=Path, help="an empty or new directory")
+    p.add_argument(
+        "--create-parents", action="store_true", help="create the target's parent directories if missing"
+    )
     p.add_argument(
         "--private-key-file", help="armored private key; passphrase from $XTRABACKUP_GPG_PASSPHRASE"
     )
@@ -56,22 +61,35 @@ def add_parsers(sub: Any) -> None:
 
     p = sub.add_parser("glacier-restore", help="request the restore of a backup chain's archived objects")
     add_common(p)
-    p.add_argument("--backup-id", default="latest", help="backup id, or 'latest' (default)")
+    p.add_argument(
+        "--backup-id", default="latest", type=backup_id("latest"), help="backup id, or 'latest' (default)"
+    )
     p.add_argument(
         "--tier", choices=["Standard", "Bulk", "Expedited"], help="default: storage.glacier_restore_tier"
     )
     p.add_argument(
-        "--days", type=int, help="days the restored copies stay readable (storage.glacier_restore_days)"
+        "--days",
+        type=int,
+        choices=range(1, 366),
+        metavar="1..365",
+        help="days the restored copies stay readable (storage.glacier_restore_days)",
     )
     p.add_argument("--wait", action="store_true", help="poll until every object is readable")
-    p.add_argument("--poll-interval", type=float, default=60.0, help="seconds between polls with --wait")
-    p.add_argument("--timeout", type=float, default=3 * 86400, help="give up waiting after this many seconds")
+    p.add_argument("--poll-interval", type=seconds, default=60.0, help="seconds between polls with --wait")
+    p.add_argument(
+        "--timeout", type=seconds, default=3 * 86400, help="give up waiting after this many seconds"
+    )
     p.add_argument("--json", action="store_true")
     p = sub.add_parser(
         "verify", help="check stored backups without restoring them (exit 1 if anything is wrong)"
     )
     add_common(p)
-    p.add_argument("--backup-id", default="all", help="a backup id, 'latest', or 'all' (default)")
+    p.add_argument(
+        "--backup-id",
+        default="all",
+        type=backup_id("latest", "all"),
+        help="a backup id, 'latest', or 'all' (default)",
+    )
     p.add_argument(
         "--deep", action="store_true", help="stream every object: sha256, gpg, zstd, xbstream framing"
     )
@@ -144,6 +162,12 @@ def cmd_restore(args: argparse.Namespace, config: FleetConfig) -> int:
 
     from ..core.restore.chain import RestoreRequest, restore
 
+    parent = args.target_datadir.parent
+    if not parent.is_dir() and not args.create_parents:
+        raise SetupError(
+            f"--target-datadir {args.target_datadir}: its parent {parent} does not exist (a typo?); "
+            "create it, or pass --create-parents"
+        )
     if (target := pitr_target(args)) is not None:
         return cmd_pitr_restore(args, config, target)
     key, passphrase = read_private_key(config, args.private_key_file)
@@ -165,6 +189,10 @@ def cmd_restore(args: argparse.Namespace, config: FleetConfig) -> int:
     else:
         print(f"restored {report.backup_id} (chain {' -> '.join(report.chain)}) into {report.target_datadir}")
         print(f"binlog position: {report.binlog_file}:{report.binlog_position} gtid {report.gtid}")
+        if report.gtid:  # MariaDB's replicas start from gtid_slave_pos, MySQL's from gtid_purged
+            mariadb = config.find_host(args.cluster, args.host).flavour == "mariabackup"
+            variable = "gtid_slave_pos" if mariadb else "gtid_purged"
+            print(f"to make it a replica: SET GLOBAL {variable} = '{report.gtid}'")
     return 0
 
 

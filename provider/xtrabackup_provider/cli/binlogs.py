@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from ..core.config.schema import BinlogConfig, FleetConfig
 from ..core.config.wiring import cli_target, make_catalog, read_private_key, read_public_keys
-from .options import add_common
+from .options import add_common, seconds
 
 
 def add_parsers(sub: Any) -> None:
@@ -21,10 +22,10 @@ def add_parsers(sub: Any) -> None:
         "--flush", action="store_true", help="FLUSH BINARY LOGS first: the open binlog ships too"
     )
     ship.add_argument(
-        "--continuous", type=float, metavar="SECONDS", help="then follow the server live for this long"
+        "--continuous", type=seconds, metavar="SECONDS", help="then follow the server live for this long"
     )
     ship.add_argument(
-        "--progress-interval", type=float, default=10.0, help="continuous: seconds between uploads"
+        "--progress-interval", type=seconds, default=10.0, help="continuous: seconds between uploads"
     )
     ship.add_argument("--flavour", choices=["mariabackup", "xtrabackup"])
     ship.add_argument("--socket", help="server unix socket (without a config)")
@@ -83,9 +84,11 @@ def cmd_binlogs(args: argparse.Namespace, config: FleetConfig) -> int:
 
 
 def _print_listing(listing: dict[str, Any], as_json: bool) -> int:
+    """Exit 1 when a manifest could not be read (the others are listed)."""
+    problems = [p for server in listing["servers"] for p in server["problems"]]
     if as_json:
         print(json.dumps(listing, indent=2))
-        return 0
+        return 1 if problems else 0
     for server in listing["servers"]:
         print(f"server {server['server_uuid']}")
         print(f"  {'BINLOG':24} {'STATE':8} {'SIZE':>12} {'STORED':>12}  LAST EVENT           GTIDS")
@@ -97,7 +100,9 @@ def _print_listing(listing: dict[str, Any], as_json: bool) -> int:
             )
         for gap in server["gaps"]:
             print(f"  GAP {gap}")
-    return 0
+    for problem in problems:
+        print(f"WARNING: {problem}", file=sys.stderr)
+    return 1 if problems else 0
 
 
 def pitr_target(args: argparse.Namespace) -> Any:

@@ -16,7 +16,7 @@ from ..core.config.schema import ConfigError, FleetConfig
 from ..core.config.wiring import SetupError
 from ..core.db.server import ServerError
 from ..core.engine.tools import EngineError
-from ..core.pipeline.gpg import GpgError
+from ..core.pipeline.gpg import GpgError, PassphraseRequired
 from ..core.pipeline.process import PipelineError
 from ..core.restore.prepare import PrepareError
 from ..core.storage.base import StorageError
@@ -38,6 +38,8 @@ USER_ERRORS = (
 
 
 COMMANDS = {**backups.COMMANDS, **binlogs.COMMANDS, **fleet.COMMANDS}
+# Libraries whose INFO lines mean nothing to a DBA; -v shows them.
+QUIET_LIBRARIES = ("botocore", "boto3", "s3transfer", "urllib3")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(message)s",
         stream=sys.stderr,
     )
+    if not args.verbose:
+        for library in QUIET_LIBRARIES:  # "Found credentials in environment variables." and the like
+            logging.getLogger(library).setLevel(logging.WARNING)
     config: FleetConfig | None = None
     try:
         if args.command == "keygen":
@@ -66,8 +71,22 @@ def main(argv: list[str] | None = None) -> int:
             return fleet.FLEET_COMMANDS[args.command](args, config)
         config = load(args)
         return COMMANDS[args.command](args, config)
+    except PassphraseRequired as exc:
+        # The CLI passes no passphrase only when its variable is unset.
+        name = config.encryption.passphrase_env if config else "XTRABACKUP_GPG_PASSPHRASE"
+        print(f"error: {name} is not set: {exc}; export it (never put it on a command line)", file=sys.stderr)
+        return 2
     except USER_ERRORS as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as exc:
+        # Last resort for a file or a value no check foresaw: one line still (-v shows where).
+        logging.getLogger(__name__).debug("the error came from here", exc_info=True)
+        where = f": {exc.filename}" if isinstance(exc, OSError) and exc.filename else ""
+        print(
+            f"error: {exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}{where}",
+            file=sys.stderr,
+        )
         return 2
     except Exception as exc:
         # The store translates its own S3 errors (StorageError); this catches a botocore error

@@ -8,7 +8,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from ..core.config.load import load_config, parse_config
+from ..core.config.load import FieldNames, load_config, parse_config
 from ..core.config.schema import CONFIG_ENV, FleetConfig
 
 
@@ -32,13 +32,43 @@ def output(as_json: bool, data: Any, lines: Iterable[str]) -> None:
 
 
 def utc_time(text: str) -> Any:
-    from datetime import UTC, datetime
+    """argparse type: an ISO 8601 time inside the calendar (UTC if no zone)."""
+    from ..core.common.values import parse_utc
 
     try:
-        when = datetime.fromisoformat(text)
+        return parse_utc(text, "time")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def seconds(text: str) -> float:
+    """argparse type: a positive, finite number of seconds (at most a year)."""
+    try:
+        value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not an ISO time: {text!r} (e.g. 2026-12-01T00:00:00Z)") from None
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value <= 366 * 86400:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds above 0 and at most a year")
+    return value
+
+
+def backup_id(*words: str) -> Any:
+    """argparse type: a backup id (20261130T103000Z-full) or one of `words` (latest, all)."""
+    from ..core.catalog.manifest import BACKUP_ID_RE
+
+    def check(text: str) -> str:
+        if text in words or BACKUP_ID_RE.fullmatch(text):
+            return text
+        choices = " or ".join(repr(w) for w in words)
+        raise argparse.ArgumentTypeError(
+            f"{text[:100]!r} is not a backup id (e.g. 20261130T103000Z-full) or {choices}"
+        )
+
+    return check
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
 
 
 def load(args: argparse.Namespace) -> FleetConfig:
@@ -52,9 +82,11 @@ def load(args: argparse.Namespace) -> FleetConfig:
         raw = {"clusters": [{"name": args.cluster, "hosts": [{"name": args.host}]}], "storage": {}}
         source = "command-line flags"
     storage = raw.setdefault("storage", {})
+    names: FieldNames = {}  # what a config error names: the flag that set the field
     if args.bucket or args.local_path:
         storage.pop("bucket", None)
         storage.pop("local_path", None)
+        names[("storage",)] = "--bucket / --local-path"
     for flag, key in (
         ("bucket", "bucket"),
         ("local_path", "local_path"),
@@ -63,15 +95,22 @@ def load(args: argparse.Namespace) -> FleetConfig:
     ):
         if getattr(args, flag, None):
             storage[key] = getattr(args, flag)
+            names[("storage", key)] = _flag(flag)
     if source == "command-line flags":
+        names[("clusters", 0, "name")] = "--cluster"
         host = raw["clusters"][0]["hosts"][0]
         for flag in ("flavour", "socket", "defaults_file"):
             if getattr(args, flag, None):
                 host[flag] = getattr(args, flag)
+                names[("clusters", 0, "hosts", 0, flag)] = _flag(flag)
+        names[("clusters", 0, "hosts", 0, "name")] = "--host"
         if getattr(args, "no_encrypt", False):
             raw["encryption"] = {"enabled": False}
     if getattr(args, "public_key_file", None):
         raw.setdefault("encryption", {})["public_key_files"] = args.public_key_file
-    config = parse_config(raw, source)
+        names[("encryption", "public_key_files")] = "--public-key-file"
+    # The most specific field first: ("storage", "prefix") before ("storage",).
+    ordered = dict(sorted(names.items(), key=lambda item: -len(item[0])))
+    config = parse_config(raw, source, ordered)
     config.find_host(args.cluster, args.host)
     return config

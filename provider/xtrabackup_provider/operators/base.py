@@ -13,7 +13,6 @@ every parse and must not pay there for the core and what it loads (MySQLdb, boto
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -153,10 +152,14 @@ class RestoreTestingOperator(BackupStorageOperator):
         super().__init__(**kwargs)
         keep_arguments(self, locals())
 
-    def scratch_dir(self, prefix: str) -> Path:
-        """A new private directory under `workdir_root` (the core removes it when the test ends)."""
+    def scratch_dir(self, kind: str) -> Path:
+        """A new private directory under `workdir_root` (the core removes it when the test ends; the
+        next test on this worker removes it, and stops its sandbox, if this one was killed)."""
+        from ..core.common.tempdirs import private_dir
+        from ..core.db.sandbox import stop_orphans
+
         Path(self.workdir_root).mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=prefix, dir=self.workdir_root))
+        return private_dir(kind, self.workdir_root, on_sweep=stop_orphans)
 
     def test_args(self) -> dict[str, Any]:
         """The key, the check level and the tool, as the core's restore tests take them."""

@@ -40,7 +40,7 @@ class PitrRestoreTestOperator(RestoreTestingOperator):
         target = PitrTarget.at_time(self.target_time)
         report = run_pitr_test(
             self.catalog(),
-            self.scratch_dir("xbp-pitr-"),
+            self.scratch_dir("pitrtest"),
             target,
             **self.test_args(),
         )

@@ -43,7 +43,7 @@ class RestoreTestOperator(RestoreTestingOperator):
         report = run_restore_test(
             RestoreTestRequest(
                 catalog=self.catalog(),
-                workdir=self.scratch_dir("xbp-rt-"),
+                workdir=self.scratch_dir("rt"),
                 backup_id=None if self.backup_id in (None, "", "latest") else self.backup_id,
                 **self.test_args(),
             )

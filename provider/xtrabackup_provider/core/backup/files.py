@@ -20,6 +20,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..catalog.manifest import MANIFEST_NAME, StoredObject
+from ..common import children
 from ..pipeline.gpg import GpgError, GpgHome
 from ..storage.base import ObjectStore, PutOptions, check_key
 
@@ -71,12 +72,12 @@ def encrypt_file(source: Path, output: Path, public_keys: list[str]) -> EncryptR
         gpg.check_recipients_usable(recipients)
         try:
             with source.open("rb") as src, partial.open("wb") as dst:
-                proc = subprocess.run(
+                proc = children.run(
                     gpg.encrypt_argv(recipients), stdin=src, stdout=dst, stderr=subprocess.PIPE
                 )
             if proc.returncode != 0:
                 raise GpgError(
-                    f"gpg could not encrypt {source}: {proc.stderr.decode(errors='replace')[-600:]}"
+                    f"gpg could not encrypt {source}: {children.summarize_stderr(proc.stderr, 600)}"
                 )
             size, sha = _digest(partial)
             os.replace(partial, output)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,7 +21,9 @@ from ..catalog.manifest import (
     StoredObject,
     new_backup_id,
 )
+from ..common.children import raise_open_files_limit, require_open_files
 from ..common.files import directory_size
+from ..common.tempdirs import private_workdir
 from ..db.heartbeat import (
     SOURCE_HEARTBEAT_TABLE,
     lineage_token,
@@ -30,7 +31,7 @@ from ..db.heartbeat import (
     wait_for_heartbeat,
     write_source_heartbeat,
 )
-from ..db.server import MySQLTarget, ServerFacts, data_position, defaults_file, server_facts
+from ..db.server import MySQLTarget, ServerFacts, data_position, defaults_file, server_facts, tablespace_count
 from ..engine.argv import BackupOptions, backup_argv
 from ..engine.metadata import read_binlog_position, read_checkpoints, read_info
 from ..engine.tools import Flavour, ToolVersion, detect_tool
@@ -133,6 +134,7 @@ def _run_locked(req: BackupRequest, now: datetime | None, lock: HostLock) -> Man
     started = _start_after_newest(req.catalog)
     tool = detect_tool(req.flavour, req.binary)
     facts = server_facts(req.target)
+    require_open_files(tablespace_count(req.target) or 0, "tablespaces")  # before anything streams
     decision = plan(req, facts, tool, now or started)
     if decision.parent is not None:
         _check_parent(decision.parent, facts, tool)
@@ -146,10 +148,10 @@ def _run_locked(req: BackupRequest, now: datetime | None, lock: HostLock) -> Man
     datadir = req.datadir or facts.datadir
     _abort_stale_uploads(req)
     canary = _heartbeat(req, backup_id) if req.heartbeat else {"heartbeat": False}
-    with GpgHome() as gpg, tempfile.TemporaryDirectory(prefix="xbp-backup-") as work:
+    with GpgHome() as gpg, private_workdir("backup") as work:
         recipients = _recipients(gpg, req)
-        stored = _stream(req, tool, decision, Path(work), datadir, backup_id, gpg, recipients)
-        lsn_dir = Path(work) / "lsn"
+        stored = _stream(req, tool, decision, work, datadir, backup_id, gpg, recipients)
+        lsn_dir = work / "lsn"
         checkpoints = read_checkpoints(lsn_dir)
         info = read_info(lsn_dir)
         binlog = read_binlog_position(lsn_dir)
@@ -309,6 +311,7 @@ def _stream(
         incremental_lsn=decision.parent.to_lsn if decision.parent else None,
         parallel=req.parallel,
         host_defaults_file=req.host_defaults_file,
+        open_files_limit=raise_open_files_limit(),
     )
     t0 = time.monotonic()
     with defaults_file(req.target) as creds:

@@ -21,17 +21,25 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ..catalog.backups import Catalog
-from ..catalog.manifest import NAME_RE, Manifest, StoredObject
+from ..catalog.manifest import MAX_SERVER_ID, NAME_RE, SERVER_UUID_RE, Manifest, StoredObject
+from ..common.values import BINLOG_NAME, GtidPos, binlog_name, binlog_number, gtid_reached, parse_gtid_pos
 from ..storage.base import StorageError
-from .events import GtidPos, binlog_name, binlog_number, gtid_reached, parse_gtid_pos
 
 BINLOG_DIR = "binlogs"
 GAP_DIR = "gaps"
 PARTIAL = ".partial"
-BINLOG_NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}\.\d{6,}$"
+BINLOG_NAME_RE = BINLOG_NAME
 MAX_BINLOG_MANIFEST_BYTES = 4 * 1024 * 1024
 
 
@@ -46,8 +54,8 @@ class BinlogGapError(BinlogError):
 class BinlogSegment(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    offset: int = Field(ge=0)
-    raw_size: int = Field(ge=0)
+    offset: int = Field(ge=0, le=2**63)
+    raw_size: int = Field(ge=0, le=2**63)
     raw_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     object: StoredObject
 
@@ -61,21 +69,27 @@ class BinlogManifest(BaseModel):
     name: str = Field(pattern=BINLOG_NAME_RE)
     cluster: str = Field(pattern=NAME_RE)
     host: str = Field(pattern=NAME_RE)
-    server_uuid: str
-    server_id: int = Field(ge=0, le=2**32)
+    server_uuid: str = Field(pattern=SERVER_UUID_RE)
+    server_id: int = Field(ge=0, le=MAX_SERVER_ID)
     complete: bool
-    size: int = Field(ge=0)  # raw bytes stored (a complete binlog: the whole file)
+    size: int = Field(ge=0, le=2**63)  # raw bytes stored (a complete binlog: the whole file)
     sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")  # of the whole raw file
-    events: int = Field(ge=0)
-    first_event_time: datetime | None = None
-    last_event_time: datetime | None = None
+    events: int = Field(ge=0, le=2**63)
+    first_event_time: AwareDatetime | None = None
+    last_event_time: AwareDatetime | None = None
     # Every event the server wrote to this binlog before this instant is stored.
-    covers_until: datetime | None = None
+    covers_until: AwareDatetime | None = None
     gtid_start: str = ""  # the server's GTID state when the binlog was opened
     gtid_first: str = ""  # first GTID per domain in this binlog
     gtid_last: str = ""  # last GTID per domain in this binlog
     segments: list[BinlogSegment] = Field(min_length=1, max_length=100_000)
-    shipped_at: datetime
+    shipped_at: AwareDatetime
+
+    @field_validator("gtid_start", "gtid_first", "gtid_last")
+    @classmethod
+    def _gtids(cls, value: str) -> str:
+        parse_gtid_pos(value)  # MariaDB GTIDs; PITR plans with them (MySQL binlogs leave them empty)
+        return value
 
     @model_validator(mode="after")
     def _contiguous(self) -> BinlogManifest:
@@ -110,12 +124,12 @@ class BinlogGap(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    server_uuid: str
+    server_uuid: str = Field(pattern=SERVER_UUID_RE)
     first_missing: str = Field(pattern=BINLOG_NAME_RE)
     last_missing: str = Field(pattern=BINLOG_NAME_RE)
-    last_shipped: str | None = None
-    server_oldest: str
-    detected_at: datetime
+    last_shipped: str | None = Field(None, pattern=BINLOG_NAME_RE)
+    server_oldest: str = Field(pattern=BINLOG_NAME_RE)
+    detected_at: AwareDatetime
 
     def covers(self, number: int) -> bool:
         return binlog_number(self.first_missing)[1] <= number <= binlog_number(self.last_missing)[1]
@@ -201,9 +215,19 @@ class BinlogIndex:
         return sorted(set(self.complete) | set(self.partial), key=binlog_number)
 
     def shipped(self) -> list[BinlogManifest]:
-        """One manifest per binlog (complete preferred), in binlog order; reads them all."""
+        """One manifest per binlog (complete preferred), in binlog order; reads them all. One that
+        cannot be read is left out and named in `problems`."""
+
+        def best(name: str) -> BinlogManifest | str | None:
+            try:
+                return self.best(name)
+            except BinlogError as exc:
+                return str(exc)
+
         with ThreadPoolExecutor(8) as pool:
-            return [m for m in pool.map(self.best, self.names()) if m is not None]
+            found = list(pool.map(best, self.names()))
+        self.problems += [m for m in found if isinstance(m, str)]
+        return [m for m in found if isinstance(m, BinlogManifest)]
 
     def last_complete(self, base: str) -> int | None:
         numbers = [binlog_number(n)[1] for n in self.complete if binlog_number(n)[0] == base]
@@ -238,7 +262,10 @@ class BinlogIndex:
             gap = self.gap_at(number)
             if gap is not None:
                 return chain, f"gap: {gap.describe()}"
-            m = self.best(name)
+            try:
+                m = self.best(name)
+            except BinlogError as exc:  # like a hole: what comes before it is still usable
+                return chain, f"the manifest of {name} is unreadable ({exc})"
             if m is None:
                 later = any(binlog_number(n) > (base, number) for n in self.names())
                 why = f"{name} is not shipped" + (" although later binlogs are" if later else "")
@@ -277,20 +304,29 @@ class BinlogCatalog:
 
     def index(self) -> BinlogIndex:
         """One LIST of this server's directory; gap markers are read now, manifests when used."""
-        complete, partial, gap_keys = [], [], []
+        complete: list[str] = []
+        partial: list[str] = []
+        gap_keys: list[str] = []
+        stray: list[str] = []
         for info in self.store.list(self.prefix + "/"):
             rest = info.key[len(self.prefix) + 1 :]
             if rest.startswith(GAP_DIR + "/") and rest.endswith(".json"):
                 gap_keys.append(info.key)
-            elif rest.endswith(PARTIAL + ".json"):
-                partial.append(rest[: -len(PARTIAL + ".json")])
             elif rest.endswith(".json") and "/" not in rest:
-                complete.append(rest[: -len(".json")])
+                name, is_partial = rest[: -len(".json")], rest.endswith(PARTIAL + ".json")
+                name = name[: -len(PARTIAL)] if is_partial else name
+                if not _is_binlog_name(name):
+                    stray.append(info.key)  # not ours: a binlog manifest is named after its binlog
+                    continue
+                (partial if is_partial else complete).append(name)
         index = BinlogIndex(
             self.server_uuid,
             _Manifests(complete, self._manifest, False),
             _Manifests(partial, self._manifest, True),
         )
+        index.problems += [
+            f"{self.store.location}/{key}: not a binlog manifest's name; ignored" for key in stray
+        ]
         with ThreadPoolExecutor(8) as pool:
             for item in pool.map(self._load, gap_keys):
                 if isinstance(item, BinlogGap):
@@ -354,6 +390,14 @@ class BinlogCatalog:
             return
         self.store.delete([self.manifest_key(partial.name, partial=True)])
         self.store.delete([s.object.key for s in partial.segments])
+
+
+def _is_binlog_name(name: str) -> bool:
+    try:
+        binlog_number(name)
+    except ValueError:
+        return False
+    return True
 
 
 def server_uuids(catalog: Catalog) -> list[str]:

@@ -9,12 +9,13 @@ MySQL GTID events are not decoded (their GTID sets are a different model); times
 
 from __future__ import annotations
 
-import re
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
+
+from ..common.values import Gtid, GtidPos
 
 MAGIC = b"\xfebin"
 HEADER = struct.Struct("<IBIIIH")  # timestamp, type, server_id, event_size, end_log_pos, flags
@@ -25,66 +26,11 @@ GTID_EVENT = 162  # MariaDB
 GTID_LIST_EVENT = 163  # MariaDB: the binlog state when the file was opened
 _GTID_BODY = struct.Struct("<QI")  # seq_no, domain_id
 _GTID_ENTRY = struct.Struct("<IIQ")  # domain_id, server_id, seq_no
-_MAX_EVENT = 1 << 32
-_NAME_RE = re.compile(r"^(?P<base>.+)\.(?P<num>\d{6,})$")
+MAX_GTID_LIST = 4 + 65536 * _GTID_ENTRY.size  # bytes of a GTID list read: 65,536 domains
 
 
 class BinlogFormatError(ValueError):
     """A file is not a binlog, or an event header is impossible; the message names the file and offset."""
-
-
-@dataclass(frozen=True, order=True)
-class Gtid:
-    """A MariaDB GTID: domain-server-sequence."""
-
-    domain: int
-    server_id: int
-    seq: int
-
-    def __str__(self) -> str:
-        return f"{self.domain}-{self.server_id}-{self.seq}"
-
-
-GtidPos = dict[int, Gtid]  # one GTID per replication domain
-
-
-def parse_gtid_pos(text: str | None, what: str = "GTID") -> GtidPos:
-    """`"0-1-100,1-2-7"` -> {0: Gtid(0, 1, 100), 1: Gtid(1, 2, 7)}; one GTID per domain."""
-    pos: GtidPos = {}
-    for part in (text or "").replace(" ", "").split(","):
-        if not part:
-            continue
-        pieces = part.split("-")
-        if len(pieces) != 3 or not all(p.isdigit() for p in pieces):
-            raise ValueError(
-                f"{what} {text!r}: {part!r} is not a MariaDB GTID (domain-server_id-sequence, e.g. 0-1-42)"
-            )
-        gtid = Gtid(*(int(p) for p in pieces))
-        if gtid.domain in pos:
-            raise ValueError(f"{what} {text!r}: domain {gtid.domain} appears twice; give one GTID per domain")
-        pos[gtid.domain] = gtid
-    return pos
-
-
-def format_gtid_pos(pos: GtidPos) -> str:
-    return ",".join(str(pos[d]) for d in sorted(pos))
-
-
-def gtid_reached(have: GtidPos, want: GtidPos) -> bool:
-    """True when `have` holds, in every domain of `want`, a sequence number at least as high."""
-    return all(d in have and have[d].seq >= g.seq for d, g in want.items())
-
-
-def binlog_number(name: str) -> tuple[str, int]:
-    """`mysql-bin.000042` -> ("mysql-bin", 42): binlogs sort by number within one basename."""
-    match = _NAME_RE.match(name)
-    if not match:
-        raise ValueError(f"{name!r} is not a binlog file name (<basename>.<6+ digit number>)")
-    return match["base"], int(match["num"])
-
-
-def binlog_name(base: str, number: int) -> str:
-    return f"{base}.{number:06d}"
 
 
 @dataclass(frozen=True)
@@ -148,18 +94,20 @@ def iter_events(
         if len(header) < HEADER.size:
             return
         timestamp, etype, server_id, size, _end, _flags = HEADER.unpack(header)
-        if size < HEADER.size or size >= _MAX_EVENT:
+        if size < HEADER.size:
             raise BinlogFormatError(f"{source}: impossible event size {size} at offset {offset}")
+        end = offset + size
+        if end > limit:
+            return  # the tail of an event that is still being written (or a size the file cannot hold)
         body_len = size - HEADER.size
-        wanted = min(body_len, 16) if etype == GTID_EVENT else body_len if etype == GTID_LIST_EVENT else 0
+        wanted = min(
+            body_len, 16 if etype == GTID_EVENT else MAX_GTID_LIST if etype == GTID_LIST_EVENT else 0
+        )
         body = fh.read(wanted) if wanted else b""
         if len(body) < wanted:
             return
         if body_len > wanted:
             fh.seek(body_len - wanted, 1)
-        end = offset + size
-        if end > limit:
-            return  # the tail of an event that is still being written
         gtid = None
         gtid_list = None
         if etype == GTID_EVENT and len(body) >= _GTID_BODY.size:

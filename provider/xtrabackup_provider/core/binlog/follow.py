@@ -24,10 +24,12 @@ import zlib
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ..common import children
 from ..common.files import sha256_range
+from ..common.values import binlog_number
 from ..db.server import defaults_file
 from .catalog import BinlogError, BinlogManifest
-from .events import BinlogSummary, binlog_number, summarize
+from .events import BinlogSummary, summarize
 from .ship import BinlogShipper, ShipReport, ShipRequest, download_argv, master_position, server_binlogs
 
 log = logging.getLogger(__name__)
@@ -142,7 +144,7 @@ def ship_continuous(
                 shipper.binary, creds, directory, first, stop_never=True, replica_server_id=replica_id
             )
             log.info("following %s from %s for %.0fs", shipper.where, first, duration)
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
+            proc = children.popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
             try:
                 _follow(follower, proc, deadline, stop, poll_interval)
             finally:
@@ -151,7 +153,7 @@ def ship_continuous(
             follower.sweep(final=True)
             if died is not None:
                 stderr.seek(0)
-                tail = stderr.read().decode(errors="replace").strip()[-1500:]
+                tail = children.summarize_stderr(stderr.read())
                 raise BinlogError(
                     f"{shipper.binary} stopped following {shipper.where} (exit {died}): {tail or '(no stderr)'}; "
                     "what it received was shipped, and the next run resumes from there"

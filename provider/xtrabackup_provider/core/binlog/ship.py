@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,7 +23,10 @@ from typing import Any
 
 from ..catalog.backups import Catalog
 from ..catalog.manifest import StoredObject
+from ..common import children
 from ..common.files import sha256_range
+from ..common.tempdirs import private_dir
+from ..common.values import format_gtid_pos, parse_gtid_pos
 from ..db.server import MySQLTarget, ServerError, ServerFacts, defaults_file, query, server_facts
 from ..pipeline.gpg import GpgHome
 from ..pipeline.to_store import stream_to_store
@@ -41,7 +43,7 @@ from .catalog import (
     find_gap,
     server_uuids,
 )
-from .events import BinlogSummary, format_gtid_pos, parse_gtid_pos, summarize
+from .events import BinlogSummary, summarize
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +164,7 @@ class BinlogShipper:
         self.report = ShipReport(self.facts.server_uuid)
         self.gpg = GpgHome()
         self.recipients: list[str] = []
-        self.scratch = Path(tempfile.mkdtemp(prefix="xbp-binlog-", dir=req.workdir))  # 0700
+        self.scratch = private_dir("binlog", req.workdir)  # 0700
 
     def __enter__(self) -> BinlogShipper:
         try:
@@ -238,12 +240,12 @@ class BinlogShipper:
     def download(self, name: str) -> Path:
         with defaults_file(self.req.target) as creds:
             argv = download_argv(self.binary, creds, self.scratch, name)
-            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+            proc = children.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True)
         path = self.scratch / name
         if proc.returncode != 0 or not path.is_file():
             raise BinlogError(
                 f"{self.binary} could not copy {name} from {self.where} (exit {proc.returncode}): "
-                f"{proc.stderr.strip()[-1500:] or '(no stderr)'}. The user needs REPLICATION SLAVE and "
+                f"{children.summarize_stderr(proc.stderr) or '(no stderr)'}. The user needs REPLICATION SLAVE and "
                 "BINLOG MONITOR (REPLICATION CLIENT); if the server purged it meanwhile, the next run records the gap"
             )
         return path

@@ -13,16 +13,30 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from ..common.values import BINLOG_NAME, check_mysql_gtid_set, parse_gtid_pos
 from ..storage.base import StorageError, check_key
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 BACKUP_OBJECT_NAME = "backup.xbstream"
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
-BACKUP_ID_RE = re.compile(r"^\d{8}T\d{6}Z-(full|inc)(-[0-9a-z]{1,12})?$")
+BACKUP_ID_RE = re.compile(r"^[0-9]{8}T[0-9]{6}Z-(full|inc)(-[0-9a-z]{1,12})?$")
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+# MySQL's server_uuid, or the one core.db.server derives for MariaDB (mariadb-<host>-<port>-<id>):
+# it names a directory of the binlog catalog.
+SERVER_UUID_RE = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,254}$"
+FINGERPRINT_RE = r"^[0-9A-Fa-f]{16,64}$"
+MAX_SERVER_ID = 2**32 - 1
 
 
 class CatalogError(RuntimeError):
@@ -38,12 +52,19 @@ class StoredObject(BaseModel):
     raw_size: int = Field(ge=0, le=2**63)
     compression: Literal["zstd", "none"]
     encryption: Literal["gpg", "none"]
-    recipients: list[str] = Field(default_factory=list, max_length=64)
+    recipients: list[str] = Field(default_factory=list, max_length=64)  # primary-key fingerprints
     storage_class: str = "STANDARD"
     sse: str | None = None
     kms_key_id: str | None = None  # with sse aws:kms: the key that encrypts the object at rest
     object_lock_mode: Literal["GOVERNANCE", "COMPLIANCE"] | None = None
-    object_lock_until: datetime | None = None
+    object_lock_until: AwareDatetime | None = None
+
+    @field_validator("recipients")
+    @classmethod
+    def _fingerprints(cls, recipients: list[str]) -> list[str]:
+        if bad := [r for r in recipients if not re.fullmatch(FINGERPRINT_RE, r)]:
+            raise ValueError(f"{bad[0][:80]!r} is not a key fingerprint (16 to 64 hex digits)")
+        return recipients
 
     @field_validator("key")
     @classmethod
@@ -75,22 +96,22 @@ class Manifest(BaseModel):
     engine_version: str
     engine_major: str
     server_version: str = ""
-    server_uuid: str
-    server_id: int = Field(ge=0, le=2**32)
+    server_uuid: str = Field(pattern=SERVER_UUID_RE)
+    server_id: int = Field(ge=0, le=MAX_SERVER_ID)
     from_lsn: int = Field(ge=0, le=2**64)
     to_lsn: int = Field(ge=0, le=2**64)
     last_lsn: int = Field(ge=0, le=2**64)
-    binlog_file: str | None = None
-    binlog_position: int | None = None
-    gtid: str | None = None
-    started_at: datetime
-    finished_at: datetime
+    binlog_file: str | None = Field(None, pattern=BINLOG_NAME)
+    binlog_position: int | None = Field(None, ge=0, le=2**63)
+    gtid: str | None = Field(None, max_length=65536)  # MariaDB GTIDs or a MySQL GTID set, per flavour
+    started_at: AwareDatetime
+    finished_at: AwareDatetime
     objects: list[StoredObject] = Field(min_length=1, max_length=1000)
-    raw_bytes: int = Field(ge=0)
-    stored_bytes: int = Field(ge=0)
+    raw_bytes: int = Field(ge=0, le=2**63)
+    stored_bytes: int = Field(ge=0, le=2**63)
     gates: list[GateResult] = Field(default_factory=list)
     estimate_memory: bool = False
-    prepare_memory_estimate: int | None = None
+    prepare_memory_estimate: int | None = Field(None, ge=0, le=2**63)
     table_rows: dict[str, int] = Field(default_factory=dict)
     extra: dict[str, Any] = Field(default_factory=dict)
 
@@ -102,6 +123,8 @@ class Manifest(BaseModel):
             raise ValueError("a full backup has no parent, from_lsn 0, and is its own chain root")
         if self.kind == "incremental" and not self.parent_id:
             raise ValueError("an incremental backup needs parent_id")
+        if self.gtid:
+            _check_gtid(self.gtid, self.engine_flavour)
         for obj in self.objects:
             if not obj.key.split("/")[-2:-1] == [self.backup_id]:
                 raise ValueError(
@@ -115,6 +138,17 @@ class Manifest(BaseModel):
 
     def to_json(self) -> bytes:
         return self.model_dump_json(indent=2).encode()
+
+
+def _check_gtid(gtid: str, flavour: str) -> None:
+    """MariaDB GTIDs from mariabackup (PITR parses them); from xtrabackup a MySQL GTID set, or
+    MariaDB GTIDs when it backed up an old MariaDB."""
+    try:
+        parse_gtid_pos(gtid, "gtid")
+    except ValueError:
+        if flavour == "mariabackup":
+            raise
+        check_mysql_gtid_set(gtid, "gtid")
 
 
 def new_backup_id(kind: str, now: datetime | None = None) -> str:

@@ -8,28 +8,33 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import (
-    ValidationError,
-)
+from pydantic import ValidationError
 
 from .schema import CONFIG_ENV, ConfigError, FleetConfig
 
+# A field path -> what the user set it with (a CLI flag), to name that instead of the path.
+FieldNames = dict[tuple[str | int, ...], str]
 
-def _format_errors(exc: ValidationError, source: str) -> str:
-    lines = []
+
+def _format_errors(exc: ValidationError, source: str, names: FieldNames | None = None) -> str:
+    """One line (the CLI prints it after `error: `, a DAG import error shows it): every field."""
+    problems = []
     for err in exc.errors()[:10]:
-        path = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        lines.append(f"  {path}: {err['msg']}")
-    return f"{source}: invalid fleet config:\n" + "\n".join(lines)
+        loc = tuple(err["loc"])
+        named = next((name for field, name in (names or {}).items() if loc[: len(field)] == field), None)
+        path = named or ".".join(str(p) for p in loc) or "(top level)"
+        problems.append(f"{path}: {err['msg']}")
+    return f"{source}: invalid fleet config: " + "; ".join(problems)
 
 
-def parse_config(data: Any, source: str = "<config>") -> FleetConfig:
+def parse_config(data: Any, source: str = "<config>", names: FieldNames | None = None) -> FleetConfig:
+    """Validate a config; `names` says which fields came from flags, for the error to name them."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the fleet config must be a YAML mapping with storage/clusters keys")
     try:
         config = FleetConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_format_errors(exc, source)) from None
+        raise ConfigError(_format_errors(exc, source, names)) from None
     config._source = source
     return config
 
@@ -43,12 +48,18 @@ def load_config(path: str | Path | None = None) -> FleetConfig:
         path or os.environ.get(CONFIG_ENV) or Path(__file__).parents[3] / "dags/config/fleet.yaml"
     )
     try:
-        text = resolved.read_text()
+        raw = resolved.read_bytes()
     except OSError as exc:
         raise ConfigError(
             f"cannot read fleet config {resolved}: {exc.strerror}; set {CONFIG_ENV} or --config"
         ) from exc
-    key = (str(resolved.resolve()), hashlib.sha256(text.encode()).hexdigest())
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{resolved}: not UTF-8 text (byte {exc.start} is {raw[exc.start : exc.start + 1]!r}); save it as UTF-8"
+        ) from None
+    key = (str(resolved.resolve()), hashlib.sha256(raw).hexdigest())
     if (cached := _LOADED.get(key)) is None:
         cached = _LOADED[key] = _parse_text(text, resolved)
     return cached
@@ -57,10 +68,33 @@ def load_config(path: str | Path | None = None) -> FleetConfig:
 _LOADED: dict[tuple[str, str], FleetConfig] = {}
 
 
+class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """The safe loader (the C one is ~10x faster: DAG files parse this on every dag-processor
+    pass), refusing a key given twice in one mapping: YAML would silently keep the last one."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: set[Any] = set()
+        for key_node, _value in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, list | dict):
+                continue  # unhashable: the schema refuses it
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    f"found key {key!r} twice",
+                    key_node.start_mark,
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def _parse_text(text: str, resolved: Path) -> FleetConfig:
     try:
-        # The C loader is ~10x faster: DAG files parse this on every dag-processor pass.
-        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{resolved}: not valid YAML: {exc}") from exc
+        detail = " ".join(str(exc).replace(' in "<unicode string>"', "").split())
+        raise ConfigError(f"{resolved}: not valid YAML: {detail}") from exc
+    except RecursionError:
+        raise ConfigError(f"{resolved}: not valid YAML: nested too deeply") from None
     return parse_config(data, str(resolved))

@@ -24,6 +24,29 @@ from ..storage.base import STORAGE_CLASSES
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 CONFIG_ENV = "XTRABACKUP_FLEET_CONFIG"
+DAY_SECONDS = 86400
+MAX_PREFIX = 512  # S3 keys are at most 1024 bytes: the prefix leaves room for cluster/host/backup id
+
+
+def check_prefix(value: str) -> str:
+    """A key prefix: relative path segments, none empty, '.' or '..' (they would escape it)."""
+    parts = value.strip("/").split("/")
+    if len(value.encode()) > MAX_PREFIX:
+        raise ValueError(f"the prefix is {len(value.encode())} bytes; at most {MAX_PREFIX}")
+    if value.strip("/") and any(p in ("", ".", "..") or not p.isprintable() or "\\" in p for p in parts):
+        raise ValueError(
+            f"{value[:100]!r}: a prefix is segments like backups/prod, without '.', '..', '//' or control characters"
+        )
+    return value
+
+
+def check_path(value: str | None) -> str | None:
+    """A local path the OS can open: at most 4095 bytes, each part at most 255, no NUL."""
+    if value is None:
+        return None
+    if "\x00" in value or len(value.encode()) > 4095 or any(len(p.encode()) > 255 for p in value.split("/")):
+        raise ValueError(f"{value[:100]!r}...: not a usable path (at most 4095 bytes, 255 per name, no NUL)")
+    return value
 
 
 class ConfigError(ValueError):
@@ -76,8 +99,20 @@ class StorageConfig(_Model):
     object_lock: ObjectLockConfig | None = None
     glacier_restore_tier: Literal["Standard", "Bulk", "Expedited"] = "Standard"
     glacier_restore_days: int = Field(3, ge=1, le=365)  # how long restored copies stay readable
-    glacier_poll_seconds: float = Field(600, ge=1)  # GlacierRestoreSensor / trigger poll interval
+    glacier_poll_seconds: float = Field(
+        600, ge=1, le=DAY_SECONDS, allow_inf_nan=False
+    )  # GlacierRestoreSensor / trigger poll interval
     pool: PoolConfig | None = None  # caps concurrent uploads to this storage target, across clusters
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        return check_prefix(value)
+
+    @field_validator("local_path")
+    @classmethod
+    def _path(cls, value: str | None) -> str | None:
+        return check_path(value)
 
     @field_validator("storage_class")
     @classmethod
@@ -108,14 +143,26 @@ class EncryptionConfig(_Model):
     private_key_file: str | None = None  # CLI restores
     passphrase_env: str = "XTRABACKUP_GPG_PASSPHRASE"  # CLI restores read the passphrase from here
 
+    @field_validator("public_key_files")
+    @classmethod
+    def _paths(cls, value: list[str]) -> list[str]:
+        for path in value:
+            check_path(path)
+        return value
+
+    @field_validator("private_key_file")
+    @classmethod
+    def _path(cls, value: str | None) -> str | None:
+        return check_path(value)
+
 
 class PolicyConfig(_Model):
     compression_level: int = Field(3, ge=1, le=19)
     zstd_threads: int = Field(0, ge=0, le=256)
     parallel: int = Field(2, ge=1, le=64)
-    full_every_days: float = Field(7, gt=0)
+    full_every_days: float = Field(7, gt=0, le=3650, allow_inf_nan=False)
     max_chain_length: int = Field(6, ge=0, le=1000)
-    max_incremental_ratio: float = Field(0.5, gt=0)
+    max_incremental_ratio: float = Field(0.5, gt=0, le=1000, allow_inf_nan=False)
     prepare_max_free_memory_pct: int = Field(50, ge=1, le=90)
     heartbeat: bool = True  # canary row written before each backup, checked by restore tests
 
@@ -135,10 +182,12 @@ class ChecksumGateConfig(_Model):
 
     on_diff: Literal["fail", "skip", "mark"] = "fail"  # mark: back up and record it in the manifest
     on_blocked: Literal["fail", "wait"] = "fail"  # replication stopped, lag, stale/missing results
-    max_age_hours: float = Field(26, gt=0)
-    max_lag_seconds: float = Field(300, ge=0)
-    wait_minutes: float = Field(30, gt=0)  # how long on_blocked=wait waits
-    poke_seconds: float = Field(60, gt=0)
+    max_age_hours: float = Field(26, gt=0, le=24 * 3650, allow_inf_nan=False)
+    max_lag_seconds: float = Field(300, ge=0, le=DAY_SECONDS * 365, allow_inf_nan=False)
+    wait_minutes: float = Field(
+        30, gt=0, le=7 * 24 * 60, allow_inf_nan=False
+    )  # how long on_blocked=wait waits
+    poke_seconds: float = Field(60, gt=0, le=DAY_SECONDS, allow_inf_nan=False)
     deferrable: bool = False  # wait in the triggerer instead of a worker slot
     dsn: str | None = None  # how pt-table-checksum reaches this replica, e.g. "h=10.0.0.12,P=3306"
 
@@ -166,6 +215,11 @@ class HostConfig(_Model):
     password_env: str | None = None
     checksum_gate: ChecksumGateConfig | None = None
 
+    @field_validator("binary", "datadir", "defaults_file", "socket")
+    @classmethod
+    def _path(cls, value: str | None) -> str | None:
+        return check_path(value)
+
 
 class ChecksumConfig(_Model):
     """pt-table-checksum for a cluster, run against its source on its own schedule."""
@@ -177,9 +231,11 @@ class ChecksumConfig(_Model):
     dsn_table: str = DEFAULT_DSN_TABLE
     databases: list[str] = Field(default_factory=list)
     ignore_databases: list[str] = Field(default_factory=list)
-    chunk_time: float = Field(0.5, gt=0, le=60)
-    max_lag_seconds: float = Field(1, gt=0)  # pt-table-checksum pauses while a replica lags more
-    timeout_minutes: float = Field(240, gt=0)
+    chunk_time: float = Field(0.5, gt=0, le=60, allow_inf_nan=False)
+    max_lag_seconds: float = Field(
+        1, gt=0, le=DAY_SECONDS, allow_inf_nan=False
+    )  # pt pauses while a replica lags more
+    timeout_minutes: float = Field(240, gt=0, le=7 * 24 * 60, allow_inf_nan=False)
     binary: str = "pt-table-checksum"
 
     @field_validator("replicate", "dsn_table")
@@ -201,21 +257,36 @@ class BinlogConfig(_Model):
     schedule: str | None = "*/5 * * * *"
     mode: Literal["batch", "continuous"] = "batch"
     flush: bool = True  # batch: FLUSH BINARY LOGS first, so each run ships up to now (RPO = schedule)
-    continuous_minutes: float = Field(55, gt=0, le=24 * 60)  # continuous: one run's length
-    progress_seconds: float = Field(10, gt=0, le=3600)  # continuous: the open binlog's upload period
+    continuous_minutes: float = Field(
+        55, gt=0, le=24 * 60, allow_inf_nan=False
+    )  # continuous: one run's length
+    progress_seconds: float = Field(10, gt=0, le=3600, allow_inf_nan=False)  # the open binlog's upload period
     gate_backups: bool = True  # the backup DAG waits until the binlogs up to the backup are shipped
-    lag_timeout_minutes: float = Field(60, gt=0)
+    lag_timeout_minutes: float = Field(60, gt=0, le=7 * 24 * 60, allow_inf_nan=False)
     binary: str | None = None  # mariadb-binlog / mysqlbinlog
     storage_class: str = "STANDARD"
+
+    @field_validator("storage_class")
+    @classmethod
+    def _known_class(cls, value: str) -> str:
+        if value not in STORAGE_CLASSES:
+            raise ValueError(f"unknown S3 storage class {value!r}; use one of {sorted(STORAGE_CLASSES)}")
+        return value
 
 
 class ClusterConfig(_Model):
     name: str = Field(pattern=NAME)
     schedule: str | None = "@daily"
-    max_parallel_backups: int = Field(2, ge=1)
+    max_parallel_backups: int = Field(2, ge=1, le=10_000)
     backup_pool: PoolConfig | None = None  # caps concurrent backups; slots default: max_parallel_backups
     restore_test_schedule: str | None = "@weekly"
     restore_workdir: str = "/tmp"  # scratch for restore tests on the restore worker
+
+    @field_validator("restore_workdir")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        return check_path(value) or value
+
     hosts: list[HostConfig] = Field(min_length=1)
     checksum: ChecksumConfig | None = None
     binlogs: BinlogConfig | None = None

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..common import children
 from .dsn import (
     DEFAULT_DSN_TABLE,
     DEFAULT_REPLICATE,
@@ -209,7 +210,7 @@ class ChecksumRun:
         """Reasons the results cannot be trusted (the run must count as failed)."""
         found = [f"{f}: {_FLAG_ADVICE[f]}" for f in self.flags if f in _BLOCKING_FLAGS]
         if found and self.stderr:
-            found.append(f"pt-table-checksum said: {self.stderr[-1000:]}")
+            found.append(f"pt-table-checksum said: {children.summarize_stderr(self.stderr)}")
         return found
 
     @property
@@ -293,7 +294,7 @@ def interpret(code: int, stdout: str, stderr: str) -> ChecksumRun:
         or ("ERROR" in flags and not any(t.errors for t in tables))
     )
     if unexplained:
-        tail = (stderr.strip() or stdout.strip())[-3000:] or "<no output>"
+        tail = children.summarize_stderr(stderr) or children.summarize_stderr(stdout) or "<no output>"
         raise ConsistencyError(f"pt-table-checksum failed (exit status {code}): {tail}")
     return ChecksumRun(code, flags, tables, stderr.strip()[-3000:])
 
@@ -311,7 +312,7 @@ def run_checksum(target: MySQLTarget, opts: ChecksumOptions) -> ChecksumRun:
         argv = checksum_argv(target, creds, opts)
         log.info("running %s", " ".join(argv))  # no secret: credentials are in the F= file
         try:
-            proc = subprocess.run(
+            proc = children.run(
                 argv,
                 stdin=subprocess.DEVNULL,
                 capture_output=True,

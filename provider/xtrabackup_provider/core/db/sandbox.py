@@ -22,6 +22,8 @@ from typing import Any
 
 import MySQLdb
 
+from ..common import children
+
 # sun_path is 108 bytes including the terminating NUL.
 MAX_SOCKET_PATH = 107
 _ERROR_LOG_TAIL_LINES = 40
@@ -159,10 +161,11 @@ class SandboxServer:
             # Same redo size as start() so the first start does not resize the log.
             "--innodb-log-file-size=48M",
         ]
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        proc = children.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True)
         if proc.returncode != 0:
             raise SandboxError(
-                f"{install_db} exited {proc.returncode}: {(proc.stderr or proc.stdout)[-4000:]}", datadir
+                f"{install_db} exited {proc.returncode}: {children.summarize_stderr(proc.stderr or proc.stdout)}",
+                datadir,
             )
         server.start()
         if root_password:
@@ -239,7 +242,7 @@ class SandboxServer:
             raise SandboxError("datadir does not exist", self.datadir)
         with open(self.error_log, "ab") as log:
             # stdout/stderr go to the error log too: early failures are written before --log-error opens.
-            self._proc = subprocess.Popen(
+            self._proc = children.popen(
                 self.server_args(),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -333,10 +336,11 @@ class SandboxServer:
         argv = ["mariadb", f"--defaults-file={defaults}", "--batch"]
         if database:
             argv.append(f"--database={database}")
-        proc = subprocess.run(argv, input=sql, capture_output=True, text=True)
+        proc = children.run(argv, input=sql, capture_output=True, text=True)
         if proc.returncode != 0:
             raise SandboxError(
-                f"mariadb client exited {proc.returncode}: {proc.stderr.strip()}", self.datadir
+                f"mariadb client exited {proc.returncode}: {children.summarize_stderr(proc.stderr)}",
+                self.datadir,
             )
 
     def write_client_defaults(self, path: Path) -> Path:
@@ -387,6 +391,28 @@ def table_checksums(server: SandboxServer, databases: Iterable[str]) -> dict[str
             raise SandboxError(f"CHECKSUM TABLE {name} returned NULL", server.datadir, server.error_log)
         result[f"{schema}.{table}"] = int(checksum)
     return result
+
+
+def stop_orphans(directory: Path) -> list[int]:
+    """SIGKILL the sandbox servers a dead run left running in `directory` (a swept temp dir): they
+    run in their own session, so its death does not stop them. A process counts only if its argv
+    names the pid file it wrote there. Returns their pids."""
+    killed = []
+    for pid_file in Path(directory).glob("**/mysqld.pid"):
+        try:
+            pid = int(pid_file.read_text().split()[0])
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        if f"--pid-file={pid_file}".encode() not in argv:
+            continue  # not that server any more: the pid was reused
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{pid}").exists() for pid in killed) and time.monotonic() < deadline:
+        time.sleep(0.05)  # its files are removed next
+    return killed
 
 
 @atexit.register

@@ -21,6 +21,7 @@ class BackupOptions:
     incremental_lsn: int | None = None
     parallel: int = 2
     host_defaults_file: str | None = None  # the server's my.cnf, if the tool should read it
+    open_files_limit: int | None = None  # --backup keeps every tablespace open
     extra_args: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -41,6 +42,8 @@ def backup_argv(tool: ToolVersion, credentials_file: str, opts: BackupOptions) -
     ]
     if opts.incremental_lsn is not None:
         argv.append(f"--incremental-lsn={opts.incremental_lsn}")
+    if opts.open_files_limit:
+        argv.append(f"--open-files-limit={opts.open_files_limit}")
     if tool.capabilities.estimate_memory:
         argv.append("--estimate-memory=ON")
     argv += list(opts.extra_args)
@@ -66,6 +69,7 @@ class PrepareTuning:
     use_memory_bytes: int | None = None
     use_free_memory_pct: int | None = None  # only with a backup taken with --estimate-memory
     parallel: int | None = None
+    open_files_limit: int | None = None  # prepare opens the tablespaces too
 
 
 def prepare_steps(tool: ToolVersion, base_dir: str, incremental_dirs: list[str]) -> list[PrepareStep]:
@@ -107,6 +111,8 @@ def prepare_argv(tool: ToolVersion, step: PrepareStep, tuning: PrepareTuning | N
         argv.append(f"--use-memory={tuning.use_memory_bytes}")
     if tuning.parallel and caps.prepare_parallel:
         argv.append(f"--parallel={tuning.parallel}")
+    if tuning.open_files_limit:
+        argv.append(f"--open-files-limit={tuning.open_files_limit}")
     return argv
 
 

@@ -7,9 +7,10 @@ without the tools installed.
 from __future__ import annotations
 
 import re
-import subprocess
 from dataclasses import dataclass
 from typing import Literal
+
+from ..common import children
 
 Flavour = Literal["mariabackup", "xtrabackup"]
 FLAVOURS: tuple[Flavour, ...] = ("mariabackup", "xtrabackup")
@@ -92,7 +93,7 @@ def detect_tool(flavour: Flavour, binary: str | None = None) -> ToolVersion:
     """Run `<tool> --version` and return its flavour, version and binary path."""
     binary = binary or flavour
     try:
-        proc = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=60)
+        proc = children.run([binary, "--version"], capture_output=True, text=True, timeout=60)
     except FileNotFoundError as exc:
         raise EngineError(
             f"backup tool {binary!r} not found on this worker; install {flavour} "

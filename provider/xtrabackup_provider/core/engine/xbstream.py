@@ -52,6 +52,7 @@ class XbstreamChecker:
         self.base = 0  # stream offset of buf[0]
         self.next_offset: dict[str, int] = {}  # open files: where their next payload must start
         self.seen: set[str] = set()
+        self.closed_with_data: set[str] = set()  # files whose payload ended with an 'E' chunk
         self.summary = XbstreamSummary()
 
     def feed(self, data: bytes) -> None:
@@ -71,8 +72,9 @@ class XbstreamChecker:
             raise XbstreamError(f"files never closed by an end-of-file chunk: {sorted(self.next_offset)[:5]}")
         if self.summary.chunks == 0:
             raise XbstreamError("the stream is empty")
-        if REQUIRED_FILE not in self.seen:
-            raise XbstreamError(f"no {REQUIRED_FILE} in the stream: it was cut short")
+        if REQUIRED_FILE not in self.closed_with_data:
+            # A lone end-of-file chunk names the file but holds none of it.
+            raise XbstreamError(f"no {REQUIRED_FILE} (with its content) in the stream: it was cut short")
         self.summary.files = len(self.seen)
         self.summary.stream_bytes = self.base
         return self.summary
@@ -149,7 +151,8 @@ class XbstreamChecker:
         self.seen.add(path)
 
     def _end_of_file(self, path: str) -> None:
-        self.next_offset.pop(path, None)
+        if self.next_offset.pop(path, 0) > 0:
+            self.closed_with_data.add(path)
         self.seen.add(path)
         self.summary.chunks += 1
 

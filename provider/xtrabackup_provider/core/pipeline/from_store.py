@@ -22,6 +22,7 @@ from typing import IO, Any
 from .process import (
     CHUNK,
     EOF,
+    ChecksumMismatch,
     Handoff,
     PipelineError,
     Proc,
@@ -55,6 +56,7 @@ class _Decode:
     object_name: str
     consumer_name: str
     progress: ProgressFn | None
+    quiet_consumer: bool = False
 
 
 def stream_from_store(
@@ -68,8 +70,13 @@ def stream_from_store(
     consumer_name: str = "extractor",
     progress: ProgressFn | None = None,
     zstd_cli: bool | None = None,
+    quiet_consumer: bool = False,
 ) -> RestoreStreamResult:
     """Feed stored bytes through gpg -d | zstd -d | consumer; check sha256 and every exit status.
+
+    `quiet_consumer`: the consumer prints nothing when all is well, so a line on its stderr fails
+    the stream even with exit status 0 (mbstream -x skips a file whose path would escape the
+    target, says "invalid filename", stops extracting and exits 0).
 
     With the `zstd` executable on PATH (or `zstd_cli=True`), gpg, `zstd -d` and the consumer are
     joined by OS pipes and this process only hashes the stored bytes and writes them into the first
@@ -82,7 +89,7 @@ def stream_from_store(
         raise PipelineError(
             f"zstd -d of {object_name}: executable {ZSTD!r} not found; install it on this worker"
         )
-    d = _Decode(decrypt_argv, pass_fds, expected_sha256, object_name, consumer_name, progress)
+    d = _Decode(decrypt_argv, pass_fds, expected_sha256, object_name, consumer_name, progress, quiet_consumer)
     if zstd is not None:
         return _stream_through_processes(chunks, consumer_argv, zstd, d)
     return _stream_in_process(chunks, consumer_argv, d)
@@ -145,10 +152,11 @@ def _stream_through_processes(
         for proc in stages:
             proc.wait()
         _check_stages(stages, unzstd, d.object_name, d.consumer_name)
+        _check_quiet(consumer, d)
         if stopped_early:
             raise PipelineError(f"{stages[0].name} exited before reading the whole of {d.object_name}")
         _check_sha256(digest, d.expected_sha256, d.object_name)
-        sizes = _ZSTD_SIZE.findall(unzstd.stderr_text())
+        sizes = _ZSTD_SIZE.findall(unzstd.stderr_tail(4096))
         raw = int(sizes[-1]) if sizes else -1
     except BaseException:
         for proc in stages:
@@ -169,10 +177,21 @@ def _gpg_stage(decrypt_argv: list[str] | None, pass_fds: tuple[int, ...], object
 
 
 def _check_sha256(digest: Any, expected: str | None, object_name: str) -> None:
+    """Called once every stage succeeded: the bytes decrypt, decompress and extract cleanly, so a
+    different sha256 says the manifest and the object disagree, not which of them changed."""
     if expected and digest.hexdigest() != expected:
+        raise ChecksumMismatch(
+            f"{object_name}: sha256 {digest.hexdigest()} differs from the manifest's {expected}, although "
+            "the object decrypts, decompresses and extracts cleanly: the manifest and the object disagree "
+            "(was the manifest edited?)"
+        )
+
+
+def _check_quiet(consumer: Proc, d: _Decode) -> None:
+    if d.quiet_consumer and (said := consumer.stderr_summary()):
         raise PipelineError(
-            f"{object_name}: sha256 {digest.hexdigest()} does not match the manifest's {expected}; "
-            "the stored object was altered or truncated"
+            f"{d.consumer_name} exited 0 but reported a problem with {d.object_name}: {said}; "
+            "what it extracted is not the whole backup"
         )
 
 
@@ -191,7 +210,7 @@ def _check_stages(stages: list[Proc], unzstd: Proc, object_name: str, consumer_n
         raise PipelineError(f"{consumer_name} exited before reading the whole of {object_name}")
     cause = causes[0]
     if cause is unzstd:
-        raise _damaged(object_name, cause.stderr_tail() or "no stderr")
+        raise _damaged(object_name, cause.stderr_summary() or "no stderr")
     cause.check()
 
 
@@ -250,6 +269,7 @@ def _stream_in_process(
             raise feeder.error  # a download failed: that is the cause, not gpg's truncated input
         for proc in procs:
             proc.check()
+        _check_quiet(consumer, d)
         _check_sha256(digest, d.expected_sha256, d.object_name)
     except BaseException:
         for proc in procs:

@@ -12,6 +12,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..common import children
 from ..common.tempdirs import private_dir
 
 GPG = "gpg"
@@ -21,9 +22,13 @@ class GpgError(RuntimeError):
     """A key could not be imported or used; the message says which and what to do."""
 
 
+class PassphraseRequired(GpgError):
+    """The private key is protected by a passphrase and none was given."""
+
+
 def _run_gpg(home: Path, args: list[str], stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
     argv = [GPG, "--homedir", str(home), "--batch", "--no-tty", *args]
-    return subprocess.run(argv, input=stdin, capture_output=True, timeout=120)
+    return children.run(argv, input=stdin, capture_output=True, timeout=120)
 
 
 # gpg-agent's lowest S2K iteration count (its default is calibrated to ~100 ms of hashing).
@@ -99,7 +104,7 @@ class GpgHome:
             )
         fd = passphrase_pipe(self.passphrase) if self.passphrase is not None else None
         try:
-            proc = subprocess.run(
+            proc = children.run(
                 self.decrypt_argv(fd),
                 input=probe.stdout,
                 capture_output=True,
@@ -109,6 +114,10 @@ class GpgHome:
         finally:
             if fd is not None:
                 os.close(fd)
+        if (proc.returncode != 0 or proc.stdout != b"probe") and self.passphrase is None:
+            raise PassphraseRequired(
+                f"private key {', '.join(fprs)} is protected by a passphrase and none was given"
+            )
         if proc.returncode != 0 or proc.stdout != b"probe":
             raise GpgError(
                 f"the passphrase given does not unlock private key {', '.join(fprs)} ({_tail(proc.stderr)}); "
@@ -151,9 +160,7 @@ class GpgHome:
 
 def _kill_agent(home: Path) -> None:
     """The agent of a killed run's GPG home would live on with it; stop it before the home goes."""
-    subprocess.run(
-        ["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], capture_output=True, check=False
-    )
+    children.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], capture_output=True, check=False)
 
 
 def passphrase_pipe(passphrase: str) -> int:
@@ -164,9 +171,8 @@ def passphrase_pipe(passphrase: str) -> int:
     return read_fd
 
 
-def _tail(stderr: bytes, limit: int = 600) -> str:
-    text = stderr.decode(errors="replace").strip()
-    return text[-limit:] if text else "(no output)"
+def _tail(stderr: bytes) -> str:
+    return children.summarize_stderr(stderr, 600) or "(no output)"
 
 
 @dataclass(frozen=True)

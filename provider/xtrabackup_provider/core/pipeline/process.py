@@ -11,8 +11,10 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import IO, Any
+
+from ..common import children
 
 CHUNK = 1024 * 1024
 EOF = object()
@@ -21,6 +23,10 @@ ProgressFn = Callable[[int], None]
 
 class PipelineError(RuntimeError):
     """A stage of the stream failed; the message names the stage, its exit status and stderr."""
+
+
+class ChecksumMismatch(PipelineError):
+    """Every stage succeeded, but the stored bytes' sha256 is not the one the manifest records."""
 
 
 class Proc:
@@ -34,14 +40,20 @@ class Proc:
         stdin: Any = None,
         stdout: Any = subprocess.PIPE,
         pass_fds: tuple[int, ...] = (),
-        env: dict[str, str] | None = None,
+        extra_env: Mapping[str, str] | None = None,
         cwd: str | None = None,
     ) -> None:
         self.name = name
         self.stderr = tempfile.TemporaryFile()
         try:
-            self.popen = subprocess.Popen(
-                argv, stdin=stdin, stdout=stdout, stderr=self.stderr, pass_fds=pass_fds, env=env, cwd=cwd
+            self.popen = children.popen(
+                argv,
+                stdin=stdin,
+                stdout=stdout,
+                stderr=self.stderr,
+                pass_fds=pass_fds,
+                extra_env=extra_env,
+                cwd=cwd,
             )
         except FileNotFoundError as exc:
             self.stderr.close()
@@ -50,15 +62,15 @@ class Proc:
             ) from exc
 
     def stderr_tail(self, limit: int = 1500) -> str:
+        """The raw end of its stderr (at most `limit` bytes, from a line start)."""
         self.stderr.seek(0, os.SEEK_END)
         size = self.stderr.tell()
-        self.stderr.seek(max(0, size - limit))
-        lines = self.stderr.read().decode(errors="replace").splitlines()
-        # zstd -v opens with a banner ("*** Zstandard CLI ..."): no part of an error.
-        return "\n".join(line for line in lines if not line.startswith("*** ")).strip()
+        self.stderr.seek(max(0, size - limit - 1))
+        return children.tail_text(self.stderr.read(), limit).strip()
 
-    def stderr_text(self, limit: int = 4096) -> str:
-        return self.stderr_tail(limit)
+    def stderr_summary(self) -> str:
+        """What its stderr says, as one line: the tool's own error lines first."""
+        return children.summarize_stderr(self.stderr_tail(children.TAIL_BYTES))
 
     def broken_pipe(self) -> bool:
         """Did it fail only because the stage after it stopped reading (SIGPIPE or EPIPE)?"""
@@ -76,7 +88,7 @@ class Proc:
         rc = self.wait()
         if rc != 0:
             how = f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}"
-            raise PipelineError(f"{self.name} failed ({how}): {self.stderr_tail() or '(no stderr)'}")
+            raise PipelineError(f"{self.name} failed ({how}): {self.stderr_summary() or '(no stderr)'}")
 
     def close(self) -> None:
         self.kill()

@@ -40,7 +40,7 @@ def stream_to_store(
     encrypt_argv: list[str] | None,
     level: int = 3,
     threads: int = 0,
-    producer_env: dict[str, str] | None = None,
+    producer_env: dict[str, str] | None = None,  # variables the producer needs besides child_env()
     producer_name: str = "backup tool",
     progress: ProgressFn | None = None,
 ) -> StreamResult:
@@ -55,7 +55,7 @@ def stream_to_store(
     worker: Worker | None = None
     handoff = Handoff(None)
     try:
-        producer = Proc(producer_name, producer_argv, stdin=subprocess.DEVNULL, env=producer_env)
+        producer = Proc(producer_name, producer_argv, stdin=subprocess.DEVNULL, extra_env=producer_env)
         procs.append(producer)
         gpg = Proc("gpg --encrypt", encrypt_argv, stdin=subprocess.PIPE) if encrypt_argv else None
         if gpg:

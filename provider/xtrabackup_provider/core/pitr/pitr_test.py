@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -18,7 +17,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..catalog.backups import Catalog
-from ..db.sandbox import SandboxServer
+from ..common.tempdirs import private_dir
+from ..db.sandbox import SandboxServer, stop_orphans
 from ..restore.restore_test import verify
 from .plan import PitrTarget
 from .recover import PitrRequest, point_in_time_restore
@@ -58,7 +58,7 @@ def run_pitr_test(
 ) -> PitrTestReport:
     report = PitrTestReport(catalog.cluster, catalog.host, target.describe())
     datadir = workdir / "data"
-    basedir = Path(tempfile.mkdtemp(prefix="xbp-pitrt-", dir="/tmp"))  # short socket path
+    basedir = private_dir("pitrsb", "/tmp", on_sweep=stop_orphans)  # short socket path
     server: SandboxServer | None = None
     try:
         pitr = point_in_time_restore(

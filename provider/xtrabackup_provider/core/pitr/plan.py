@@ -7,23 +7,21 @@ before the target stop the restore here, with the reason.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
 from ..binlog.catalog import BinlogCatalog, BinlogIndex, BinlogManifest
-from ..binlog.events import (
-    GtidPos,
-    binlog_number,
-    format_gtid_pos,
-    gtid_reached,
-    parse_gtid_pos,
-)
 from ..catalog.backups import Catalog
 from ..catalog.manifest import Manifest
+from ..common.values import GtidPos, binlog_number, format_gtid_pos, gtid_reached, parse_gtid_pos, parse_utc
 from ..restore.chain import plan_chain
 
 log = logging.getLogger(__name__)
+
+
+_POSITION = re.compile(r"[0-9]{1,19}", re.ASCII)
 
 
 class PitrError(RuntimeError):
@@ -42,10 +40,9 @@ class PitrTarget:
     def at_time(cls, text: str) -> PitrTarget:
         """ISO 8601; a time without an offset is UTC. Binlogs stamp whole seconds: fractions are dropped."""
         try:
-            when = datetime.fromisoformat(text.strip())
+            when = parse_utc(text, "--to-time")
         except ValueError as exc:
-            raise PitrError(f"--to-time {text!r}: not an ISO 8601 time (e.g. 2026-11-30T10:15:00Z)") from exc
-        when = when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+            raise PitrError(str(exc)) from None
         return cls("time", time=when.replace(microsecond=0))
 
     @classmethod
@@ -63,11 +60,15 @@ class PitrTarget:
         file, _, pos = text.strip().rpartition(":")
         try:
             binlog_number(file)
-            position = int(pos)
-        except ValueError as exc:
-            raise PitrError(f"--to-position {text!r}: expected FILE:POS, e.g. mysql-bin.000042:1234") from exc
-        if position < 4:
-            raise PitrError(f"--to-position {text!r}: a binlog position is at least 4")
+            if not _POSITION.fullmatch(pos):
+                raise ValueError(pos)
+        except ValueError:
+            raise PitrError(
+                f"--to-position {text!r}: expected FILE:POS, e.g. mysql-bin.000042:1234"
+            ) from None
+        position = int(pos)
+        if not 4 <= position < 2**63:
+            raise PitrError(f"--to-position {text!r}: a binlog position is at least 4 (and below 2^63)")
         return cls("position", file=file, position=position)
 
     def describe(self) -> str:
@@ -105,7 +106,10 @@ def _before(m: Manifest, target: PitrTarget) -> bool:
         assert target.time is not None
         return m.finished_at <= target.time
     if target.kind == "gtid":
-        have = parse_gtid_pos(m.gtid)
+        try:
+            have = parse_gtid_pos(m.gtid)
+        except ValueError:
+            return False  # a MySQL GTID set: no MariaDB GTID is before or after it
         return all(have[d].seq <= g.seq for d, g in target.gtid_pos().items() if d in have)
     assert m.binlog_file and target.file and target.position is not None
     base, number = binlog_number(m.binlog_file)
@@ -194,7 +198,18 @@ def _check_reach(
 
 
 def make_plan(catalog: Catalog, target: PitrTarget, backup_id: str | None = None) -> PitrPlan:
-    backup = choose_backup(catalog.manifests(), target, backup_id)
+    now = datetime.now(UTC)
+    if target.time is not None and target.time > now:
+        raise PitrError(
+            f"{target.describe()} is in the future (it is now {now:%Y-%m-%d %H:%M:%S} UTC); "
+            "point-in-time recovery reaches only what has happened"
+        )
+    problems: list[str] = []
+    backup = choose_backup(catalog.manifests(problems), target, backup_id)
+    for problem in problems:
+        # Like a plain restore: a bad manifest elsewhere does not block this one; plan_chain below
+        # names it if it is on the chosen backup's own chain.
+        log.warning("ignoring unreadable manifest: %s", problem)
     if backup.engine_flavour != "mariabackup":
         raise PitrError(
             f"backup {backup.backup_id} was taken with {backup.engine_flavour}: the replay runs in a MariaDB "

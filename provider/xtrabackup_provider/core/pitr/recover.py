@@ -35,18 +35,17 @@ from pathlib import Path
 from typing import Any
 
 from ..binlog.catalog import BinlogManifest
-from ..binlog.events import (
-    format_gtid_pos,
-    gtid_reached,
-    parse_gtid_pos,
-    replay_end,
-)
+from ..binlog.events import replay_end
 from ..catalog.backups import Catalog
 from ..catalog.lease import ReadLease
+from ..catalog.manifest import StoredObject
 from ..common.files import sha256_range
+from ..common.values import format_gtid_pos, gtid_reached, parse_gtid_pos
 from ..pipeline.from_store import stream_from_store
 from ..pipeline.gpg import GpgError, GpgHome, passphrase_pipe
-from ..restore.chain import RestoreRequest, check_target, empty_dir, plan_chain, restore
+from ..pipeline.process import ChecksumMismatch, PipelineError
+from ..restore.chain import RestoreRequest, check_target, empty_dir, own_scratch, plan_chain, restore
+from ..restore.verify import sha256_verdict
 from .plan import PitrError, PitrPlan, PitrTarget, make_plan
 from .replay import replay
 
@@ -105,9 +104,7 @@ def point_in_time_restore(req: PitrRequest) -> PitrReport:
 
 def _recover(req: PitrRequest, plan: PitrPlan) -> PitrReport:
     backup = plan.backup
-    scratch = req.scratch_dir or req.target_datadir.parent / f".xbp-pitr-{backup.backup_id}"
-    if scratch.exists() and any(scratch.iterdir()):
-        raise PitrError(f"scratch directory {scratch} is not empty (an earlier restore?); remove it first")
+    scratch = own_scratch(req.scratch_dir, req.target_datadir, "pitr", backup.backup_id)
     report = PitrReport(
         backup.backup_id,
         [],
@@ -196,10 +193,10 @@ def fetch_binlogs(req: PitrRequest, binlogs: list[BinlogManifest], dest: Path) -
             _import_key(gpg, req, binlogs)
         for m in binlogs:
             path = dest / m.name
+            # Decrypted, a binlog may hold `CREATE USER ... IDENTIFIED BY` in clear: owner only.
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
             for seg in m.segments:
-                _fetch_segment(
-                    req.catalog, seg.object.key, seg.object.sha256, seg.object.encryption, path, gpg
-                )
+                _fetch_segment(req.catalog, seg.object, path, gpg)
                 if sha256_range(path, seg.offset, seg.raw_size) != seg.raw_sha256:
                     raise PitrError(
                         f"{seg.object.key}: decrypted bytes do not match the manifest's raw sha256"
@@ -210,18 +207,25 @@ def fetch_binlogs(req: PitrRequest, binlogs: list[BinlogManifest], dest: Path) -
     return files
 
 
-def _fetch_segment(catalog: Catalog, key: str, sha: str, encryption: str, path: Path, gpg: GpgHome) -> None:
-    fd = passphrase_pipe(gpg.passphrase) if encryption == "gpg" and gpg.passphrase is not None else None
+def _fetch_segment(catalog: Catalog, obj: StoredObject, path: Path, gpg: GpgHome) -> None:
+    encrypted = obj.encryption == "gpg"
+    fd = passphrase_pipe(gpg.passphrase) if encrypted and gpg.passphrase is not None else None
     try:
         stream_from_store(
-            catalog.store.read_chunks(key),
+            catalog.store.read_chunks(obj.key),
             ["dd", f"of={path}", "oflag=append", "conv=notrunc", "bs=1M", "status=none"],
-            decrypt_argv=gpg.decrypt_argv(fd) if encryption == "gpg" else None,
+            decrypt_argv=gpg.decrypt_argv(fd) if encrypted else None,
             pass_fds=(fd,) if fd is not None else (),
-            expected_sha256=sha,
-            object_name=f"{catalog.store.location}/{key}",
+            expected_sha256=obj.sha256,
+            object_name=f"{catalog.store.location}/{obj.key}",
             consumer_name=f"write {path.name}",
         )
+    except ChecksumMismatch:
+        raise
+    except PipelineError as exc:
+        raise PipelineError(
+            f"binlog {path.name}: {obj.key}: {exc}; {sha256_verdict(catalog.store, obj)}"
+        ) from exc
     finally:
         if fd is not None:
             os.close(fd)

@@ -6,14 +6,13 @@ One `mariadb-binlog` process reads the local binlog copies and pipes SQL into th
 
 from __future__ import annotations
 
-import os
 import secrets
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
-from ..db.sandbox import SandboxServer
+from ..common.tempdirs import private_dir
+from ..db.sandbox import SandboxServer, stop_orphans
 from ..db.server import MySQLTarget, connect, defaults_file
 from ..pipeline.process import PipelineError, Proc
 
@@ -27,7 +26,7 @@ class ReplayError(RuntimeError):
 
 def replay(datadir: Path, reader_args: list[str], binlog_binary: str, client_binary: str) -> None:
     """Start a socket-only sandbox on `datadir` and pipe `binlog_binary reader_args` into it."""
-    basedir = Path(tempfile.mkdtemp(prefix="xbp-pitr-", dir="/tmp"))  # 0700; short socket path
+    basedir = private_dir("replay", "/tmp", on_sweep=stop_orphans)  # 0700; short socket path
     # No binlog of its own: the datadir gets no stray binlog files.
     server = SandboxServer.on_datadir(
         datadir, basedir, server_id=REPLAY_SERVER_ID, log_bin=False, extra_args=[_MAX_PACKET]
@@ -71,8 +70,8 @@ def _drop_account(account: MySQLTarget) -> None:
 
 def run_replay(reader_argv: list[str], client_argv: list[str]) -> None:
     """reader | client, both exit statuses checked; the client's error is the one that explains."""
-    env = dict(os.environ, TZ="UTC")  # --stop-datetime is read in the tool's local time zone
-    reader = Proc("mariadb-binlog", reader_argv, stdin=subprocess.DEVNULL, env=env)
+    # --stop-datetime is read in the tool's local time zone.
+    reader = Proc("mariadb-binlog", reader_argv, stdin=subprocess.DEVNULL, extra_env={"TZ": "UTC"})
     client: Proc | None = None
     try:
         client = Proc(

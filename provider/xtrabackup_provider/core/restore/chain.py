@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -19,13 +18,18 @@ from pathlib import Path
 from ..catalog.backups import Catalog
 from ..catalog.lease import ReadLease
 from ..catalog.manifest import Manifest
+from ..common import children
 from ..common.progress import ProgressLogger
+from ..common.tempdirs import private_dir
 from ..engine.argv import PrepareStep, copy_back_argv, extract_argv
+from ..engine.metadata import CHECKPOINT_FILES, find_metadata
 from ..engine.tools import ToolVersion, detect_tool
 from ..pipeline.from_store import stream_from_store
 from ..pipeline.gpg import GpgError, GpgHome, passphrase_pipe
+from ..pipeline.process import ChecksumMismatch, PipelineError
 from ..storage.base import ARCHIVE_CLASSES
 from . import prepare
+from .verify import sha256_verdict
 
 log = logging.getLogger(__name__)
 
@@ -113,10 +117,7 @@ def _restore(req: RestoreRequest, chain: list[Manifest]) -> RestoreReport:
         binlog_position=last.binlog_position,
         gtid=last.gtid,
     )
-    scratch = req.scratch_dir or req.target_datadir.parent / f".xbp-restore-{last.backup_id}"
-    if scratch.exists() and any(scratch.iterdir()):
-        raise RestoreError(f"scratch directory {scratch} is not empty (an earlier restore?); remove it first")
-    scratch.mkdir(parents=True, exist_ok=True)
+    scratch = own_scratch(req.scratch_dir, req.target_datadir, "restore", last.backup_id)
     # An applied incremental directory is consumed: it is removed in this thread while the next
     # prepare step (or the move-back) runs, instead of all of them after the move-back.
     discarder = ThreadPoolExecutor(1, thread_name_prefix="discard")
@@ -151,6 +152,19 @@ def _restore(req: RestoreRequest, chain: list[Manifest]) -> RestoreReport:
         report.timings["scratch_cleanup"] = time.monotonic() - t0
     log.info("restored %s (chain %s) into %s", last.backup_id, " -> ".join(report.chain), req.target_datadir)
     return report
+
+
+def own_scratch(given: Path | None, target: Path, kind: str, backup_id: str) -> Path:
+    """The scratch directory of a restore: `given`, which must be empty, or by default a private
+    one beside the target (so move-back is a rename), named after this process so that the next
+    restore there removes it if this one is killed."""
+    if given is None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return private_dir(kind, target.parent, label=backup_id, hidden=True)
+    if given.exists() and any(given.iterdir()):
+        raise RestoreError(f"scratch directory {given} is not empty (an earlier restore?); remove it first")
+    given.mkdir(parents=True, exist_ok=True)
+    return given
 
 
 def _discard(directory: Path) -> None:
@@ -263,7 +277,20 @@ def fetch_one(
             object_name=f"{catalog.store.location}/{obj.key}",
             consumer_name=f"{tool.stream_tool()} -x into {dest}",
             progress=progress,
+            quiet_consumer=True,
         )
+        if find_metadata(dest, CHECKPOINT_FILES) is None:
+            raise PipelineError(
+                f"{tool.stream_tool()} -x extracted no {' or '.join(CHECKPOINT_FILES)} into {dest}: "
+                "the stream is not a whole backup"
+            )
+    except ChecksumMismatch:
+        raise
+    except PipelineError as exc:
+        # Whichever stage noticed first, say which object and whether it is what the backup stored.
+        raise PipelineError(
+            f"backup {m.backup_id}: {obj.key}: {exc}; {sha256_verdict(catalog.store, obj)}"
+        ) from exc
     finally:
         if fd is not None:
             os.close(fd)
@@ -274,12 +301,12 @@ def copy_back(tool: ToolVersion, prepared: Path, target: Path, *, move: bool) ->
     created = not target.exists()
     target.mkdir(parents=True, exist_ok=True)
     argv = copy_back_argv(tool, str(prepared), str(target), move=move)
-    proc = subprocess.run(argv, capture_output=True, text=True)
+    proc = children.run(argv, capture_output=True, text=True)
     if proc.returncode != 0:
         empty_dir(target, remove=created)
         raise RestoreError(
             f"{'move' if move else 'copy'}-back into {target} failed (exit {proc.returncode}); the target was "
-            f"emptied again: {proc.stderr.strip()[-1500:]}"
+            f"emptied again: {children.summarize_stderr(proc.stderr)}"
         )
 
 

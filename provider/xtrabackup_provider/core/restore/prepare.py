@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..common import children
 from ..engine.argv import PrepareStep, PrepareTuning, prepare_argv, prepare_steps
 from ..engine.metadata import CHECKPOINT_FILES, find_metadata, read_checkpoints, read_info
 from ..engine.tools import ToolVersion
@@ -67,13 +67,14 @@ def tuning_for(
     estimated: bool = False,
     use_memory: int | None = None,
 ) -> PrepareTuning:
-    """Memory and parallelism for a chain's prepare; the choice is logged so it can be recorded."""
+    """Memory, parallelism and open files for a chain's prepare; the memory choice is logged."""
+    files = children.raise_open_files_limit()
     if estimated and tool.capabilities.estimate_memory:
-        tuning = PrepareTuning(use_free_memory_pct=max_free_pct, parallel=parallel)
+        tuning = PrepareTuning(use_free_memory_pct=max_free_pct, parallel=parallel, open_files_limit=files)
     else:
         redo = max((redo_bytes(d) for d in dirs), default=0)
         memory = use_memory or size_use_memory(redo, available_memory(), max_free_pct)
-        tuning = PrepareTuning(use_memory_bytes=memory, parallel=parallel)
+        tuning = PrepareTuning(use_memory_bytes=memory, parallel=parallel, open_files_limit=files)
         log.info("prepare memory: redo %d MiB -> --use-memory=%d MiB", redo // MiB, memory // MiB)
     return tuning
 
@@ -103,9 +104,11 @@ def run_step(tool: ToolVersion, step: PrepareStep, tuning: PrepareTuning) -> Pre
     what = f"prepare of {step.target_dir}" + (f" with {step.incremental_dir}" if step.incremental_dir else "")
     log.info("running %s", " ".join(argv))
     t0 = time.monotonic()
-    proc = subprocess.run(argv, capture_output=True, text=True)
+    proc = children.run(argv, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise PrepareError(f"{what} failed (exit {proc.returncode}): {proc.stderr.strip()[-1500:]}")
+        raise PrepareError(
+            f"{what} failed (exit {proc.returncode}): {children.summarize_stderr(proc.stderr)}"
+        )
     return PrepareReport(argv, time.monotonic() - t0)
 
 

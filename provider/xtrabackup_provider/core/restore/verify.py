@@ -22,8 +22,8 @@ from ..catalog.chain import resolve_chain
 from ..catalog.manifest import CatalogError, Manifest, StoredObject
 from ..pipeline.from_store import stream_from_store
 from ..pipeline.gpg import GpgError, GpgHome, passphrase_pipe
-from ..pipeline.process import PipelineError
-from ..storage.base import STORAGE_CLASSES, ObjectInfo, StorageError
+from ..pipeline.process import ChecksumMismatch, PipelineError
+from ..storage.base import STORAGE_CLASSES, ObjectInfo, ObjectStore, StorageError
 from ..storage.glacier import object_state
 
 log = logging.getLogger(__name__)
@@ -213,8 +213,13 @@ def deep_problems(
             object_name=f"{catalog.store.location}/{obj.key}",
             consumer_name="xbstream framing check",
         )
+    except ChecksumMismatch as exc:
+        return [f"{obj.key}: {exc}"]
     except (PipelineError, StorageError) as exc:
-        return [f"{obj.key}: {exc}; {_attribute(catalog, obj)}"]
+        verdict = sha256_verdict(catalog.store, obj)
+        if verdict == SHA256_MATCHES:  # the check writes nothing: the bytes themselves are bad
+            verdict += ", so the data was already bad when the backup stored it"
+        return [f"{obj.key}: {exc}; {verdict}"]
     finally:
         if fd is not None:
             os.close(fd)
@@ -224,18 +229,24 @@ def deep_problems(
     return []
 
 
-def _attribute(catalog: Catalog, obj: StoredObject) -> str:
+SHA256_MATCHES = "its sha256 matches the manifest's: the object is as the backup stored it"
+
+
+def sha256_verdict(store: ObjectStore, obj: StoredObject) -> str:
     """A failed stream stops early, before the sha256 is known; hash the whole object to say whether
-    it changed after it was stored or was already bad when the backup wrote it."""
+    it changed after the backup stored it (restore, PITR and verify --deep name it so)."""
     digest = hashlib.sha256()
     try:
-        for chunk in catalog.store.read_chunks(obj.key):
+        for chunk in store.read_chunks(obj.key):
             digest.update(chunk)
     except StorageError as exc:
         return f"could not re-read it to check its sha256: {exc}"
     if digest.hexdigest() != obj.sha256:
-        return f"its sha256 {digest.hexdigest()} differs from the manifest's: the stored object was altered"
-    return "its sha256 matches the manifest: the data was already bad when the backup stored it"
+        return (
+            f"its sha256 {digest.hexdigest()} differs from the manifest's: the stored object was altered "
+            "after the backup stored it"
+        )
+    return SHA256_MATCHES
 
 
 def _log(report: VerifyReport) -> None:

@@ -1,0 +1,109 @@
+"""Child processes: the environment they start with, and what their stderr is summarised to."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from xtrabackup_provider.core.common import children
+
+SECRETS = {
+    "XTRABACKUP_GPG_PASSPHRASE": "pp-secret",
+    "AWS_ACCESS_KEY_ID": "AKIAEXAMPLE",
+    "AWS_SECRET_ACCESS_KEY": "sk-secret",
+    "AWS_SESSION_TOKEN": "st-secret",
+    "XBP_DB_PASSWORD": "db-secret",
+}
+
+
+def test_a_child_sees_none_of_the_workers_secrets_only_what_it_needs(monkeypatch):
+    for name, value in SECRETS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("TMPDIR", "/var/tmp")
+    monkeypatch.setenv("LANG", "de_DE.UTF-8")
+    proc = children.run(
+        [sys.executable, "-c", "import os, json; print(json.dumps(dict(os.environ)))"],
+        capture_output=True,
+        text=True,
+        extra_env={"TZ": "UTC"},
+    )
+    seen = json.loads(proc.stdout)
+    assert not set(SECRETS) & set(seen), seen
+    assert not [v for v in seen.values() if "secret" in v]
+    assert seen["TMPDIR"] == "/var/tmp" and seen["TZ"] == "UTC" and seen["LC_ALL"] == children.LOCALE
+    assert "PATH" in seen and "LANG" not in seen
+    assert set(seen) <= {*children.PASSED, "LC_ALL"}
+
+
+# -- stderr summaries: shaped like what mariabackup 10.11, gpg and zstd print --------------------------
+
+_T = "2026-12-01 11:16:23"
+OPEN_FILES = (
+    f"""[00] {_T} Connecting to MariaDB server host: localhost, user: root, password: set, port: 3306
+[00] {_T} open files limit requested 0, set to 1024
+[00] {_T} mariabackup: using the following InnoDB configuration:
+{_T} 0 [Note] InnoDB: Using io_uring
+[00] {_T} mariabackup: Generating a list of tablespaces
+"""
+    + 2
+    * f"""{_T} 0 [ERROR] InnoDB: Operating system error number 24 in a file operation.
+{_T} 0 [ERROR] InnoDB: Error number 24 means 'Too many open files'
+{_T} 0 [Note] InnoDB: Some operating system error numbers are described at https://mariadb.com/docs/
+{_T} 0 [ERROR] InnoDB: File ./many/t874.ibd: 'open' returned OS error 224.
+"""
+    + f"""{_T} 0 [Warning] InnoDB: Cannot open './many/t874.ibd'.
+[00] FATAL ERROR: {_T} Failed to validate first page of the file many/t874, error 61
+"""
+)
+
+_PAGE = bytes(range(256)) * 64  # a 16 KiB page: every byte value, newlines and NULs included
+CORRUPTED_PAGE = (
+    "".join(f"[00] {_T} Streaming ./mysql/t{n}.ibd\n[00] {_T}         ...done\n" for n in range(30)).encode()
+    + 10 * f"[00] {_T} Database page corruption detected at page 4, retrying...\n".encode()
+    + f"[00] {_T} Error: failed to read page after 10 retries. File ./e/orders.ibd seems to be corrupted.\n".encode()
+    + b" len 16384; hex "
+    + _PAGE.hex().encode()
+    + b"; asc "
+    + _PAGE
+    + f";[00] {_T} mariabackup: xtrabackup_copy_datafile() failed.\n".encode()
+    + f"[00] FATAL ERROR: {_T} mariabackup: Error: failed to copy datafile.\n".encode()
+)
+
+
+def test_the_errno_explanation_comes_first_and_notes_and_repeats_go():
+    summary = children.summarize_stderr(OPEN_FILES)
+    assert summary.startswith("[ERROR] InnoDB: Error number 24 means 'Too many open files'"), summary
+    assert "FATAL ERROR: Failed to validate first page of the file many/t874, error 61" in summary
+    assert "[Note]" not in summary and _T not in summary and "\n" not in summary
+    assert summary.count("Error number 24 means") == 1
+
+
+def test_a_page_dump_and_its_raw_bytes_never_reach_the_message():
+    summary = children.summarize_stderr(CORRUPTED_PAGE)
+    assert summary.startswith(
+        "Error: failed to read page after 10 retries. File ./e/orders.ibd seems to be corrupted."
+    ), summary
+    assert "FATAL ERROR: mariabackup: Error: failed to copy datafile." in summary
+    assert summary.isprintable() and "hex" not in summary and "asc" not in summary, summary
+    assert summary.count("retrying") == 1 and "Streaming" not in summary
+
+
+def test_a_tail_starts_at_a_line_and_a_message_without_error_words_keeps_its_last_lines():
+    assert children.tail_text(b"first line\nsecond\nthird\n", 12) == "third\n"
+    assert children.tail_text(b"first line\nsecond\nthird\n", 13) == "second\nthird\n"
+    only = f"[00] {_T} Original data directory /srv/data is not empty!\n"
+    assert children.summarize_stderr(only) == "Original data directory /srv/data is not empty!"
+    plain = "zstd: /*stdin*\\: unsupported format\n"
+    assert children.summarize_stderr(plain) == "zstd: /*stdin*\\: unsupported format"
+    assert children.summarize_stderr("a\nb\nc\nd\n") == "b; c; d"
+    assert children.summarize_stderr("") == ""
+
+
+@settings(derandomize=True, max_examples=300, deadline=None)
+@given(st.binary(max_size=4000) | st.text(max_size=4000))
+def test_any_stderr_gives_one_printable_bounded_line(data):
+    summary = children.summarize_stderr(data, 300)
+    assert len(summary) <= 300 and summary.isprintable()
