@@ -296,9 +296,11 @@ def _copies(
             result.add("warning", f"copy target {name} cannot be read: {state.error}")
             continue
         oldest = state.oldest_behind()
+        binlogs = f", {state.binlogs_behind} binlog(s) being copied" if state.binlogs_behind else ""
         if oldest is None:
-            result.add("ok", f"copies on {name}: none behind")
+            result.add("ok", f"copies on {name}: none behind{binlogs}")
             continue
         age = max((now - oldest).total_seconds(), 0.0)
         text = f"copies on {name}: {len(state.behind)} backup(s) behind, the oldest finished {fmt_seconds(age)} ago"
+        text += binlogs
         result.add("warning" if age > limit else "ok", text)
