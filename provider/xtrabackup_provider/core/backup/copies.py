@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from ..binlog.catalog import BinlogCatalog, BinlogError, BinlogManifest, server_uuids
 from ..catalog.backups import Catalog
+from ..catalog.lock import HostLock, HostLockBusy
 from ..catalog.manifest import CatalogError, Manifest, StoredObject
 from ..catalog.records import CopyOrigin
 from ..catalog.reports import REPORT_NAME
@@ -145,11 +146,16 @@ def copy_host(
     for attempt in range(1, target.attempts + 1):
         report.attempts = attempt
         try:
-            if what in ("all", "backups"):
-                _copy_backups(source, dest, target, source_name, report)
-            if what in ("all", "binlogs") and target.binlogs:
-                _copy_binlogs(source, dest, target, report)
+            # The target's host lock: its own retention (or another copy) never interleaves with this.
+            with HostLock(dest, purpose="copy") as lock:
+                if what in ("all", "backups"):
+                    _copy_backups(source, dest, target, source_name, report, lock)
+                if what in ("all", "binlogs") and target.binlogs:
+                    _copy_binlogs(source, dest, target, report)
             report.error = None
+            break
+        except HostLockBusy as exc:  # retention of the target is running: the next run copies
+            report.error = _one_line(exc)
             break
         except (StorageError, CatalogError, BinlogError, OSError) as exc:
             report.error = _one_line(exc)
@@ -188,7 +194,7 @@ def pending_backups(source_ids: list[str], target_ids: list[str]) -> list[str]:
 
 
 def _copy_backups(
-    src: Catalog, dest: Catalog, target: CopyTarget, source_name: str, report: CopyReport
+    src: Catalog, dest: Catalog, target: CopyTarget, source_name: str, report: CopyReport, lock: HostLock
 ) -> None:
     problems: list[str] = []
     by_id = {m.backup_id: m for m in src.manifests(problems)}
@@ -200,7 +206,7 @@ def _copy_backups(
             _problem(report, f"backup {bid}: its parent {m.parent_id} is not on {target.name}; not copied")
             continue
         try:
-            report.bytes += copy_backup(src, dest, m, target, source_name)
+            report.bytes += copy_backup(src, dest, m, target, source_name, lock.confirm)
         except CopyError as exc:
             _problem(report, str(exc))
             continue
@@ -215,8 +221,16 @@ def _problem(report: CopyReport, text: str) -> None:
         report.problems.append(text)
 
 
-def copy_backup(src: Catalog, dest: Catalog, m: Manifest, target: CopyTarget, source_name: str) -> int:
-    """Copy one backup's objects (sha256 checked), then write the target's manifest last."""
+def copy_backup(
+    src: Catalog,
+    dest: Catalog,
+    m: Manifest,
+    target: CopyTarget,
+    source_name: str,
+    confirm: Callable[[str], None] | None = None,
+) -> int:
+    """Copy one backup's objects (sha256 checked), then write the target's manifest last (after
+    `confirm`, the target's host lock's fencing check, when given)."""
     storage_class = target.storage_classes.get(m.kind, "STANDARD")
     copied = 0
 
@@ -243,6 +257,8 @@ def copy_backup(src: Catalog, dest: Catalog, m: Manifest, target: CopyTarget, so
         side = m.option_files.model_copy(update={"object": copy(m.option_files.object, archive=False)})
     origin = CopyOrigin(target=source_name, location=src.store.location, copied_at=datetime.now(UTC))
     data = m.model_dump() | {"objects": objects, "option_files": side, "copy_of": origin}
+    if confirm:
+        confirm(f"registering the copy of {m.backup_id}")
     dest.write(Manifest.model_validate(data))
     return copied
 
