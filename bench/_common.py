@@ -69,6 +69,15 @@ def median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+def median_of(items: Sequence[Any], attr: str) -> float | None:
+    """The median of `attr` over `items`, leaving out those where it is None."""
+    return median([v for v in (getattr(i, attr) for i in items) if v is not None])
+
+
+def fmt_ratio(num: float | None, den: float | None) -> str:
+    return "n/a" if num is None or not den else f"{num / den:.2f}"
+
+
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     cells = [[str(c) for c in headers]] + [[str(c) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]

@@ -1,7 +1,8 @@
 """Backups of every configured MySQL/MariaDB host: one DAG per cluster, one task group mapped
 over its hosts (the map index shows the host): optional checksum gate -> `choose_kind`
 (@task.branch, the chain policy) -> `full_backup` or `incremental_backup` -> `retention`
-(core/retention/plan.py; deletes only with `retention.confirm: true`).
+(core/retention/plan.py; deletes only with `retention.confirm: true`), and per further storage
+target (`copies:`) `copy_<target>` -> `retention_<target>` (that target's own policy).
 
 Hosts with different `checksum_gate` settings get one mapped group each (`backup`,
 `gated_backup`, ...). A backup must run on its host's worker: when the hosts of a group have
@@ -32,6 +33,7 @@ from xtrabackup_provider.core.config.schema import (
 from xtrabackup_provider.dag_tasks.backup_kind import choose_backup_kind
 from xtrabackup_provider.dag_tasks.gates import binlog_gate, checksum_gate
 from xtrabackup_provider.operators.backup import XtraBackupOperator
+from xtrabackup_provider.operators.copies import CopyBackupsOperator
 from xtrabackup_provider.operators.retention import ApplyRetentionOperator
 
 
@@ -72,7 +74,7 @@ def _backup_args(config: FleetConfig, cluster: ClusterConfig) -> dict[str, Any]:
     )
 
 
-def _host_args(host: HostConfig) -> dict[str, Any]:
+def _host_args(config: FleetConfig, host: HostConfig) -> dict[str, Any]:
     """One map index of a backup group: what differs between hosts (policy.py reads `queue`)."""
     return {
         "host": host.name,
@@ -82,7 +84,60 @@ def _host_args(host: HostConfig) -> dict[str, Any]:
         "datadir": host.datadir,
         "heartbeat_conn_id": host.heartbeat_conn_id,
         "queue": host.queue,
+        "impact": config.impact_for(host).model_dump(exclude_none=True),
+        "option_files": list(host.option_files),
     }
+
+
+def _copy_tasks(config: FleetConfig, cluster: ClusterConfig, host: str, upstream: Any) -> None:
+    """Per further storage target: copy the host's new backups there (on any worker: no database
+    access), then apply that target's own retention. A target that is down leaves the copy behind
+    without failing the run (core/backup/copies.py); the check DAG reports it."""
+    for target in config.copies:
+        lock = target.object_lock
+        copy = CopyBackupsOperator(
+            task_id=f"copy_{target.name}",
+            cluster=cluster.name,
+            host=host,
+            what="backups",
+            source_name=config.storage.name,
+            target_name=target.name,
+            target_bucket=target.bucket,
+            target_local_path=target.local_path,
+            target_prefix=target.prefix,
+            target_aws_conn_id=target.aws_conn_id,
+            target_storage_classes=dict(target.storage_class),
+            target_sse=target.sse,
+            target_kms_key_id=target.kms_key_id,
+            target_object_lock_mode=lock.mode if lock else None,
+            target_object_lock_days=lock.retain_days if lock else None,
+            attempts=target.copy_attempts,
+            retry_seconds=target.copy_retry_seconds,
+            trigger_rule="none_failed_min_one_success",
+            pool=target.pool.name if target.pool else None,
+            map_index_template="{{ task.host }}",
+            **_storage_args(config),
+        )
+        retention = target.retention or config.retention
+        (
+            upstream
+            >> copy
+            >> ApplyRetentionOperator(
+                task_id=f"retention_{target.name}",
+                cluster=cluster.name,
+                host=host,
+                policy=retention.model_dump(exclude={"confirm"}),
+                confirm=retention.confirm,
+                retries=2,
+                retry_delay=timedelta(minutes=15),
+                pool=target.pool.name if target.pool else None,
+                map_index_template="{{ task.host }}",
+                bucket=target.bucket,
+                local_path=target.local_path,
+                prefix=target.prefix,
+                aws_conn_id=target.aws_conn_id,
+            )
+        )
 
 
 def _by_gate(cluster: ClusterConfig) -> list[tuple[str, ChecksumGateConfig | None, list[HostConfig]]]:
@@ -132,6 +187,8 @@ def _backup_group(
         datadir: str | None,
         heartbeat_conn_id: str | None,
         queue: str,  # read by xtrabackup_provider.policy, not by a task
+        impact: dict[str, Any],
+        option_files: list[str],
     ) -> None:
         checked = checksum_gate(cluster, gate, mysql_conn_id, host)  # None without a gate
 
@@ -156,6 +213,8 @@ def _backup_group(
             datadir=datadir,
             heartbeat_conn_id=heartbeat_conn_id,
             gates_from=[checked.task_id] if checked else [],
+            impact=impact,
+            option_files=option_files,
         )
         backups = [
             XtraBackupOperator(task_id=f"{kind}_backup", kind=kind, **common, **per_host_args)
@@ -180,8 +239,9 @@ def _backup_group(
         # Opt-in (cluster `binlogs.gate_backups`): the backup counts once its binlogs are stored.
         if shipped := binlog_gate(config, cluster, host, mysql_conn_id):
             backups >> shipped
+        _copy_tasks(config, cluster, host, backups)
 
-    per_host.expand_kwargs([_host_args(host) for host in hosts])
+    per_host.expand_kwargs([_host_args(config, host) for host in hosts])
 
 
 def _requested_kind(context: Any) -> str:

@@ -17,6 +17,7 @@ from airflow.sdk import DAG
 from xtrabackup_provider.core.config.load import load_config
 from xtrabackup_provider.core.config.schema import BinlogConfig, ClusterConfig, FleetConfig
 from xtrabackup_provider.operators.binlog import BinlogShipOperator
+from xtrabackup_provider.operators.copies import CopyBackupsOperator
 
 
 def build_dag(config: FleetConfig, cluster: ClusterConfig, binlogs: BinlogConfig) -> DAG:
@@ -33,7 +34,7 @@ def build_dag(config: FleetConfig, cluster: ClusterConfig, binlogs: BinlogConfig
         tags=["mysql", "binlog", "pitr", cluster.name],
         doc_md=__doc__,
     ) as dag:
-        BinlogShipOperator.partial(
+        shipped = BinlogShipOperator.partial(
             task_id="ship_binlogs",
             cluster=cluster.name,
             bucket=storage.bucket,
@@ -58,6 +59,28 @@ def build_dag(config: FleetConfig, cluster: ClusterConfig, binlogs: BinlogConfig
                 for h in cluster.hosts
             ]
         )
+        for target in [t for t in config.copies if t.binlogs]:
+            # The closed binlogs shipped so far, to each further target (any worker, no database).
+            shipped >> CopyBackupsOperator.partial(
+                task_id=f"copy_binlogs_{target.name}",
+                cluster=cluster.name,
+                what="binlogs",
+                source_name=storage.name,
+                target_name=target.name,
+                target_bucket=target.bucket,
+                target_local_path=target.local_path,
+                target_prefix=target.prefix,
+                target_aws_conn_id=target.aws_conn_id,
+                target_sse=target.sse,
+                target_kms_key_id=target.kms_key_id,
+                attempts=target.copy_attempts,
+                retry_seconds=target.copy_retry_seconds,
+                trigger_rule="all_done",  # a host with a recorded gap still has binlogs to copy
+                bucket=storage.bucket,
+                local_path=storage.local_path,
+                prefix=storage.prefix,
+                aws_conn_id=storage.aws_conn_id,
+            ).expand(host=[h.name for h in cluster.hosts])
     return dag
 
 

@@ -243,6 +243,26 @@ def take_backup(server: SandboxServer, catalog: Catalog, keys: GpgKeys, kind: st
     return run_backup(request)
 
 
+def stored_backup(
+    catalog: Catalog, bid: str, parent: Manifest | None = None, size: int = 3000, **over: Any
+) -> Manifest:
+    """A registered backup (manifest_factory's) whose object really is stored: random bytes with
+    the size and sha256 its manifest names (no server needed)."""
+    import hashlib
+    import os
+
+    from manifest_factory import make_manifest
+
+    data = os.urandom(size)
+    key = catalog.object_key(bid, "backup.xbstream.zst")
+    catalog.store.put_bytes(key, data)
+    m = make_manifest(bid, parent=parent, size=len(data), cluster=catalog.cluster, host=catalog.host, **over)
+    obj = m.backup_object.model_copy(update={"sha256": hashlib.sha256(data).hexdigest(), "key": key})
+    m = Manifest.model_validate(m.model_dump() | {"objects": [obj]})
+    catalog.write(m)
+    return m
+
+
 def restore_with(catalog: Catalog, keys: GpgKeys, target: Path, **request: Any) -> RestoreReport:
     """core restore() of the catalog's newest chain (or `backup_id=`) into `target`, decrypting
     with `keys`; other RestoreRequest fields as keywords."""

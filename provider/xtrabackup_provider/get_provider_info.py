@@ -43,6 +43,8 @@ def get_provider_info() -> dict[str, Any]:
                     f"{P}.operators.files",
                     f"{P}.operators.binlog",
                     f"{P}.operators.pitr",
+                    f"{P}.operators.copies",
+                    f"{P}.operators.check",
                 ],
             }
         ],

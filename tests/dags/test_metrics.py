@@ -152,3 +152,24 @@ def test_backup_restore_test_and_binlog_metrics_reach_statsd(fleet, statsd):
     _received(statsd, "backup", "failed", "c")
     assert _values(statsd, "backup", "failed", "c") == [1]
     assert _values(statsd, "backup", "succeeded", "c") == [1], "the failed run must not count as a backup"
+
+
+def test_what_a_backup_cost_and_the_check_figures_reach_statsd(fleet, statsd):
+    server, catalog = fleet
+    seed_database(server, unique_name("metrics"), rows=300)
+    assert load_dag_module("mysql_backup").mysql_backup_dagtest.test().state == "success"
+    _received(statsd, "backup", "full", "c")
+    m = catalog.latest()
+    assert m is not None and m.impact is not None
+    for what, seconds in m.impact.blocked_seconds.items():
+        assert _values(statsd, "backup", f"{what}_blocked_seconds", "g") == [pytest.approx(seconds)]
+    assert set(m.impact.blocked_seconds) == {"commits", "ddl", "non_transactional_writes"}
+
+    # No restore test has passed yet: a warning (the check DAG succeeds), and every figure is sent.
+    dag = load_dag_module("mysql_backup_check").mysql_backup_check_dagtest
+    assert dag.test().state == "success"
+    _received(statsd, "check", "copies_behind", "g")
+    assert _values(statsd, "check", "status", "g") == [1]
+    (age,) = _values(statsd, "check", "backup_age_seconds", "g")
+    assert 0 <= age <= (datetime.now(UTC) - m.finished_at).total_seconds() + 1
+    assert _values(statsd, "check", "binlog_gaps", "g") == [0]

@@ -129,7 +129,7 @@ def test_report_shows_every_host_with_the_catalog_numbers(fleet, tmp_path, capsy
 
     summary = {key[1]: cells for key, cells in page.rows.items() if key[0] == "data-host"}
     assert list(summary) == ["db1", "db2", "db3"]
-    host, count, latest, sizes, chain, verified, lag = summary["db1"]
+    host, count, latest, sizes, chain, verified, lag, copies = summary["db1"]
     newest = fleet.db1[-1]
     assert count == "3" and latest.startswith(newest.backup_id) and "incremental" in latest
     assert sizes == f"{fmt_bytes(newest.raw_bytes)} / {fmt_bytes(newest.stored_bytes)}"

@@ -10,19 +10,25 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..core.catalog.manifest import manifest_summary
+from ..core.catalog.manifest import CatalogError, manifest_summary
 from ..core.config.schema import FleetConfig
 from ..core.config.wiring import (
     SetupError,
     chain_policy,
     cli_target,
+    impact_settings,
     make_catalog,
     read_private_key,
     read_public_keys,
+    restore_sources,
+    target_catalog,
 )
 from ..core.restore.archived import chain_states
+from ..core.restore.option_files import option_files_dir
+from ..core.storage.base import StorageError
 from ..core.storage.glacier import request_restores, wait_for_restores, waiting
 from .binlogs import add_restore_targets, cmd_pitr_restore, pitr_target
+from .monitor import copy_to_targets
 from .options import add_common, backup_id, output, seconds
 
 
@@ -35,8 +41,14 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--defaults-file", help="client option file with the credentials (without a config)")
     p.add_argument("--public-key-file", action="append", help="recipient public key (repeatable)")
     p.add_argument("--no-encrypt", action="store_true", help="store unencrypted (not recommended)")
+    p.add_argument(
+        "--throttle", type=int, help="the tool's --throttle for this run (default: the host's impact)"
+    )
+    p.add_argument(
+        "--no-copies", action="store_true", help="do not copy to `copies:` now (`copy` catches up)"
+    )
 
-    p = sub.add_parser("list", help="list a host's backups from the catalog")
+    p = sub.add_parser("list", help="list a host's backups on every storage target")
     add_common(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -56,6 +68,10 @@ def add_parsers(sub: Any) -> None:
         "--scratch-dir", type=Path, help="where to extract and prepare (default: beside the target)"
     )
     p.add_argument("--copy-back", action="store_true", help="copy instead of move (keeps nothing extra)")
+    p.add_argument(
+        "--target-store",
+        help="the storage target to restore from first (default: `storage`); the others stand in",
+    )
     p.add_argument("--json", action="store_true")
     add_restore_targets(p)
 
@@ -96,6 +112,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument(
         "--private-key-file", help="for --deep on encrypted backups; passphrase from the environment"
     )
+    p.add_argument("--target-store", default="all", help="a storage target's name, or 'all' (default)")
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("keygen", help="create a GPG key pair for backups (passphrase from the environment)")
@@ -105,11 +122,16 @@ def add_parsers(sub: Any) -> None:
 
 
 def cmd_backup(args: argparse.Namespace, config: FleetConfig) -> int:
+    from dataclasses import replace
+
     from ..core.backup.run import BackupRequest, run_backup
     from ..core.common.progress import ProgressLogger
 
     host = config.find_host(args.cluster, args.host)
     policy = config.policy
+    impact = impact_settings(config, host)
+    if args.throttle is not None:
+        impact = replace(impact, throttle=args.throttle)
     manifest = run_backup(
         BackupRequest(
             catalog=make_catalog(config, args.cluster, args.host),
@@ -131,30 +153,74 @@ def cmd_backup(args: argparse.Namespace, config: FleetConfig) -> int:
             policy=chain_policy(policy),
             heartbeat=policy.heartbeat,
             progress=ProgressLogger(logging.getLogger("xtrabackup_provider"), f"backup of {args.host}"),
+            impact=impact,
+            option_files=list(host.option_files),
         )
     )
     print(
-        f"{manifest.backup_id}\t{manifest.kind}\t{manifest.stored_bytes} bytes stored\t{manifest.decision_reason}"
+        f"{manifest.backup_id}\t{manifest.kind}\t{manifest.stored_bytes} bytes stored\t{manifest.decision_reason}",
+        flush=True,
     )
+    if not args.no_copies:
+        copy_to_targets(config, args.cluster, args.host)  # after the registration: never fails the backup
     return 0
 
 
 def cmd_list(args: argparse.Namespace, config: FleetConfig) -> int:
+    """The first target's backups, and on which targets each one is (a backup that only a further
+    target still has is listed from there)."""
     catalog = make_catalog(config, args.cluster, args.host)
     problems: list[str] = []
     rows = manifest_summary(catalog.manifests(problems))
+    targets = listed_targets(config, args.cluster, args.host, rows, problems)
     if args.json:
-        print(json.dumps({"backups": rows, "problems": problems}, indent=2))
+        print(json.dumps({"backups": rows, "targets": targets, "problems": problems}, indent=2))
     else:
-        print(f"{'BACKUP ID':24} {'KIND':11} {'PARENT':24} {'STORED':>12} {'RAW':>14}  GTID")
+        many = len(targets) > 1
+        print(
+            f"{'BACKUP ID':24} {'KIND':11} {'PARENT':24} {'STORED':>12} {'RAW':>14}  {'GTID':16}"
+            + ("  TARGETS" if many else "")
+        )
         for r in rows:
             print(
                 f"{r['backup_id']:24} {r['kind']:11} {r['parent_id'] or '-':24} {r['stored_bytes']:>12} "
-                f"{r['raw_bytes']:>14}  {r['gtid'] or '-'}"
+                f"{r['raw_bytes']:>14}  {r['gtid'] or '-':16}"
+                + (f"  {','.join(r['targets'])}" if many else "")
             )
         for problem in problems:
             print(f"WARNING: {problem}", file=sys.stderr)
     return 1 if problems else 0
+
+
+def listed_targets(
+    config: FleetConfig, cluster: str, host: str, rows: list[dict[str, Any]], problems: list[str]
+) -> dict[str, Any]:
+    """Fill each row's `targets` (the targets holding that backup); add the rows of backups only
+    further targets hold; return per target its location and count (or the error reading it)."""
+    first = config.storage.name
+    where = make_catalog(config, cluster, host).describe()
+    out: dict[str, Any] = {first: {"location": where, "backups": len(rows)}}
+    for r in rows:
+        r["targets"] = [first]
+    by_id = {r["backup_id"]: r for r in rows}
+    for target in config.copies:
+        other = target_catalog(config, cluster, host, target.name)
+        try:
+            ids = other.backup_ids()
+            for bid in ids:
+                if bid not in by_id:
+                    (row,) = manifest_summary([other.get(bid)])
+                    row["targets"] = []
+                    by_id[bid] = row
+                    rows.append(row)
+                by_id[bid]["targets"].append(target.name)
+        except (StorageError, CatalogError) as exc:
+            problems.append(f"storage target {target.name} ({other.describe()}): {exc}")
+            out[target.name] = {"location": other.describe(), "error": str(exc)}
+            continue
+        out[target.name] = {"location": other.describe(), "backups": len(ids)}
+    rows.sort(key=lambda r: r["backup_id"])
+    return out
 
 
 def cmd_restore(args: argparse.Namespace, config: FleetConfig) -> int:
@@ -171,9 +237,12 @@ def cmd_restore(args: argparse.Namespace, config: FleetConfig) -> int:
     if (target := pitr_target(args)) is not None:
         return cmd_pitr_restore(args, config, target)
     key, passphrase = read_private_key(config, args.private_key_file)
+    sources = restore_sources(config, args.cluster, args.host, args.target_store)
     report = restore(
         RestoreRequest(
-            catalog=make_catalog(config, args.cluster, args.host),
+            catalog=sources[0].catalog,
+            source_name=sources[0].name,
+            fallbacks=sources[1:],
             target_datadir=args.target_datadir,
             backup_id=None if args.backup_id == "latest" else args.backup_id,
             private_key=key,
@@ -187,12 +256,20 @@ def cmd_restore(args: argparse.Namespace, config: FleetConfig) -> int:
     if args.json:
         print(json.dumps(asdict(report), indent=2))
     else:
-        print(f"restored {report.backup_id} (chain {' -> '.join(report.chain)}) into {report.target_datadir}")
+        print(
+            f"restored {report.backup_id} (chain {' -> '.join(report.chain)}) from target {report.source} "
+            f"into {report.target_datadir}"
+        )
         print(f"binlog position: {report.binlog_file}:{report.binlog_position} gtid {report.gtid}")
         if report.gtid:  # MariaDB's replicas start from gtid_slave_pos, MySQL's from gtid_purged
             mariadb = config.find_host(args.cluster, args.host).flavour == "mariabackup"
             variable = "gtid_slave_pos" if mariadb else "gtid_purged"
             print(f"to make it a replica: SET GLOBAL {variable} = '{report.gtid}'")
+        for note in report.fallbacks:
+            print(f"note: {note}")
+        if report.option_files:
+            where = option_files_dir(args.target_datadir)
+            print(f"the server's option files of {report.backup_id} ({len(report.option_files)}): {where}")
     return 0
 
 
@@ -222,18 +299,34 @@ def cmd_verify(args: argparse.Namespace, config: FleetConfig) -> int:
     """A report per backup; exit 1 when any backup has a problem."""
     from ..core.restore.verify import VerifyRequest, selected_ids, verify
 
-    catalog = make_catalog(config, args.cluster, args.host)
     key, passphrase = read_private_key(config, args.private_key_file) if args.deep else (None, None)
-    ids = selected_ids(catalog, args.backup_id)
-    reports = verify(VerifyRequest(catalog, ids, "deep" if args.deep else "quick", key, passphrase))
-    lines = (
-        f"{r.backup_id:24} {'OK' if r.ok else 'FAILED':7} {r.mode:6} {'; '.join(r.problems + r.notes)}"
-        for r in reports
-    )
-    output(args.json, [r.as_dict() for r in reports], lines)
-    if not reports:
-        print(f"no backups at {catalog.describe()}", file=sys.stderr)
-    return 0 if all(r.ok for r in reports) else 1
+    names = [t.name for t in config.targets()] if args.target_store == "all" else [args.target_store]
+    rows: list[dict[str, Any]] = []
+    lines: list[str] = []
+    ok = True
+    for name in names:
+        catalog = target_catalog(config, args.cluster, args.host, name)
+        where = f"{name:10} " if len(config.targets()) > 1 else ""
+        try:
+            ids = selected_ids(catalog, args.backup_id)
+            reports = verify(VerifyRequest(catalog, ids, "deep" if args.deep else "quick", key, passphrase))
+        except (StorageError, CatalogError) as exc:
+            if len(names) == 1:
+                raise  # one target: the one `error:` line and exit 2, as for any unreadable store
+            lines.append(f"{where}cannot verify {catalog.describe()}: {exc}")
+            rows.append({"target": name, "error": str(exc)})
+            ok = False
+            continue
+        lines += [
+            f"{where}{r.backup_id:24} {'OK' if r.ok else 'FAILED':7} {r.mode:6} {'; '.join(r.problems + r.notes)}"
+            for r in reports
+        ]
+        rows += [r.as_dict() | {"target": name} for r in reports]
+        ok = ok and all(r.ok for r in reports)
+        if not reports:
+            print(f"no backups at {catalog.describe()}", file=sys.stderr)
+    output(args.json, rows, lines)
+    return 0 if ok else 1
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:

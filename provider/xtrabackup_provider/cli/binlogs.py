@@ -78,8 +78,12 @@ def cmd_binlogs(args: argparse.Namespace, config: FleetConfig) -> int:
         report = ship_binlogs(req)
     print(
         f"shipped {len(report.shipped)} binlog(s) {' '.join(report.shipped)}; {report.already_shipped} already "
-        f"stored; open binlog {report.open_binlog or '-'} ({report.progress_uploads} progress uploads)"
+        f"stored; open binlog {report.open_binlog or '-'} ({report.progress_uploads} progress uploads)",
+        flush=True,
     )
+    from .monitor import copy_to_targets
+
+    copy_to_targets(config, args.cluster, args.host, "binlogs")  # closed binlogs, once registered
     return 0
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.config.schema import FleetConfig
-from ..core.config.wiring import make_catalog
+from ..core.config.wiring import target_catalog
 from .options import add_common, utc_time
 
 
@@ -34,6 +34,7 @@ def _add_retention_parser(sub: Any) -> None:
     for r in (plan, apply):
         add_common(r)
         r.add_argument("--json", action="store_true", help="the whole plan as JSON")
+        r.add_argument("--target-store", help="a further storage target: its catalog and its own policy")
     plan.add_argument("--at", type=utc_time, help="plan as of this ISO time instead of now (UTC if no zone)")
     apply.add_argument("--confirm", action="store_true", help="really delete (manifests first)")
 
@@ -83,8 +84,9 @@ def cmd_retention(args: argparse.Namespace, config: FleetConfig) -> int:
     from ..core.retention.apply import apply_plan, plan_host
     from ..core.retention.model import plan_table
 
-    catalog = make_catalog(config, args.cluster, args.host)
-    plan = plan_host(catalog, config.retention, getattr(args, "at", None))
+    catalog = target_catalog(config, args.cluster, args.host, args.target_store)
+    policy = getattr(config.target(args.target_store), "retention", None) if args.target_store else None
+    plan = plan_host(catalog, policy or config.retention, getattr(args, "at", None))
     applied = None
     if args.retention_command == "apply":
         applied = apply_plan(catalog, plan, confirm=args.confirm).summary(max_names=len(plan.items))

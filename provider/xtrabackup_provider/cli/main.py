@@ -20,7 +20,7 @@ from ..core.pipeline.gpg import GpgError, PassphraseRequired
 from ..core.pipeline.process import PipelineError
 from ..core.restore.prepare import PrepareError
 from ..core.storage.base import StorageError
-from . import backups, binlogs, fleet
+from . import backups, binlogs, fleet, monitor
 from .options import load
 
 USER_ERRORS = (
@@ -37,7 +37,8 @@ USER_ERRORS = (
 )
 
 
-COMMANDS = {**backups.COMMANDS, **binlogs.COMMANDS, **fleet.COMMANDS}
+COMMANDS = {**backups.COMMANDS, **binlogs.COMMANDS, **fleet.COMMANDS, **monitor.COMMANDS}
+FLEET_COMMANDS = {**fleet.FLEET_COMMANDS, **monitor.FLEET_COMMANDS}  # the fleet config alone
 # Libraries whose INFO lines mean nothing to a DBA; -v shows them.
 QUIET_LIBRARIES = ("botocore", "boto3", "s3transfer", "urllib3")
 
@@ -49,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     backups.add_parsers(sub)
     binlogs.add_parsers(sub)
     fleet.add_parsers(sub)
+    monitor.add_parsers(sub)
     return parser
 
 
@@ -66,9 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "keygen":
             return backups.cmd_keygen(args)
-        if args.command in fleet.FLEET_COMMANDS:
+        if args.command in FLEET_COMMANDS:
             config = load_config(args.config)
-            return fleet.FLEET_COMMANDS[args.command](args, config)
+            return FLEET_COMMANDS[args.command](args, config)
         config = load(args)
         return COMMANDS[args.command](args, config)
     except PassphraseRequired as exc:

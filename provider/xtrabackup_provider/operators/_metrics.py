@@ -14,7 +14,9 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ..core.backup.copies import CopyReport
     from ..core.catalog.manifest import Manifest
+    from ..core.report.check import HostCheck
 
 log = logging.getLogger(__name__)
 PREFIX = "xtrabackup"
@@ -52,6 +54,9 @@ def emit(
 
 def backup_done(cluster: str, host: str, manifest: Manifest) -> None:
     seconds = max((manifest.finished_at - manifest.started_at).total_seconds(), 1e-3)
+    impact = manifest.impact
+    # What the backup cost production: seconds its locks blocked commits, DDL, non-InnoDB writes.
+    blocked = {f"{what}_blocked_seconds": s for what, s in (impact.blocked_seconds if impact else {}).items()}
     emit(
         "backup",
         cluster,
@@ -60,6 +65,8 @@ def backup_done(cluster: str, host: str, manifest: Manifest) -> None:
             "raw_bytes": manifest.raw_bytes,
             "stored_bytes": manifest.stored_bytes,
             "throughput_bytes_per_second": manifest.raw_bytes / seconds,
+            **blocked,
+            **({"upload_wait_seconds": impact.upload_wait_seconds} if impact else {}),
         },
         timings={"duration": seconds},
         counters=("succeeded", manifest.kind),
@@ -93,3 +100,38 @@ def binlogs_shipped(cluster: str, host: str, summary: dict[str, Any], catalog: A
     if status is not None and status.lag_seconds is not None:
         gauges["lag_seconds"] = status.lag_seconds
     emit("binlog", cluster, host, gauges=gauges, counters=("shipping_runs",))
+
+
+def copy_done(cluster: str, host: str, report: CopyReport) -> None:
+    """After a copy run to one further target: what it copied and what is still behind."""
+    emit(
+        "copy",
+        cluster,
+        host,
+        gauges={
+            "behind": float(len(report.behind)),
+            "binlogs_behind": float(len(report.binlogs_behind)),
+            "copied_bytes": float(report.bytes),
+        },
+        timings={"duration": report.seconds},
+        counters=("copy_runs", "failed" if report.error else "succeeded"),
+        tags={"target": report.target},
+    )
+
+
+def check_done(check: HostCheck) -> None:
+    """Each figure of a host's check (core/report/check.py), and its status (0 ok, 1 warning, 2 critical)."""
+    from ..core.report.check import LEVEL
+
+    figures = {
+        "status": LEVEL[check.status],
+        "backup_age_seconds": check.backup_age_seconds,
+        "restore_test_age_seconds": check.restore_test_age_seconds,
+        "binlog_lag_seconds": check.binlog_lag_seconds,
+        "binlog_gaps": check.binlog_gaps,
+        "copies_behind": sum(check.copies_behind.values()),
+        **{f"copies_behind_{name}": n for name, n in check.copies_behind.items()},
+    }
+    emit(
+        "check", check.cluster, check.host, gauges={k: float(v) for k, v in figures.items() if v is not None}
+    )

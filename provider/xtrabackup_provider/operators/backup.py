@@ -23,7 +23,7 @@ class XtraBackupOperator(BackupStorageOperator):
 
     # The per-host arguments are templated so that a mapped task group can pass them.
     template_fields: Sequence[str] = storage_template_fields(
-        "mysql_conn_id", "kind", "flavour", "binary", "datadir", "heartbeat_conn_id"
+        "mysql_conn_id", "kind", "flavour", "binary", "datadir", "heartbeat_conn_id", "impact", "option_files"
     )
     ui_color = "#d6eaf8"
     gpg_conn_default = PUBLIC_KEYS_CONN
@@ -50,6 +50,8 @@ class XtraBackupOperator(BackupStorageOperator):
         heartbeat: bool = False,
         heartbeat_conn_id: str | None = None,
         gates_from: list[str] | None = None,
+        impact: dict[str, Any] | None = None,
+        option_files: list[str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -61,6 +63,7 @@ class XtraBackupOperator(BackupStorageOperator):
         from datetime import timedelta
 
         from ..core.backup.decide import ChainPolicy
+        from ..core.backup.impact import ImpactSettings
         from ..core.backup.run import BackupRequest, run_backup
         from ..core.catalog.manifest import GateResult
         from ..core.common.progress import ProgressLogger
@@ -99,6 +102,8 @@ class XtraBackupOperator(BackupStorageOperator):
                 for task_id in self.gates_from
                 for gate in context["ti"].xcom_pull(task_ids=task_id) or []
             ],
+            impact=ImpactSettings.from_dict(self.impact),
+            option_files=list(self.option_files or []),
         )
         try:
             manifest = run_backup(request)
@@ -119,4 +124,6 @@ class XtraBackupOperator(BackupStorageOperator):
             "from_lsn": manifest.from_lsn,
             "to_lsn": manifest.to_lsn,
             "gtid": manifest.gtid,
+            "blocked_seconds": dict(manifest.impact.blocked_seconds) if manifest.impact else {},
+            "impact_warnings": manifest.impact.warnings if manifest.impact else [],
         }

@@ -18,6 +18,7 @@ from ..catalog.manifest import (
     CatalogError,
     GateResult,
     Manifest,
+    OptionFiles,
     StoredObject,
     new_backup_id,
 )
@@ -39,7 +40,9 @@ from ..pipeline.gpg import GpgHome
 from ..pipeline.to_store import stream_to_store
 from ..storage.base import ARCHIVE_TAGGING, PutOptions
 from .decide import ChainPolicy, Decision, decide
+from .impact import AppliedImpact, ImpactSettings, LockWatch, apply_settings
 from .lineage import ServerLineage, describe_break, lineage_problems
+from .option_files import save_option_files
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +82,8 @@ class BackupRequest:
     heartbeat_target: MySQLTarget | None = None  # the source, when backing up a replica
     heartbeat_wait: float = 60  # seconds a replica gets to apply the heartbeat before the backup
     progress: Callable[[int], None] | None = None
+    impact: ImpactSettings = field(default_factory=ImpactSettings)  # throttle, nice, ionice, upload cap
+    option_files: list[str] = field(default_factory=list)  # the server's my.cnf (its includes follow)
 
 
 def plan(req: BackupRequest, facts: ServerFacts, tool: ToolVersion, now: datetime) -> Decision:
@@ -148,9 +153,13 @@ def _run_locked(req: BackupRequest, now: datetime | None, lock: HostLock) -> Man
     datadir = req.datadir or facts.datadir
     _abort_stale_uploads(req)
     canary = _heartbeat(req, backup_id) if req.heartbeat else {"heartbeat": False}
+    where = f"host {req.catalog.cluster}/{req.catalog.host}"
+    applied = apply_settings(req.impact, tool, req.parallel, where)
+    watch = LockWatch(tool.flavour)
     with GpgHome() as gpg, private_workdir("backup") as work:
         recipients = _recipients(gpg, req)
-        stored = _stream(req, tool, decision, work, datadir, backup_id, gpg, recipients)
+        stored = _stream(req, tool, decision, work, datadir, backup_id, gpg, recipients, applied, watch)
+        option_files = _option_files(req, backup_id, work, gpg, recipients, where)
         lsn_dir = work / "lsn"
         checkpoints = read_checkpoints(lsn_dir)
         info = read_info(lsn_dir)
@@ -193,6 +202,8 @@ def _run_locked(req: BackupRequest, now: datetime | None, lock: HostLock) -> Man
         gates=req.gates,
         estimate_memory=tool.capabilities.estimate_memory,
         extra=canary,
+        impact=applied.record(watch.phases()),
+        option_files=option_files,
     )
     lock.confirm(f"registering {backup_id}")  # fencing: a run that lost its lock registers nothing
     req.catalog.write(manifest)
@@ -296,6 +307,8 @@ def _stream(
     backup_id: str,
     gpg: GpgHome,
     recipients: list[str],
+    applied: AppliedImpact,
+    watch: LockWatch,
 ) -> StoredObject:
     lsn_dir, scratch = work / "lsn", work / "scratch"
     lsn_dir.mkdir()
@@ -309,13 +322,14 @@ def _stream(
         lsn_dir=str(lsn_dir),
         scratch_dir=str(scratch),
         incremental_lsn=decision.parent.to_lsn if decision.parent else None,
-        parallel=req.parallel,
+        parallel=applied.parallel,
         host_defaults_file=req.host_defaults_file,
         open_files_limit=raise_open_files_limit(),
+        extra_args=tuple(applied.tool_args()),
     )
     t0 = time.monotonic()
     with defaults_file(req.target) as creds:
-        argv = backup_argv(tool, creds, opts)
+        argv = applied.wrap_tool(backup_argv(tool, creds, opts))
         log.info(
             "streaming %s -> zstd(level %d) -> %s -> %s/%s",
             tool.flavour,
@@ -324,15 +338,17 @@ def _stream(
             req.catalog.store.location,
             key,
         )
-        writer = req.catalog.store.open_writer(key, options)
+        writer = applied.cap_upload(req.catalog.store.open_writer(key, options))
         result = stream_to_store(
             argv,
             writer,
-            encrypt_argv=gpg.encrypt_argv(recipients) if recipients else None,
+            encrypt_argv=applied.wrap_gpg(gpg.encrypt_argv(recipients) if recipients else None),
             level=req.compression_level,
             threads=req.zstd_threads,
             producer_name=f"{tool.flavour} --backup",
             progress=req.progress,
+            producer_watch=watch.attach,
+            compress_setup=applied.compress_setup(),
         )
     shutil.rmtree(scratch, ignore_errors=True)
     log.info("streamed %d bytes in %.1fs", result.raw_bytes, time.monotonic() - t0)
@@ -350,6 +366,26 @@ def _stream(
         object_lock_mode=options.lock_mode,
         object_lock_until=options.lock_until,
     )
+
+
+def _option_files(
+    req: BackupRequest, backup_id: str, work: Path, gpg: GpgHome, recipients: list[str], where: str
+) -> OptionFiles | None:
+    """The server's option files as a side object; a failure is one warning, never the backup's."""
+    try:
+        return save_option_files(
+            req.catalog,
+            backup_id,
+            req.option_files,
+            work,
+            encrypt_argv=gpg.encrypt_argv(recipients) if recipients else None,
+            recipients=recipients,
+            level=req.compression_level,
+            where=where,
+        )
+    except Exception as exc:  # noqa: BLE001 - the backup itself is fine; say what was not saved
+        log.warning("%s: the option files were not saved with the backup: %s", where, exc)
+        return None
 
 
 def _check_parent(parent: Manifest, facts: ServerFacts, tool: ToolVersion) -> None:

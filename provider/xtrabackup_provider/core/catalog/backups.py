@@ -67,7 +67,7 @@ class Catalog:
     def _check_object_keys(self, manifest: Manifest) -> None:
         """Every object must live in this backup's own directory, never another host's."""
         own = self.backup_dir(manifest.backup_id) + "/"
-        for obj in manifest.objects:
+        for obj in manifest.stored_objects:
             if not obj.key.startswith(own):
                 raise CatalogError(
                     f"{self.store.location}/{self.manifest_key(manifest.backup_id)}: the manifest names object "
@@ -98,7 +98,7 @@ class Catalog:
     def write(self, manifest: Manifest) -> None:
         """Write the manifest last, after checking every object it names is stored at its size."""
         self._check_object_keys(manifest)
-        for obj in manifest.objects:
+        for obj in manifest.stored_objects:
             info = self.store.head(obj.key)
             if info is None or info.size != obj.size:
                 found = "missing" if info is None else f"{info.size} bytes"

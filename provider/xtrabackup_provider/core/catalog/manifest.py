@@ -25,6 +25,7 @@ from pydantic import (
 
 from ..common.values import BINLOG_NAME, check_mysql_gtid_set, parse_gtid_pos
 from ..storage.base import StorageError, check_key
+from .records import BackupImpact, CopyOrigin
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
@@ -75,6 +76,16 @@ class StoredObject(BaseModel):
             raise ValueError(str(exc)) from exc
 
 
+class OptionFiles(BaseModel):
+    """The server's option files, saved as one encrypted side object (a tar: core/backup/option_files.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    object: StoredObject
+    files: list[str] = Field(default_factory=list, max_length=1000)  # paths on the host, read order
+    skipped: list[str] = Field(default_factory=list, max_length=1000)  # "path: why it was not saved"
+
+
 class GateResult(BaseModel):
     name: str
     status: Literal["pass", "fail", "marked", "skipped"]
@@ -114,6 +125,9 @@ class Manifest(BaseModel):
     prepare_memory_estimate: int | None = Field(None, ge=0, le=2**63)
     table_rows: dict[str, int] = Field(default_factory=dict)
     extra: dict[str, Any] = Field(default_factory=dict)
+    impact: BackupImpact | None = None  # the bounds it ran under, the locks it held
+    option_files: OptionFiles | None = None
+    copy_of: CopyOrigin | None = None  # set on a further storage target's copy
 
     @model_validator(mode="after")
     def _consistent(self) -> Manifest:
@@ -125,7 +139,7 @@ class Manifest(BaseModel):
             raise ValueError("an incremental backup needs parent_id")
         if self.gtid:
             _check_gtid(self.gtid, self.engine_flavour)
-        for obj in self.objects:
+        for obj in self.stored_objects:
             if not obj.key.split("/")[-2:-1] == [self.backup_id]:
                 raise ValueError(
                     f"object key {obj.key!r} is outside this backup's directory {self.backup_id}/"
@@ -135,6 +149,11 @@ class Manifest(BaseModel):
     @property
     def backup_object(self) -> StoredObject:
         return self.objects[0]
+
+    @property
+    def stored_objects(self) -> list[StoredObject]:
+        """Every object the manifest names: the data objects, then the side objects."""
+        return [*self.objects, *([self.option_files.object] if self.option_files else [])]
 
     def to_json(self) -> bytes:
         return self.model_dump_json(indent=2).encode()

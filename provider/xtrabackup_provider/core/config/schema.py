@@ -85,6 +85,7 @@ class PoolConfig(_Model):
 
 
 class StorageConfig(_Model):
+    name: str = Field("primary", pattern=NAME)  # what `restore --target-store`, list and report call it
     bucket: str | None = None
     local_path: str | None = None  # a directory instead of S3 (tests, air-gapped hosts)
     prefix: str = "backups"
@@ -135,6 +136,29 @@ class StorageConfig(_Model):
         return self
 
 
+class ImpactConfig(_Model):
+    """Bounds on what a backup takes from its database host (core/backup/impact.py); recorded in
+    each manifest. Unset fields leave the tool's and the system's defaults."""
+
+    throttle: int | None = Field(None, ge=1)  # the tool's --throttle (I/O operations per second)
+    parallel: int | None = Field(None, ge=1, le=64)  # the tool's --parallel (default policy.parallel)
+    nice: int | None = Field(None, ge=0, le=19)  # CPU niceness of the tool, gpg and the zstd threads
+    ionice: Literal["idle", "best-effort"] | None = None  # I/O scheduling class of the tool
+    ionice_level: int = Field(7, ge=0, le=7)  # with best-effort: 0 highest .. 7 lowest
+    max_upload_mib_per_second: float | None = Field(None, gt=0)  # cap on the upload to `storage`
+
+
+class CheckConfig(_Model):
+    """What `xtrabackup-provider check` and the mysql_backup_check_<cluster> DAG hold a cluster's
+    hosts to (core/report/check.py)."""
+
+    schedule: str | None = "*/30 * * * *"  # the check DAG; None: no DAG (the CLI still checks)
+    rpo_hours: float = Field(26, gt=0)  # newest restorable backup older than this: critical
+    restore_test_max_age_days: float = Field(8, gt=0)  # newest passed restore test older: warning
+    binlog_max_lag_minutes: float = Field(15, gt=0)  # with `binlogs:`: shipped binlogs older: critical
+    copies_max_behind_hours: float = Field(26, gt=0)  # not yet on a further target after this: warning
+
+
 class EncryptionConfig(_Model):
     enabled: bool = True
     gpg_conn_id: str = "backup_gpg"  # Airflow connection of type gpg_keys (public keys)
@@ -165,6 +189,7 @@ class PolicyConfig(_Model):
     max_incremental_ratio: float = Field(0.5, gt=0, le=1000, allow_inf_nan=False)
     prepare_max_free_memory_pct: int = Field(50, ge=1, le=90)
     heartbeat: bool = True  # canary row written before each backup, checked by restore tests
+    impact: ImpactConfig = Field(default_factory=ImpactConfig)  # every host's, unless it sets its own
 
     @property
     def full_every(self) -> timedelta:
@@ -175,6 +200,17 @@ class RetentionConfig(RetentionPolicy):
     """`retention:` (core/retention/plan.py documents the rules). Unset, everything is kept."""
 
     confirm: bool = False  # the backup DAG deletes only when true; until then it logs the plan
+
+
+class CopyTargetConfig(StorageConfig):
+    """A further storage target (`copies:`): each backup and shipped binlog is copied there after it
+    is registered on `storage` (core/backup/copies.py), with its own manifest and retention."""
+
+    name: str = Field(pattern=NAME)
+    retention: RetentionConfig | None = None  # its own policy; None: the fleet's `retention:`
+    binlogs: bool = True  # copy the shipped binlogs too (closed ones and gap markers)
+    copy_attempts: int = Field(3, ge=1, le=20)  # tries per run before the copy is left behind
+    copy_retry_seconds: float = Field(20, ge=0, le=3600)  # wait between those tries
 
 
 class ChecksumGateConfig(_Model):
@@ -214,6 +250,10 @@ class HostConfig(_Model):
     user: str = "root"
     password_env: str | None = None
     checksum_gate: ChecksumGateConfig | None = None
+    impact: ImpactConfig | None = None  # fields set here override policy.impact
+    # The server's option files (my.cnf; its !include / !includedir are followed), saved
+    # encrypted with each backup and written next to the datadir by a restore.
+    option_files: list[str] = Field(default_factory=list)
 
     @field_validator("binary", "datadir", "defaults_file", "socket")
     @classmethod
@@ -290,6 +330,7 @@ class ClusterConfig(_Model):
     hosts: list[HostConfig] = Field(min_length=1)
     checksum: ChecksumConfig | None = None
     binlogs: BinlogConfig | None = None
+    check: CheckConfig = Field(default_factory=CheckConfig)
 
     @model_validator(mode="after")
     def _unique_hosts(self) -> ClusterConfig:
@@ -323,6 +364,7 @@ class FleetConfig(_Model):
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
     clusters: list[ClusterConfig] = Field(min_length=1)
+    copies: list[CopyTargetConfig] = Field(default_factory=list)  # further storage targets
     _source: str = PrivateAttr("")
 
     @property
@@ -337,6 +379,41 @@ class FleetConfig(_Model):
         return self
 
     @model_validator(mode="after")
+    def _distinct_targets(self) -> FleetConfig:
+        seen: dict[str, str] = {}
+        places: dict[tuple[Any, ...], str] = {}
+        for i, target in enumerate(self.targets()):
+            where = "storage" if i == 0 else f"copies[{i - 1}]"
+            if target.name in seen:
+                raise ValueError(f"{where}: target name {target.name!r} is also used by {seen[target.name]}")
+            place = (target.bucket, target.endpoint_url, target.local_path, target.prefix.strip("/"))
+            if place in places:
+                raise ValueError(
+                    f"{where} stores in the same place as {places[place]}; a copy must go elsewhere"
+                )
+            seen[target.name], places[place] = where, where
+        return self
+
+    def targets(self) -> list[StorageConfig]:
+        """Every storage target: `storage` first, then the `copies` in order."""
+        return [self.storage, *self.copies]
+
+    def target(self, name: str) -> StorageConfig:
+        for target in self.targets():
+            if target.name == name:
+                return target
+        raise ConfigError(
+            f"{self.source}: no storage target {name!r}; targets are {[t.name for t in self.targets()]}"
+        )
+
+    def impact_for(self, host: HostConfig) -> ImpactConfig:
+        """policy.impact, with the fields the host sets in its own `impact:` on top."""
+        if host.impact is None:
+            return self.policy.impact
+        own = host.impact.model_dump(include=host.impact.model_fields_set)
+        return self.policy.impact.model_copy(update=own)
+
+    @model_validator(mode="after")
     def _consistent_pools(self) -> FleetConfig:
         self.pools()
         return self
@@ -345,6 +422,7 @@ class FleetConfig(_Model):
         """Every pool the DAGs use, once; a name given two sizes is an error naming both places."""
         found: dict[str, tuple[PoolConfig, str]] = {}
         named = [(c.backup_pool, f"clusters[{c.name}].backup_pool") for c in self.clusters]
+        named += [(t.pool, f"copies[{t.name}].pool") for t in self.copies]
         for pool, where in [*named, (self.storage.pool, "storage.pool")]:
             if pool is None:
                 continue

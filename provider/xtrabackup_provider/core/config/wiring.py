@@ -5,13 +5,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..backup.copies import CopyTarget
 from ..backup.decide import ChainPolicy
+from ..backup.impact import ImpactSettings
 from ..catalog.backups import Catalog
 from ..db.server import MySQLTarget
+from ..restore.sources import Source
 from ..storage.base import ObjectStore
 from ..storage.local import LocalStore
 from ..storage.s3 import S3Store, make_s3_client
-from .schema import FleetConfig, HostConfig, PolicyConfig, StorageConfig
+from .schema import CopyTargetConfig, FleetConfig, HostConfig, PolicyConfig, StorageConfig
 
 
 class SetupError(ValueError):
@@ -25,9 +28,48 @@ def make_store(storage: StorageConfig, client: object | None = None) -> ObjectSt
     return S3Store(client or make_s3_client(storage.endpoint_url, storage.region), storage.bucket)
 
 
-def make_catalog(config: FleetConfig, cluster: str, host: str, store: ObjectStore | None = None) -> Catalog:
+def make_catalog(
+    config: FleetConfig, cluster: str, host: str, store: ObjectStore | None = None, prefix: str | None = None
+) -> Catalog:
     config.find_host(cluster, host)
-    return Catalog(store or make_store(config.storage), config.storage.prefix, cluster, host)
+    return Catalog(store or make_store(config.storage), prefix or config.storage.prefix, cluster, host)
+
+
+def copy_target(target: CopyTargetConfig, store: ObjectStore | None = None) -> CopyTarget:
+    """A `copies:` entry as core/backup/copies.py takes it."""
+    lock = target.object_lock
+    return CopyTarget(
+        name=target.name,
+        store=store or make_store(target),
+        prefix=target.prefix,
+        storage_classes=dict(target.storage_class),
+        sse=target.sse,
+        kms_key_id=target.kms_key_id,
+        object_lock_mode=lock.mode if lock else None,
+        object_lock_days=lock.retain_days if lock else None,
+        binlogs=target.binlogs,
+        attempts=target.copy_attempts,
+        retry_seconds=target.copy_retry_seconds,
+    )
+
+
+def target_catalog(config: FleetConfig, cluster: str, host: str, name: str | None) -> Catalog:
+    """The host's catalog on the storage target `name` (None: the first target, `storage`)."""
+    target = config.target(name) if name else config.storage
+    return make_catalog(config, cluster, host, make_store(target), prefix=target.prefix)
+
+
+def restore_sources(config: FleetConfig, cluster: str, host: str, first: str | None) -> list[Source]:
+    """Every storage target of the host, `first` (default: `storage`) then the others in order."""
+    names = [t.name for t in config.targets()]
+    first = first or names[0]
+    config.target(first)  # a name that is not a target is a clear error
+    ordered = [first, *(n for n in names if n != first)]
+    return [Source(n, target_catalog(config, cluster, host, n)) for n in ordered]
+
+
+def impact_settings(config: FleetConfig, host: HostConfig) -> ImpactSettings:
+    return ImpactSettings.from_dict(config.impact_for(host).model_dump())
 
 
 def chain_policy(policy: PolicyConfig) -> ChainPolicy:

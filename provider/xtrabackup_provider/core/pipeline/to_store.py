@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..storage.base import ObjectWriter
@@ -43,8 +44,13 @@ def stream_to_store(
     producer_env: dict[str, str] | None = None,  # variables the producer needs besides child_env()
     producer_name: str = "backup tool",
     progress: ProgressFn | None = None,
+    producer_watch: Callable[[Proc], None] | None = None,
+    compress_setup: Callable[[], None] | None = None,
 ) -> StreamResult:
-    """Run producer | zstd | gpg and write the result to `sink`; commit only if every stage succeeded."""
+    """Run producer | zstd | gpg and write the result to `sink`; commit only if every stage succeeded.
+
+    `producer_watch` is called with the producer's Proc once it runs (to follow its log);
+    `compress_setup` first thing in the zstd stage's thread (before the compressor starts its own)."""
     import zstandard
 
     started = time.monotonic()
@@ -57,6 +63,8 @@ def stream_to_store(
     try:
         producer = Proc(producer_name, producer_argv, stdin=subprocess.DEVNULL, extra_env=producer_env)
         procs.append(producer)
+        if producer_watch:
+            producer_watch(producer)
         gpg = Proc("gpg --encrypt", encrypt_argv, stdin=subprocess.PIPE) if encrypt_argv else None
         if gpg:
             procs.append(gpg)
@@ -64,6 +72,8 @@ def stream_to_store(
         compressor = zstandard.ZstdCompressor(level=level, threads=threads if threads else -1)
 
         def compress() -> None:
+            if compress_setup:
+                compress_setup()
             cobj = compressor.compressobj(size=-1)
             try:
                 assert producer.popen.stdout is not None

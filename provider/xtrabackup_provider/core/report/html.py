@@ -11,7 +11,7 @@ from pathlib import Path
 from ..config.schema import FleetConfig
 from ..storage.base import ObjectStore
 from .charts import BYTES, COUNT, RIGHT, SECONDS, Bars, Chart, W, esc, linear_ticks, svg_chart
-from .model import BinlogStatus, ClusterReport, HostReport, ReportError, collect
+from .model import BackupRow, BinlogStatus, ClusterReport, HostReport, ReportError, collect
 
 # ---------------------------------------------------------------------------------------------
 # formatting
@@ -102,7 +102,29 @@ def host_charts(host: HostReport, max_chain: int) -> str:
             height=200,
         ),
     ]
+    if any(r.blocked for r in rows):
+        charts.append(lock_chart(rows, labels, tips))
     return "\n".join(svg_chart(c) for c in charts)
+
+
+def lock_chart(rows: list[BackupRow], labels: list[str], tips: list[str]) -> Chart:
+    """What each backup cost production: the seconds its locks blocked DDL and commits (the tool's
+    log, core/backup/impact.py); commits over DDL, since a commit block is held inside the DDL one."""
+    return Chart(
+        "Time production was blocked per backup (backup locks)",
+        labels,
+        tips,
+        [
+            Bars("DDL blocked", [r.blocked.get("ddl", 0.0) for r in rows], [DDL] * len(rows), 0.8),
+            Bars(
+                "commits blocked", [r.blocked.get("commits", 0.0) for r in rows], [COMMITS] * len(rows), 0.45
+            ),
+        ],
+        SECONDS,
+        fmt_seconds,
+        legend=[("DDL blocked", DDL), ("commits blocked", COMMITS)],
+        height=200,
+    )
 
 
 def lag_chart(hosts: list[HostReport]) -> str:
@@ -183,7 +205,7 @@ def render_html(report: ClusterReport) -> str:
 def summary_table(report: ClusterReport) -> str:
     head = (
         "<tr><th>Host</th><th>Backups</th><th>Latest backup</th><th>Raw / stored</th><th>Chain</th>"
-        "<th>Last verified restore</th><th>Binlog lag</th></tr>"
+        "<th>Last verified restore</th><th>Binlog lag</th><th>Copies</th></tr>"
     )
     rows = [_summary_row(h, report) for h in report.hosts]
     return f'<table class="summary">{head}{"".join(rows)}</table>'
@@ -201,7 +223,30 @@ def _summary_row(h: HostReport, report: ClusterReport) -> str:
     return (
         f'<tr data-host="{esc(h.host)}"><td><a href="#host-{esc(h.host)}">{esc(h.host)}</a></td>'
         f'<td class="n">{len(h.backups)}</td><td>{backup}</td><td class="n">{sizes}</td>'
-        f'<td class="n">{chain}</td><td>{_verified_cell(h)}</td><td>{_binlog_cell(h.binlog)}</td></tr>'
+        f'<td class="n">{chain}</td><td>{_verified_cell(h)}</td><td>{_binlog_cell(h.binlog)}</td>'
+        f"<td>{_copies_cell(h)}</td></tr>"
+    )
+
+
+def _copies_cell(h: HostReport) -> str:
+    """Per further storage target: up to date, or how many backups are behind (or unreadable)."""
+    if not h.copies:
+        return '<span class="none">n/a</span>'
+    cells = []
+    for c in h.copies:
+        if c.error:
+            cells.append(f'<span class="fail" title="{esc(c.error)}">{esc(c.target)}: unreadable</span>')
+        elif c.behind:
+            ids = ", ".join(b for b, _ in c.behind[:5])
+            cells.append(
+                f'<span class="fail" title="{esc(ids)}">{esc(c.target)}: {len(c.behind)} behind</span>'
+            )
+        else:
+            cells.append(f'<span class="pass">{esc(c.target)}: up to date</span>')
+        if c.binlogs_behind and not c.error:
+            cells[-1] += f' <span class="muted small">({c.binlogs_behind} binlog(s) behind)</span>'
+    return "<br>".join(
+        f'<span data-copy="{esc(c.target)}">{cell}</span>' for c, cell in zip(h.copies, cells, strict=True)
     )
 
 
@@ -302,3 +347,4 @@ CHART_BACKUPS = 200  # the charts show the newest this many backups; the table s
 RESTORE_ROWS = 10  # restore tests listed per host, newest first
 FULL, INCREMENTAL, RAW, STORED = "#1f5f99", "#7fb2de", "#c5d3e0", "#1f5f99"
 PASS = "#1e7b34"
+DDL, COMMITS = "#e8c07d", "#b3261e"

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from ..backup.copies import CopyState, copy_state
 from ..binlog.catalog import BinlogCatalog, BinlogError, server_uuids
 from ..catalog.backups import Catalog
 from ..catalog.manifest import Manifest
@@ -38,6 +39,7 @@ class BackupRow:
     stored_bytes: int
     chain_length: int  # incrementals since the chain's full: 0 for a full
     storage_class: str
+    blocked: dict[str, float] = field(default_factory=dict)  # what production could not do, seconds
 
     @property
     def seconds(self) -> float:
@@ -76,6 +78,7 @@ class HostReport:
     restore_tests: list[RestoreTestRow] = field(default_factory=list)  # oldest first
     binlog: BinlogStatus | None = None
     problems: list[str] = field(default_factory=list)
+    copies: list[CopyState] = field(default_factory=list)  # per further storage target
 
     @property
     def latest(self) -> BackupRow | None:
@@ -100,24 +103,39 @@ class ClusterReport:
 
 
 def collect(
-    config: FleetConfig, cluster: str, store: ObjectStore | None = None, now: datetime | None = None
+    config: FleetConfig,
+    cluster: str,
+    store: ObjectStore | None = None,
+    now: datetime | None = None,
+    copy_stores: dict[str, ObjectStore] | None = None,
 ) -> ClusterReport:
+    """`store`: the first target's (default: from the config); `copy_stores`: by target name."""
     settings = config.cluster(cluster)
     store = store or make_store(config.storage)
     now = now or datetime.now(UTC)
     catalogs = [Catalog(store, config.storage.prefix, cluster, h.name) for h in settings.hosts]
+    stores = {t.name: (copy_stores or {}).get(t.name) or make_store(t) for t in config.copies}
+
+    def one(catalog: Catalog) -> HostReport:
+        copies = [(t.name, Catalog(stores[t.name], t.prefix, cluster, catalog.host)) for t in config.copies]
+        return host_report(catalog, now, copies)
+
     with ThreadPoolExecutor(4) as pool:
-        hosts = list(pool.map(lambda c: host_report(c, now), catalogs))
+        hosts = list(pool.map(one, catalogs))
     where = "/".join(p for p in (store.location, config.storage.prefix.strip("/"), cluster) if p)
     return ClusterReport(cluster, where, now, config.policy.max_chain_length, hosts)
 
 
-def host_report(catalog: Catalog, now: datetime) -> HostReport:
+def host_report(catalog: Catalog, now: datetime, copies: Sequence[tuple[str, Catalog]] = ()) -> HostReport:
     report = HostReport(catalog.host)
     manifests = catalog.manifests(report.problems)
     report.backups = backup_rows(manifests, report.problems)
     report.restore_tests = restore_tests(catalog, report.problems)
     report.binlog = newest_binlog(catalog, now, report.problems)
+    report.copies = [copy_state(catalog, manifests, name, dest) for name, dest in copies]
+    for state in report.copies:
+        if state.error:
+            report.problems.append(f"copy target {state.target} cannot be read: {state.error}")
     return report
 
 
@@ -145,6 +163,7 @@ def backup_rows(manifests: Sequence[Manifest], problems: list[str]) -> list[Back
                 stored_bytes=m.stored_bytes,
                 chain_length=length,
                 storage_class=obj.storage_class,
+                blocked={str(k): v for k, v in m.impact.blocked_seconds.items()} if m.impact else {},
             )
         )
     return rows

@@ -29,6 +29,8 @@ from ..pipeline.gpg import GpgError, GpgHome, passphrase_pipe
 from ..pipeline.process import ChecksumMismatch, PipelineError
 from ..storage.base import ARCHIVE_CLASSES
 from . import prepare
+from .option_files import restore_option_files
+from .sources import Source, clear_dir, fetch_from_sources, resolve_chain
 from .verify import sha256_verdict
 
 log = logging.getLogger(__name__)
@@ -53,6 +55,11 @@ class RestoreRequest:
     max_free_memory_pct: int = 50
     keep_scratch: bool = False
     progress_seconds: float = 10.0  # fetch progress (bytes, rate, ETA) is logged at most this often
+    source_name: str = "primary"  # the name of `catalog`'s storage target
+    fallbacks: list[Source] = field(default_factory=list)  # further targets, for missing/damaged objects
+    option_files: bool = (
+        True  # write the saved option files next to the target (core/restore/option_files.py)
+    )
 
 
 @dataclass
@@ -67,6 +74,9 @@ class RestoreReport:
     binlog_file: str | None = None
     binlog_position: int | None = None
     gtid: str | None = None
+    source: str = ""  # the storage target the chain was read from
+    fallbacks: list[str] = field(default_factory=list)  # what came from another target, and why
+    option_files: list[str] = field(default_factory=list)  # the saved option files written
 
 
 def default_parallel_downloads() -> int:
@@ -97,16 +107,21 @@ def check_target(target: Path) -> None:
 
 
 def restore(req: RestoreRequest) -> RestoreReport:
-    chain = plan_chain(req.catalog, req.backup_id)
+    notes: list[str] = []
+    sources = [Source(req.source_name, req.catalog), *req.fallbacks]
+    chain, sources = resolve_chain(sources, req.backup_id, notes)
     check_target(req.target_datadir)
-    # Retention keeps what a running restore reads (core/catalog/lease.py).
-    with ReadLease(req.catalog, "restore", [m.backup_id for m in chain]) as lease:
+    # Retention keeps what a running restore reads (core/catalog/lease.py): on the target the
+    # chain comes from (a further target an object falls back to is read without a lease).
+    with ReadLease(sources[0].catalog, "restore", [m.backup_id for m in chain]) as lease:
         lease.check()
-        return _restore(req, chain)
+        return _restore(req, chain, sources, notes)
 
 
-def _restore(req: RestoreRequest, chain: list[Manifest]) -> RestoreReport:
-    _check_not_archived(req.catalog, chain)
+def _restore(
+    req: RestoreRequest, chain: list[Manifest], sources: list[Source], notes: list[str]
+) -> RestoreReport:
+    _check_not_archived(sources[0].catalog, chain, others=len(sources) > 1)
     tool = _prepare_tool(chain, req.binary)
     last = chain[-1]
     report = RestoreReport(
@@ -116,6 +131,8 @@ def _restore(req: RestoreRequest, chain: list[Manifest]) -> RestoreReport:
         binlog_file=last.binlog_file,
         binlog_position=last.binlog_position,
         gtid=last.gtid,
+        source=sources[0].name,
+        fallbacks=notes,
     )
     scratch = own_scratch(req.scratch_dir, req.target_datadir, "restore", last.backup_id)
     # An applied incremental directory is consumed: it is removed in this thread while the next
@@ -123,7 +140,7 @@ def _restore(req: RestoreRequest, chain: list[Manifest]) -> RestoreReport:
     discarder = ThreadPoolExecutor(1, thread_name_prefix="discard")
     try:
         t0 = time.monotonic()
-        dirs = fetch_chain(req, chain, tool, scratch, report)
+        dirs = fetch_chain(req, chain, tool, scratch, report, sources)
         report.timings["fetch_extract"] = time.monotonic() - t0
         t0 = time.monotonic()
         tuning = prepare.tuning_for(
@@ -150,6 +167,10 @@ def _restore(req: RestoreRequest, chain: list[Manifest]) -> RestoreReport:
         if not req.keep_scratch:
             shutil.rmtree(scratch, ignore_errors=True)
         report.timings["scratch_cleanup"] = time.monotonic() - t0
+    if req.option_files and last.option_files:
+        report.option_files = restore_option_files(
+            sources[0].catalog, last, req.target_datadir, req.private_key, req.passphrase
+        )
     log.info("restored %s (chain %s) into %s", last.backup_id, " -> ".join(report.chain), req.target_datadir)
     return report
 
@@ -185,10 +206,14 @@ def _prepare_tool(chain: list[Manifest], binary: str | None) -> ToolVersion:
     return tool
 
 
-def _check_not_archived(catalog: Catalog, chain: list[Manifest]) -> None:
+def _check_not_archived(catalog: Catalog, chain: list[Manifest], others: bool = False) -> None:
+    """Before anything is downloaded: no object is archived, and (unless other targets can stand
+    in: core/restore/sources.py) every object is stored at its size."""
     for m in chain:
         for obj in m.objects:
             info = catalog.store.head(obj.key)
+            if others and (info is None or info.size != obj.size):
+                continue
             if info is None:
                 raise RestoreError(
                     f"backup {m.backup_id}: object {obj.key} is missing from {catalog.store.location}"
@@ -206,7 +231,12 @@ def _check_not_archived(catalog: Catalog, chain: list[Manifest]) -> None:
 
 
 def fetch_chain(
-    req: RestoreRequest, chain: list[Manifest], tool: ToolVersion, scratch: Path, report: RestoreReport
+    req: RestoreRequest,
+    chain: list[Manifest],
+    tool: ToolVersion,
+    scratch: Path,
+    report: RestoreReport,
+    sources: list[Source] | None = None,
 ) -> list[Path]:
     """Download, verify, decrypt, decompress and extract every backup of the chain, in parallel."""
     dirs = [scratch / m.backup_id for m in chain]
@@ -222,10 +252,15 @@ def fetch_chain(
             _import_private(gpg, req, chain)
         workers = max(1, min(req.parallel_downloads or default_parallel_downloads(), len(chain)))
         with ThreadPoolExecutor(workers, thread_name_prefix="fetch") as pool:
-            futures = [
-                pool.submit(fetch_one, req.catalog, m, tool, d, gpg, req.progress_seconds)
-                for m, d in zip(chain, dirs, strict=True)
-            ]
+            sources = sources or [Source(req.source_name, req.catalog)]
+
+            def fetch(m: Manifest, d: Path) -> tuple[int, int]:
+                def one(catalog: Catalog, here: Manifest) -> tuple[int, int]:
+                    return fetch_one(catalog, here, tool, d, gpg, req.progress_seconds)
+
+                return fetch_from_sources(sources, m, one, clear_dir(d), report.fallbacks)
+
+            futures = [pool.submit(fetch, m, d) for m, d in zip(chain, dirs, strict=True)]
             for m, fut in zip(chain, futures, strict=True):
                 stored, raw = fut.result()
                 report.stored_bytes += stored

@@ -150,6 +150,9 @@ def _check_backup(
         if not problems and gpg is not None:
             problems = deep_problems(catalog, obj, state.state, gpg, key_problem, row)
         report.problems += problems
+    if manifest.option_files:  # the side object: present at its size (it is a tar, not a stream)
+        side = manifest.option_files.object
+        report.problems += quick_problems(side, catalog.store.head(side.key))
 
 
 def quick_problems(obj: StoredObject, info: ObjectInfo | None) -> list[str]:
