@@ -188,6 +188,7 @@ def test_every_backup_and_binlog_is_on_every_target_and_list_verify_report_show_
 
     expected = table_checksums(fleet.server, [fleet.db])
     target = fleet.tmp / "from-vault" / "data"
+    target.parent.mkdir()
     restored = fleet.host("restore", "--target-datadir", str(target), "--target-store", "vault")
     assert restored.returncode == 0, restored.stderr
     assert f"from target vault into {target}" in restored.stdout
@@ -209,6 +210,7 @@ def test_a_damaged_object_on_the_first_target_restores_from_the_second_and_says_
     store.delete([missing])
 
     target = fleet.tmp / "restored" / "data"
+    target.parent.mkdir()
     proc = fleet.host("restore", "--target-datadir", str(target))
     assert proc.returncode == 0, proc.stderr
     notes = [line for line in proc.stdout.splitlines() if line.startswith("note: ")]

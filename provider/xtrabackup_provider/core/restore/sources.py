@@ -90,7 +90,8 @@ def fetch_from_sources(
         except (PipelineError, StorageError) as exc:
             if not _store_side(exc, where):
                 raise
-            failures.append(f"{source.name}: {' '.join(str(exc).split())[:400]}")
+            text = str(exc).removeprefix(f"backup {m.backup_id}: {key}: ")  # said once, in front
+            failures.append(f"{source.name}: {' '.join(text.split())[:400]}")
             clear()
             continue
         if failures:
