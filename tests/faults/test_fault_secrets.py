@@ -261,6 +261,8 @@ def test_cli_children_get_no_secret_in_their_environment(mariadb, s3_server, tmp
         add_orders(mariadb, db, 300)
         run("backup", *common)
         mariadb.query(f"CREATE TABLE `{db}`.t (id INT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(20))")
+        # Some MiB of binlog, so the download's mariadb-binlog lives long enough to be scanned.
+        mariadb.query(f"INSERT INTO `{db}`.t (v) SELECT REPEAT('x', 20) FROM `{db}`.seq_1_to_200000")
         point = commit_known(mariadb, db, "after")
         run("binlogs", "ship", *common, "--flush")
         run("verify", *common, "--backup-id", "latest", "--deep")

@@ -165,9 +165,13 @@ def test_report_shows_every_host_with_the_catalog_numbers(fleet, tmp_path, capsy
     failed_row = page.rows[("data-restore", fleet.db2[0].backup_id)]
     assert failed_row[4] == "FAIL" and "private key" in failed_row[7]
 
-    # Charts: sizes, durations and chain lengths for each host with backups, and the lag chart.
+    # Charts: sizes, durations and chain lengths for each host with backups, the lag chart, and the
+    # lock chart for each host whose backups' logs show production blocked (their manifests say).
     svgs = [a for tag, a in page.tags if tag == "svg"]
-    assert len(svgs) == 1 + 3 * 2
+    blocked = [
+        any(m.impact and any(m.impact.blocked_seconds.values()) for m in h) for h in (fleet.db1, fleet.db2)
+    ]
+    assert len(svgs) == 1 + 3 * 2 + sum(blocked)
     labels = [a["aria-label"] for a in svgs]
     assert labels.count("Chain length (incrementals since the full)") == 2
     assert text.count('class="mark">✓</text>') == 1, "the verified backup is marked in db1's size chart"
