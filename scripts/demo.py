@@ -120,10 +120,10 @@ def airflow_connections(
         }
     )
     os.environ["AIRFLOW_CONN_BACKUP_GPG"] = json.dumps(
-        {"conn_type": "gpg_keys", "extra": {"public_keys": [public]}}
+        {"conn_type": "gpgkeys", "extra": {"public_keys": [public]}}
     )
     os.environ["AIRFLOW_CONN_BACKUP_GPG_PRIVATE"] = json.dumps(
-        {"conn_type": "gpg_keys", "password": passphrase, "extra": {"private_key": private}}
+        {"conn_type": "gpgkeys", "password": passphrase, "extra": {"private_key": private}}
     )
 
 

@@ -57,7 +57,7 @@ def gate_fleet(pair, gpg_keys, tmp_path, monkeypatch, airflow_home):
         monkeypatch.setenv(f"AIRFLOW_CONN_{name}", json.dumps({"conn_type": "mysql", **conn}))
     monkeypatch.setenv(
         "AIRFLOW_CONN_BACKUP_GPG_TEST",
-        json.dumps({"conn_type": "gpg_keys", "extra": {"public_keys": [gpg_keys.public_key]}}),
+        json.dumps({"conn_type": "gpgkeys", "extra": {"public_keys": [gpg_keys.public_key]}}),
     )
     path = tmp_path / "fleet.yaml"
     monkeypatch.setenv("XTRABACKUP_FLEET_CONFIG", str(path))
