@@ -80,7 +80,7 @@ def _domain(module: str) -> str:
 
 
 # Old import paths kept as re-exports: aliases of another domain's names, not dependencies.
-SHIMS = {f"{PACKAGE}.operators.s3", f"{PACKAGE}.operators.decide", f"{PACKAGE}.operators._common"}
+SHIMS = {f"{PACKAGE}.operators.s3", f"{PACKAGE}.operators._common"}
 
 
 def _domain_graph() -> dict[str, set[str]]:
@@ -213,6 +213,9 @@ DOCUMENTED = [
     ("xtrabackup_provider.hooks.xtrabackup", "XtraBackupHook"),
     ("xtrabackup_provider.hooks.storage", "BackupStorageHook"),
     ("xtrabackup_provider.hooks.gpg", "GpgKeysHook"),
+    ("xtrabackup_provider.hooks.gpg", "LegacyGpgKeysHook"),
+    ("xtrabackup_provider.operators.backup", "BACKUP_LABEL"),
+    ("xtrabackup_provider.operators.backup", "KIND_FROM_RUN_CONF"),
     ("xtrabackup_provider.policy", "task_instance_mutation_hook"),
     ("xtrabackup_provider.policy", "route_backup_task"),
     ("xtrabackup_provider.policy", "HOST_QUEUE"),
@@ -238,7 +241,6 @@ DOCUMENTED = [
     ("xtrabackup_provider.operators.s3", "BackupVerifyFailed"),
     ("xtrabackup_provider.operators.s3", "GpgEncryptOperator"),
     ("xtrabackup_provider.operators.s3", "BackupUploadOperator"),
-    ("xtrabackup_provider.operators.decide", "choose_backup_kind"),
     ("xtrabackup_provider.operators._common", "skip_unless_branch_chose"),
 ]
 

@@ -94,7 +94,7 @@ def plan(req: BackupRequest, facts: ServerFacts, tool: ToolVersion, now: datetim
         log.warning("ignoring unreadable manifest: %s", problem)
     auto = decide(manifests, req.policy, now, facts.server_uuid, (tool.flavour, tool.major))
     if req.kind == "full":
-        # A branch that already chose "full" by policy runs this: keep the policy's reason.
+        # When the policy takes a full anyway, keep its reason.
         return auto if auto.kind == "full" else Decision("full", "a full backup was requested")
     if req.kind == "incremental" and auto.kind != "incremental":
         # Only past the policy's own limits (age, length, size), never onto a chain that does not
