@@ -46,7 +46,9 @@ def test_both_type_names_have_the_form_and_a_hook_of_their_own_type():
 
 @pytest.mark.parametrize("conn_type", ["gpgkeys", "gpg_keys"])
 @pytest.mark.parametrize("form", ["list", "json string", "armored text"])
-def test_public_keys_in_each_form_give_keys_gpg_encrypts_for(conn_type, form, gpg_keys, other_gpg_keys, monkeypatch):
+def test_public_keys_in_each_form_give_keys_gpg_encrypts_for(
+    conn_type, form, gpg_keys, other_gpg_keys, monkeypatch
+):
     keys = [gpg_keys.public_key, other_gpg_keys.public_key]
     value = {"list": keys, "json string": json.dumps(keys), "armored text": "\n".join(keys)}[form]
     monkeypatch.setenv(
@@ -68,7 +70,8 @@ def test_public_keys_in_each_form_give_keys_gpg_encrypts_for(conn_type, form, gp
 )
 def test_bad_public_keys_are_refused_naming_the_connection(public_keys, mention, monkeypatch):
     monkeypatch.setenv(
-        "AIRFLOW_CONN_XBP_GPG_BAD", json.dumps({"conn_type": "gpgkeys", "extra": {"public_keys": public_keys}})
+        "AIRFLOW_CONN_XBP_GPG_BAD",
+        json.dumps({"conn_type": "gpgkeys", "extra": {"public_keys": public_keys}}),
     )
     with pytest.raises(ValueError, match=mention) as info:
         GpgKeysHook("xbp_gpg_bad").public_keys()

@@ -17,6 +17,7 @@ from airflow.sdk import BaseHook
 
 from ..get_provider_info import GPG_CONN_TYPE, GPG_FORM, LEGACY_GPG_CONN_TYPE
 
+
 class GpgKeysHook(BaseHook):
     """Extra: {"public_keys": ["-----BEGIN PGP PUBLIC KEY BLOCK-----..."], "private_key": "..."}.
 
@@ -90,7 +91,9 @@ class GpgKeysHook(BaseHook):
 
         return {
             name: StringField(
-                lazy_gettext(field["label"]), description=field["description"], widget=BS3TextAreaFieldWidget()
+                lazy_gettext(field["label"]),
+                description=field["description"],
+                widget=BS3TextAreaFieldWidget(),
             )
             for name, field in GPG_FORM["conn-fields"].items()
         }
