@@ -328,7 +328,8 @@ def _stream(
         extra_args=tuple(applied.tool_args()),
     )
     t0 = time.monotonic()
-    with defaults_file(req.target) as creds:
+    # Percona XtraBackup is a MySQL 8 client: its TLS options are spelled as MySQL's (ssl-mode).
+    with defaults_file(req.target, "mysql" if tool.flavour == "xtrabackup" else "mariadb") as creds:
         argv = applied.wrap_tool(backup_argv(tool, creds, opts))
         log.info(
             "streaming %s -> zstd(level %d) -> %s -> %s/%s",
