@@ -139,6 +139,18 @@ def deployment(mariadb_factory, tmp_path):
         shutil.rmtree(restore_root, ignore_errors=True)
 
 
+def _ship_binlogs_then_done(stack: AirflowStack, run_id: str, kind: str) -> dict[tuple[str, str], Any]:
+    """Ship the binlogs (the backups' gates wait for them), wait for the backup run, and check
+    that each host's backup took `kind` on its own host's worker; the run's task instances."""
+    stack.succeeded(SHIP, stack.trigger(SHIP), "the binlog shipping run", STEP)
+    stack.succeeded(BACKUP, run_id, f"the backup run {run_id}", STEP)
+    tis = stack.task_instances(BACKUP, run_id)
+    for host in HOSTS:
+        backup = tis[("backup.backup", f"{host} ({kind})")]
+        assert (backup["state"], backup["queue"], backup["hostname"]) == ("success", host, f"{host}-worker")
+    return tis
+
+
 def test_the_shipped_dags_on_a_celery_deployment(deployment, tmp_path):
     stack, servers, keys, catalogs = (
         deployment.stack,
@@ -181,14 +193,9 @@ def test_the_shipped_dags_on_a_celery_deployment(deployment, tmp_path):
     assert {c for _, c in deferred} == {"xtrabackup_provider.triggers.binlog.BinlogShippedTrigger"}
     mark("backups done, binlog gates deferred")
     stack.unpause(SHIP)
-    ship = stack.trigger(SHIP)
-    stack.succeeded(SHIP, ship, "the binlog shipping run", STEP)
-    stack.succeeded(BACKUP, first, "the scheduled backup run", STEP)
+    tis = _ship_binlogs_then_done(stack, first, "full")
     mark("scheduled run success")
-    tis = stack.task_instances(BACKUP, first)
     for host in HOSTS:
-        backup = tis[("backup.backup", f"{host} (full)")]
-        assert (backup["state"], backup["queue"], backup["hostname"]) == ("success", host, f"{host}-worker")
         gate = tis[("backup.binlogs_shipped", host)]
         # Resumed by its trigger's event, not retried or re-run: one try, no trigger left.
         assert (gate["state"], gate["try_number"], gate["trigger_id"], gate["next_method"]) == (
@@ -218,14 +225,9 @@ def test_the_shipped_dags_on_a_celery_deployment(deployment, tmp_path):
     stack.wait("both binlog gates deferred again",
                lambda: len(stack.db(deferred_sql, BACKUP, second)) == 2 or stack.finished(BACKUP, second),
                STEP)  # fmt: skip
-    ship = stack.trigger(SHIP)
-    stack.succeeded(SHIP, ship, "the second shipping run", STEP)
-    stack.succeeded(BACKUP, second, "the CLI-triggered run", STEP)
+    _ship_binlogs_then_done(stack, second, "incremental")
     mark("CLI-triggered incremental run success")
-    tis = stack.task_instances(BACKUP, second)
     for host in HOSTS:
-        backup = tis[("backup.backup", f"{host} (incremental)")]
-        assert (backup["queue"], backup["hostname"]) == (host, f"{host}-worker")
         assert [m.kind for m in catalogs[host].manifests()] == ["full", "incremental"]
 
     # 3. A restore test by hand, through the REST API, on whichever worker is free.
