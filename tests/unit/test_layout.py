@@ -183,6 +183,22 @@ def test_core_imports_no_airflow():
             assert not [m for m in names if m.split(".")[0] == "airflow"], f"{name} imports Airflow"
 
 
+# Moved between the Airflow minors pyproject admits (3.1 has none of them):
+# airflow.providers.common.compat.sdk gives each on every minor.
+MOVED_IN_AIRFLOW = ("airflow.sdk.exceptions", "airflow.sdk.observability", "airflow.sdk.configuration")
+
+
+def test_names_that_moved_between_airflow_minors_come_through_common_compat():
+    for name, path in MODULES.items():
+        tree = ast.parse(path.read_text())
+        moved = [
+            n.module
+            for n in ast.walk(tree)
+            if isinstance(n, ast.ImportFrom) and (n.module or "").startswith(MOVED_IN_AIRFLOW)
+        ]
+        assert not moved, f"{name} imports {moved}: use airflow.providers.common.compat.sdk (Airflow 3.1)"
+
+
 # Every import path the README, docs/EXTENDING.md and docs/OPERATORS.md show, and the old paths
 # kept as re-exports.
 DOCUMENTED = [
