@@ -36,7 +36,7 @@ HOSTS = ("db1", "db2")
 BACKUP, SHIP, RESTORE = (f"mysql_backup_{CLUSTER}", f"mysql_binlog_shipping_{CLUSTER}",
                          f"mysql_restore_test_{CLUSTER}")  # fmt: skip
 DB = "shop"
-# Each wait is bounded; generous for a loaded 2-core machine (the whole test: 10 min at load 12-15).
+# Each wait is bounded; generous for a loaded 2-core machine (the whole test: 7-10 min at load 8-15).
 STEP = 420
 
 
