@@ -1,8 +1,12 @@
 """Backups of every configured MySQL/MariaDB host: one DAG per cluster, one task group mapped
-over its hosts (the map index shows the host): optional checksum gate -> `choose_kind`
-(@task.branch, the chain policy) -> `full_backup` or `incremental_backup` -> `retention`
-(core/retention/plan.py; deletes only with `retention.confirm: true`), and per further storage
-target (`copies:`) `copy_<target>` -> `retention_<target>` (that target's own policy).
+over its hosts: optional checksum gate -> `backup` -> `retention` (core/retention/plan.py; deletes
+only with `retention.confirm: true`) -> optional binlog gate, and per further storage target
+(`copies:`) `copy_<target>` -> `retention_<target>` (that target's own policy).
+
+`backup` decides full or incremental itself, on the host's worker and under the host lock (the
+chain policy, core/backup/decide.py); the run conf {"kind": "full"} (or "incremental") overrides
+it. Nothing is queued for the kind not taken. Each map index is named after its host and, once
+the backup ran, the kind it took: `db1 (incremental)`.
 
 Hosts with different `checksum_gate` settings get one mapped group each (`backup`,
 `gated_backup`, ...). A backup must run on its host's worker: when the hosts of a group have
@@ -19,7 +23,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from airflow.sdk import DAG, task, task_group
+from airflow.sdk import DAG, task_group
 
 from xtrabackup_provider import policy
 from xtrabackup_provider.core.config.load import load_config
@@ -30,9 +34,8 @@ from xtrabackup_provider.core.config.schema import (
     FleetConfig,
     HostConfig,
 )
-from xtrabackup_provider.dag_tasks.backup_kind import choose_backup_kind
 from xtrabackup_provider.dag_tasks.gates import binlog_gate, checksum_gate
-from xtrabackup_provider.operators.backup import XtraBackupOperator
+from xtrabackup_provider.operators.backup import BACKUP_LABEL, KIND_FROM_RUN_CONF, XtraBackupOperator
 from xtrabackup_provider.operators.copies import CopyBackupsOperator
 from xtrabackup_provider.operators.retention import ApplyRetentionOperator
 
@@ -68,7 +71,7 @@ def _backup_args(config: FleetConfig, cluster: ClusterConfig) -> dict[str, Any]:
         object_lock_mode=lock.mode if lock else None,
         object_lock_days=lock.retain_days if lock else None,
         heartbeat=config.policy.heartbeat,
-        map_index_template="{{ task.host }}",
+        map_index_template=BACKUP_LABEL,
         **_storage_args(config),
         **_policy_args(config),
     )
@@ -113,7 +116,6 @@ def _copy_tasks(config: FleetConfig, cluster: ClusterConfig, host: str, upstream
             target_object_lock_days=lock.retain_days if lock else None,
             attempts=target.copy_attempts,
             retry_seconds=target.copy_retry_seconds,
-            trigger_rule="none_failed_min_one_success",
             pool=target.pool.name if target.pool else None,
             map_index_template="{{ task.host }}",
             **_storage_args(config),
@@ -192,20 +194,9 @@ def _backup_group(
     ) -> None:
         checked = checksum_gate(cluster, gate, mysql_conn_id, host)  # None without a gate
 
-        @task.branch(task_id="choose_kind", map_index_template="{{ task.op_kwargs['host'] }}")
-        def choose_kind(host: str, mysql_conn_id: str, **context: Any) -> str:
-            decision = choose_backup_kind(
-                cluster=cluster.name,
-                host=host,
-                mysql_conn_id=mysql_conn_id,
-                storage=_storage_args(config),
-                policy=_policy_args(config),
-                requested=_requested_kind(context),
-            )
-            return f"{group_id}.{'full' if decision['kind'] == 'full' else 'incremental'}_backup"
-
-        chosen = choose_kind(host=host, mysql_conn_id=mysql_conn_id)
-        per_host_args = dict(
+        backup = XtraBackupOperator(
+            task_id="backup",
+            kind=KIND_FROM_RUN_CONF,
             host=host,
             mysql_conn_id=mysql_conn_id,
             flavour=flavour,
@@ -215,20 +206,17 @@ def _backup_group(
             gates_from=[checked.task_id] if checked else [],
             impact=impact,
             option_files=option_files,
+            **common,
         )
-        backups = [
-            XtraBackupOperator(task_id=f"{kind}_backup", kind=kind, **common, **per_host_args)
-            for kind in ("full", "incremental")
-        ]
-        (checked >> chosen if checked else chosen) >> backups
+        if checked:
+            checked >> backup
         # It runs only when this host's backup succeeded: a failed backup never costs an older one.
-        backups >> ApplyRetentionOperator(
+        backup >> ApplyRetentionOperator(
             task_id="retention",
             cluster=cluster.name,
             host=host,
             policy=config.retention.model_dump(exclude={"confirm"}),
             confirm=config.retention.confirm,
-            trigger_rule="none_failed_min_one_success",
             # A backup of this host started elsewhere (the CLI) holds its lock: try again later.
             retries=2,
             retry_delay=timedelta(minutes=15),
@@ -238,18 +226,10 @@ def _backup_group(
         )
         # Opt-in (cluster `binlogs.gate_backups`): the backup counts once its binlogs are stored.
         if shipped := binlog_gate(config, cluster, host, mysql_conn_id):
-            backups >> shipped
-        _copy_tasks(config, cluster, host, backups)
+            backup >> shipped
+        _copy_tasks(config, cluster, host, backup)
 
     per_host.expand_kwargs([_host_args(config, host) for host in hosts])
-
-
-def _requested_kind(context: Any) -> str:
-    conf = getattr(context.get("dag_run"), "conf", None) or {}
-    kind = conf.get("kind", "auto")
-    if kind not in ("auto", "full", "incremental"):
-        raise ValueError(f"dag_run.conf kind must be auto, full or incremental, not {kind!r}")
-    return str(kind)
 
 
 def build_dag(config: FleetConfig, cluster: ClusterConfig) -> DAG:
@@ -261,7 +241,8 @@ def build_dag(config: FleetConfig, cluster: ClusterConfig) -> DAG:
         catchup=False,
         max_active_runs=1,  # two runs must never back up one host at once
         tags=["mysql", "backup", cluster.name],
-        # No DAG-level Params: trigger with conf {"kind": "full"} to override the policy.
+        # No DAG-level Params: trigger with conf {"kind": "full"} to override the policy (a bad
+        # value fails the backup task, naming it).
         doc_md=__doc__,
     ) as dag:
         for group_id, gate, hosts in _by_gate(cluster):

@@ -120,10 +120,10 @@ def airflow_connections(
         }
     )
     os.environ["AIRFLOW_CONN_BACKUP_GPG"] = json.dumps(
-        {"conn_type": "gpg_keys", "extra": {"public_keys": [public]}}
+        {"conn_type": "gpgkeys", "extra": {"public_keys": [public]}}
     )
     os.environ["AIRFLOW_CONN_BACKUP_GPG_PRIVATE"] = json.dumps(
-        {"conn_type": "gpg_keys", "password": passphrase, "extra": {"private_key": private}}
+        {"conn_type": "gpgkeys", "password": passphrase, "extra": {"private_key": private}}
     )
 
 
@@ -139,7 +139,7 @@ def load_dag(module: str, dag_id: str):  # noqa: ANN201 - an Airflow DAG
 
 def run_dag(dag, **conf: str) -> dict[str, str]:  # noqa: ANN001
     dagrun = dag.test(run_conf=conf)
-    # A task mapped over hosts shows with its map index's name: backup.full_backup[db1].
+    # A task mapped over hosts shows with its map index's name: backup.backup[db1 (full)].
     states = {
         ti.task_id + (f"[{ti.rendered_map_index or ti.map_index}]" if ti.map_index >= 0 else ""): str(
             ti.state

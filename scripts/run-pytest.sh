@@ -3,7 +3,7 @@
 # project that is a broken checkout or a bad path, never a pass.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-.venv/bin/pytest "$@"
+"${PYTEST:-.venv/bin/pytest}" "$@"
 rc=$?
 if [[ $rc -eq 5 ]]; then
     echo "run-pytest: pytest collected no tests; failing on purpose" >&2

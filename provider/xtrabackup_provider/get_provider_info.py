@@ -10,6 +10,32 @@ from typing import Any
 from . import __version__
 
 P = "xtrabackup_provider"
+GPG_CONN_TYPE = "gpgkeys"
+# The type's first name: Airflow warns on it (a connection type is a URI scheme, and a scheme has
+# no '_'). Deprecated: its connections keep working, new ones are gpgkeys.
+LEGACY_GPG_CONN_TYPE = "gpg_keys"
+# The GPG connection's form. Airflow 3.2+ builds it from these provider-info keys (no hook
+# import); GpgKeysHook gives the same to Airflow 3.1 through its own methods.
+GPG_FORM: dict[str, Any] = {
+    "ui-field-behaviour": {
+        "hidden-fields": ["host", "schema", "port", "login"],
+        "relabeling": {"password": "Private key passphrase"},
+        "placeholders": {"password": "only with a private key (restore connections)"},
+    },
+    "conn-fields": {
+        "public_keys": {
+            "label": "Public keys",
+            "description": "ASCII-armored public keys of the backup recipients, one item per key",
+            "schema": {"type": ["array", "null"], "items": {"type": "string"}},
+        },
+        "private_key": {
+            "label": "Private key",
+            "description": "ASCII-armored private key, for restore connections only: keep it out of "
+            "the connection that backup workers read",
+            "schema": {"type": ["string", "null"], "format": "multiline"},
+        },
+    },
+}
 
 
 def get_provider_info() -> dict[str, Any]:
@@ -68,9 +94,16 @@ def get_provider_info() -> dict[str, Any]:
         ],
         "connection-types": [
             {
-                "connection-type": "gpg_keys",
+                "connection-type": GPG_CONN_TYPE,
                 "hook-class-name": f"{P}.hooks.gpg.GpgKeysHook",
-                "hook-name": "GPG keys",
+                "hook-name": "GPG keys (backup encryption)",
+                **GPG_FORM,
+            },
+            {
+                "connection-type": LEGACY_GPG_CONN_TYPE,
+                "hook-class-name": f"{P}.hooks.gpg.LegacyGpgKeysHook",
+                "hook-name": "GPG keys (deprecated type gpg_keys: use gpgkeys)",
+                **GPG_FORM,
             },
         ],
     }

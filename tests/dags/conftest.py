@@ -52,7 +52,7 @@ def fleet(mariadb, s3_server, bucket, gpg_keys, tmp_path, monkeypatch, airflow_h
         "AIRFLOW_CONN_BACKUP_GPG_PRIVATE",
         json.dumps(
             {
-                "conn_type": "gpg_keys",
+                "conn_type": "gpgkeys",
                 "password": gpg_keys.passphrase,
                 "extra": {"private_key": gpg_keys.private_key},
             }
@@ -62,7 +62,7 @@ def fleet(mariadb, s3_server, bucket, gpg_keys, tmp_path, monkeypatch, airflow_h
         "AIRFLOW_CONN_BACKUP_GPG_TEST",
         json.dumps(
             {
-                "conn_type": "gpg_keys",
+                "conn_type": "gpgkeys",
                 "extra": {"public_keys": [gpg_keys.public_key]},
             }
         ),

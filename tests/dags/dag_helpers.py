@@ -20,7 +20,7 @@ def load_dag_module(name: str):
 
 
 def task_states(dagrun, dag) -> dict[str, str]:
-    """Task states of a run; a task mapped over hosts is keyed `<host>.<task>` (e.g. `db1.full_backup`)."""
+    """Task states of a run; a task mapped over hosts is keyed `<host>.<task>` (e.g. `db1.backup`)."""
     states = {}
     for ti in dagrun.get_task_instances():
         key = ti.task_id
@@ -30,3 +30,12 @@ def task_states(dagrun, dag) -> dict[str, str]:
             key = f"{host}.{ti.task_id.rsplit('.', 1)[-1]}"
         states[key] = ti.state
     return states
+
+
+def labels(dagrun) -> dict[tuple[str, str], str]:
+    """{(task_id, the map index's label as the UI shows it): state} of a run's mapped tasks."""
+    return {
+        (ti.task_id, ti.rendered_map_index): ti.state
+        for ti in dagrun.get_task_instances()
+        if ti.map_index >= 0
+    }

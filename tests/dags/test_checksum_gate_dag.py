@@ -57,7 +57,7 @@ def gate_fleet(pair, gpg_keys, tmp_path, monkeypatch, airflow_home):
         monkeypatch.setenv(f"AIRFLOW_CONN_{name}", json.dumps({"conn_type": "mysql", **conn}))
     monkeypatch.setenv(
         "AIRFLOW_CONN_BACKUP_GPG_TEST",
-        json.dumps({"conn_type": "gpg_keys", "extra": {"public_keys": [gpg_keys.public_key]}}),
+        json.dumps({"conn_type": "gpgkeys", "extra": {"public_keys": [gpg_keys.public_key]}}),
     )
     path = tmp_path / "fleet.yaml"
     monkeypatch.setenv("XTRABACKUP_FLEET_CONFIG", str(path))
@@ -121,7 +121,7 @@ def test_clean_pair_is_backed_up_and_the_manifest_records_the_gate(gate_fleet):
     assert _checksum(source, replica) == "success"
     state, states = _backup()
     assert state == "success", states
-    assert states["r1.checksum_gate"] == "success" and states["r1.full_backup"] == "success"
+    assert states["r1.checksum_gate"] == "success" and states["r1.backup"] == "success"
     (manifest,) = catalog.manifests()
     gates = {g.name: g for g in manifest.gates}
     assert gates["replica_health"].status == "pass"
@@ -138,7 +138,7 @@ def test_drift_on_the_replica_fails_skips_or_marks_the_backup(gate_fleet, on_dif
     state, states = _backup()
     if on_diff == "fail":
         assert state == "failed" and states["r1.checksum_gate"] == "failed", states
-        assert states["r1.full_backup"] == "upstream_failed"
+        assert states["r1.backup"] == "upstream_failed"
         assert catalog.manifests() == []
         assert (
             f"backup stopped: replica gate/r1: pt-table-checksum found differences from the source in 1 table(s): {db}.customers"
@@ -146,10 +146,10 @@ def test_drift_on_the_replica_fails_skips_or_marks_the_backup(gate_fleet, on_dif
         )
     elif on_diff == "skip":
         assert state == "success" and states["r1.checksum_gate"] == "skipped", states
-        assert states["r1.full_backup"] == states["r1.incremental_backup"] == "skipped"
+        assert states["r1.backup"] == "skipped"
         assert catalog.manifests() == []
     else:
-        assert state == "success" and states["r1.full_backup"] == "success", states
+        assert state == "success" and states["r1.backup"] == "success", states
         (manifest,) = catalog.manifests()
         checksum = next(g for g in manifest.gates if g.name == "checksum")
         assert checksum.status == "marked"

@@ -1,6 +1,7 @@
 """The backup DAG maps one task group over a cluster's hosts: each map index is a host (shown as
-the map index's name), each backup task instance lands on its host's queue (the cluster policy in
-xtrabackup_provider.policy), and the branch not taken is skipped per host."""
+the map index's name, with the kind its backup took), each backup task instance lands on its host's
+queue (the cluster policy in xtrabackup_provider.policy), and each host's backup decides its own
+kind: one host can take an incremental while another takes a full, in one run."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from dag_helpers import load_dag_module, task_states
+from dag_helpers import labels, load_dag_module, task_states
 
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.config.schema import ConfigError
@@ -32,20 +33,19 @@ def test_each_host_is_a_map_index_and_its_backup_runs_on_its_queue(fleet):
     _server, catalog = fleet
     _two_hosts(("backup_db1", "backup_db2"))
     dag = load_dag_module("mysql_backup").mysql_backup_dagtest
-    assert dag.get_task("backup.full_backup").queue == HOST_QUEUE
+    assert dag.get_task("backup.backup").queue == HOST_QUEUE
 
     full = dag.test()
     states = task_states(full, dag)
     assert full.state == "success", states
     tis = {(ti.task_id, ti.map_index): ti for ti in full.get_task_instances()}
     for index, host in enumerate(("db1", "db2")):
-        backup = tis[("backup.full_backup", index)]
-        assert backup.state == "success" and backup.rendered_map_index == host
+        backup = tis[("backup.backup", index)]
+        assert backup.state == "success" and backup.rendered_map_index == f"{host} (full)"
         assert backup.queue == f"backup_{host}", "a backup must run on its own host's worker"
-        assert tis[("backup.incremental_backup", index)].state == "skipped"
-        # Only the backups are routed: the decision and retention run anywhere.
-        assert tis[("backup.choose_kind", index)].queue == tis[("backup.retention", index)].queue == "default"
-        assert tis[("backup.choose_kind", index)].rendered_map_index == host
+        # Only the backups are routed: retention runs anywhere.
+        assert tis[("backup.retention", index)].queue == "default"
+        assert tis[("backup.retention", index)].rendered_map_index == host
         manifests = Catalog(catalog.store, "backups", "dagtest", host).manifests()
         assert [m.kind for m in manifests] == ["full"]
 
@@ -54,8 +54,12 @@ def test_each_host_is_a_map_index_and_its_backup_runs_on_its_queue(fleet):
     again = dag.test()
     states = task_states(again, dag)
     assert again.state == "success", states
-    assert states["db1.incremental_backup"] == states["db2.full_backup"] == "success"
-    assert states["db1.full_backup"] == states["db2.incremental_backup"] == "skipped"
+    assert labels(again) == {
+        ("backup.backup", "db1 (incremental)"): "success",
+        ("backup.backup", "db2 (full)"): "success",
+        ("backup.retention", "db1"): "success",
+        ("backup.retention", "db2"): "success",
+    }
 
 
 def test_hosts_on_different_queues_need_the_routing_policy(fleet, monkeypatch):
@@ -69,15 +73,11 @@ def test_hosts_sharing_a_queue_need_no_policy(fleet, monkeypatch):
     _two_hosts(("backups", "backups"))
     monkeypatch.delitem(sys.modules, "airflow_local_settings")
     dag = load_dag_module("mysql_backup").mysql_backup_dagtest
-    assert (
-        dag.get_task("backup.full_backup").queue
-        == dag.get_task("backup.incremental_backup").queue
-        == "backups"
-    )
+    assert dag.get_task("backup.backup").queue == "backups"
 
 
 def test_a_failed_host_keeps_its_backups_and_the_others_go_on(fleet):
-    """db2's connection does not exist: its run fails before any backup, so its retention does not
+    """db2's connection does not exist: its backup fails before it starts, so its retention does not
     run (a failed backup never costs an older one), while db1 is backed up and its retention runs."""
     path = Path(os.environ["XTRABACKUP_FLEET_CONFIG"])
     config = yaml.safe_load(path.read_text())
@@ -90,9 +90,8 @@ def test_a_failed_host_keeps_its_backups_and_the_others_go_on(fleet):
     run = dag.test()
     states = task_states(run, dag)
     assert run.state == "failed"
-    assert states["db1.full_backup"] == states["db1.retention"] == "success", states
-    assert states["db2.choose_kind"] == "failed"
-    assert states["db2.full_backup"] == states["db2.retention"] == "upstream_failed", states
+    assert states["db1.backup"] == states["db1.retention"] == "success", states
+    assert states["db2.backup"] == "failed" and states["db2.retention"] == "upstream_failed", states
 
 
 def test_a_task_whose_host_cannot_be_resolved_keeps_the_placeholder_queue(fleet):
@@ -104,11 +103,11 @@ def test_a_task_whose_host_cannot_be_resolved_keeps_the_placeholder_queue(fleet)
 
     _two_hosts(("backup_db1", "backup_db2"))
     dag = load_dag_module("mysql_backup").mysql_backup_dagtest
-    backup, decide = dag.get_task("backup.full_backup"), dag.get_task("backup.choose_kind")
+    backup, retention = dag.get_task("backup.backup"), dag.get_task("backup.retention")
     routed = [
         SimpleNamespace(task=backup, map_index=i, queue=HOST_QUEUE, task_id=backup.task_id) for i in (1, 2)
     ]
-    untouched = SimpleNamespace(task=decide, map_index=1, queue="default", task_id=decide.task_id)
+    untouched = SimpleNamespace(task=retention, map_index=1, queue="default", task_id=retention.task_id)
     for ti in (*routed, untouched):
         route_backup_task(ti)
     assert [ti.queue for ti in routed] == ["backup_db2", HOST_QUEUE]  # index 2: only 2 hosts

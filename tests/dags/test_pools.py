@@ -46,10 +46,8 @@ def test_backups_take_the_cluster_pool_else_the_storage_pool(tmp_path, monkeypat
     _fleet(tmp_path, monkeypatch, {"name": "s3_uploads", "slots": 5}, backup_pool="backups_a")
     module = load_dag_module("mysql_backup")
     a, b = _pools(module.mysql_backup_a), _pools(module.mysql_backup_b)
-    for pools in (a, b):
-        assert pools["backup.choose_kind"] == "default_pool"  # a catalog read: no slot needed
-    assert a["backup.full_backup"] == a["backup.incremental_backup"] == "backups_a"
-    assert b["backup.full_backup"] == b["backup.incremental_backup"] == "s3_uploads"
+    assert a["backup.backup"] == "backups_a"
+    assert b["backup.backup"] == "s3_uploads"
     assert a["backup.retention"] == b["backup.retention"] == "s3_uploads"
 
 

@@ -174,7 +174,7 @@ def test_gpg_encrypt_then_upload_a_directory_with_a_sha256_manifest(
 
     monkeypatch.setenv(
         "AIRFLOW_CONN_XBP_UPLOAD_GPG",
-        json.dumps({"conn_type": "gpg_keys", "extra": {"public_keys": [gpg_keys.public_key]}}),
+        json.dumps({"conn_type": "gpgkeys", "extra": {"public_keys": [gpg_keys.public_key]}}),
     )
     outbox = tmp_path / "outbox"
     (outbox / "binlogs").mkdir(parents=True)

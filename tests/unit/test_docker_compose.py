@@ -412,7 +412,7 @@ def test_fleet_connections_are_defined_for_the_workers() -> None:
             f"connection {host['mysql_conn_id']!r} should be a mysql connection to the `mysql` service"
         )
     entrypoint = " ".join(str(part) for part in service("backup-worker").get("entrypoint") or [])
-    assert '"conn_type": "gpg_keys"' in entrypoint, "the GPG connection is not built with conn_type gpg_keys"
+    assert '"conn_type": "gpgkeys"' in entrypoint, "the GPG connection is not built with conn_type gpgkeys"
     assert '"public_keys": [' in entrypoint, (
         "the GPG connection's extra must hold public_keys as a list of armored keys (GpgKeysHook's shape)"
     )

@@ -620,8 +620,8 @@ def test_backup_dag_ends_with_a_retention_task_per_host(tmp_path, monkeypatch):
     # One retention task in the group mapped over the hosts: each map index waits for its own host.
     task = dag.get_task("backup.retention")
     assert task.get_closest_mapped_task_group()._expand_input.value[1]["host"] == "db.2"
-    assert task.upstream_task_ids == {"backup.full_backup", "backup.incremental_backup"}
-    assert task.trigger_rule == "none_failed_min_one_success"
+    assert task.upstream_task_ids == {"backup.backup"}
+    assert task.trigger_rule == "all_success"
     assert task.confirm is True and task.policy["keep_last_chains"] == 3 and task.policy["weekly"] == 4
     assert "confirm" not in task.policy
     config["retention"] = {}

@@ -61,5 +61,4 @@ def binlog_gate(config: FleetConfig, cluster: ClusterConfig, host: Any, conn_id:
         aws_conn_id=storage.aws_conn_id,
         poke_interval=min(30.0, binlogs.progress_seconds * 3),
         timeout=binlogs.lag_timeout_minutes * 60,
-        trigger_rule="none_failed_min_one_success",  # after whichever backup branch ran
     )

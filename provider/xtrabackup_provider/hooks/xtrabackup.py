@@ -4,17 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk import BaseHook
+from airflow.providers.mysql.hooks.mysql import MySqlHook
 
-from ..core.db.server import MySQLTarget
+from ..core.db.server import MySQLTarget, ServerError, check_charset, client_tls
 from ..core.engine.tools import Flavour, ToolVersion, detect_tool
 
 
-class XtraBackupHook(BaseHook):
-    """Credentials for the backup tools come from a `mysql` connection.
+class XtraBackupHook(MySqlHook):
+    """Credentials for the backup tools come from a `mysql` connection, read the way the mysql
+    provider's MySqlHook reads it (it is one: `get_records`, `run`, `get_conn` work as there).
 
-    Connection fields: host/port (or extra `unix_socket`), login, password. The password only
-    ever reaches the tools through a 0600 defaults file written by the core.
+    Connection fields: host/port (or extra `unix_socket`), login, password. Extras: `ssl` (an
+    object with `ca`, `cert`, `key`, `capath`, `cipher`: paths on the worker; or its JSON text),
+    `ssl_mode` (DISABLED, PREFERRED, REQUIRED, VERIFY_CA, VERIFY_IDENTITY) and `charset`, which
+    core/db/server.py turns into MySQLdb arguments and the 0600 defaults file the tools read (the
+    only way the password reaches them). An unknown `ssl` key or mode is refused by name, and so
+    is `iam`: the backup tools cannot fetch an AWS token.
     """
 
     conn_name_attr = "mysql_conn_id"
@@ -29,20 +34,36 @@ class XtraBackupHook(BaseHook):
         binary: str | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(mysql_conn_id=mysql_conn_id, **kwargs)
         self.mysql_conn_id = mysql_conn_id
         self.flavour = flavour
         self.binary = binary
 
     def get_target(self) -> MySQLTarget:
         conn = self.get_connection(self.mysql_conn_id)
+        source = f"connection {self.mysql_conn_id!r}"
         extra = conn.extra_dejson
+        if extra.get("iam"):
+            raise ServerError(
+                f"{source}: extra iam (an AWS token as the password) is not supported: the backup tools "
+                "read a password from their defaults file; give the connection a password"
+            )
+        try:
+            # MySqlHook's own reading of the extras: ssl (a JSON string from a URI is parsed),
+            # ssl_mode, charset, unix_socket.
+            config = self._get_conn_config_mysql_client(conn)
+        except ValueError as exc:
+            raise ServerError(f"{source}: extra ssl is not a JSON object: {exc}") from None
+        ssl, ssl_mode = client_tls(config.get("ssl"), config.get("ssl_mode"), source)
         return MySQLTarget(
             host=conn.host or "127.0.0.1",
-            port=int(conn.port or 3306),
-            socket=extra.get("unix_socket") or extra.get("socket"),
+            port=int(config["port"]),
+            socket=config.get("unix_socket") or extra.get("socket"),
             user=conn.login or "root",
             password=conn.password,
+            ssl=ssl,
+            ssl_mode=ssl_mode,
+            charset=check_charset(config.get("charset"), source),
         )
 
     def get_tool(self) -> ToolVersion:

@@ -39,7 +39,7 @@ def emit(
     tags: dict[str, Any] | None = None,
 ) -> None:
     try:
-        from airflow.sdk.observability.stats import Stats
+        from airflow.providers.common.compat.sdk import Stats
 
         tags = {"cluster": cluster, "host": host, **(tags or {})}
         for metric, value in (gauges or {}).items():

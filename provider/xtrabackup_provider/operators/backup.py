@@ -12,13 +12,25 @@ from .base import PUBLIC_KEYS_CONN, BackupStorageOperator, skip_unless_branch_ch
 
 log = logging.getLogger(__name__)
 
+KINDS = ("auto", "full", "incremental")
+# A map index label that names the host and, once the backup ran, the kind it took:
+# `db1` while it runs, `db1 (incremental)` after. Airflow renders map_index_template before
+# execute and again after it with the same context, where execute puts `backup_kind`
+# (3.1 renders only after execute: no label while it runs, the same one after).
+BACKUP_LABEL = "{{ task.host }}{% if backup_kind is defined %} ({{ backup_kind }}){% endif %}"
+# The run conf's {"kind": ...}, else the policy: for `kind` in a DAG.
+KIND_FROM_RUN_CONF = "{{ (dag_run.conf or {}).get('kind', 'auto') }}"
+
 
 class XtraBackupOperator(BackupStorageOperator):
     """Stream `xtrabackup`/`mariabackup` -> zstd -> gpg -> S3 and register the manifest.
 
     Runs on a worker on the database host (set `queue`; in the shipped DAG's mapped task group,
     xtrabackup_provider.policy routes it to its host's queue). `kind` is "auto" (the chain policy
-    decides), "full" or "incremental". Returns small metadata for XCom: ids, keys, sizes, LSNs.
+    decides, under the host lock, on the host), "full" or "incremental"; templated, so a DAG can
+    take it from the run conf (`KIND_FROM_RUN_CONF`). Returns small metadata for XCom: ids, keys,
+    sizes, LSNs, the kind and why. With `map_index_template=BACKUP_LABEL` a mapped backup is
+    labelled `<host> (<kind>)` once it ran.
     """
 
     # The per-host arguments are templated so that a mapped task group can pass them.
@@ -62,6 +74,8 @@ class XtraBackupOperator(BackupStorageOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         from datetime import timedelta
 
+        from airflow.providers.common.compat.sdk import AirflowFailException
+
         from ..core.backup.decide import ChainPolicy
         from ..core.backup.impact import ImpactSettings
         from ..core.backup.run import BackupRequest, run_backup
@@ -69,9 +83,12 @@ class XtraBackupOperator(BackupStorageOperator):
         from ..core.common.progress import ProgressLogger
         from ..hooks.xtrabackup import XtraBackupHook
 
-        skip_unless_branch_chose(self, context)
-        if self.kind not in ("auto", "full", "incremental"):
-            raise ValueError(f"kind must be auto, full or incremental, not {self.kind!r}")
+        skip_unless_branch_chose(self, context)  # downstream of a branch of your own (EXTENDING)
+        if self.kind not in KINDS:
+            # Bad input (a run conf's "kind", say): a retry would not change it.
+            raise AirflowFailException(
+                f"backup of {self.cluster}/{self.host}: kind must be auto, full or incremental, not {self.kind!r}"
+            )
         catalog = self.catalog()
         request = BackupRequest(
             catalog=catalog,
@@ -111,6 +128,7 @@ class XtraBackupOperator(BackupStorageOperator):
             _metrics.emit("backup", self.cluster, self.host, counters=("failed",))
             raise
         _metrics.backup_done(self.cluster, self.host, manifest)
+        context["backup_kind"] = manifest.kind  # for BACKUP_LABEL, rendered again after execute
         return {
             "backup_id": manifest.backup_id,
             "kind": manifest.kind,

@@ -1,5 +1,5 @@
 """What every operator and sensor that works on a host's backups shares: where the backups are
-stored, which `gpg_keys` connection it reads, and the lookups built on them.
+stored, which `gpgkeys` connection it reads, and the lookups built on them.
 
 As the amazon provider's AwsBaseOperator owns `aws_conn_id`, BackupStorageOperator (and
 BackupStorageSensor) own `cluster`, `host`, `bucket` or `local_path`, `prefix`, `aws_conn_id`
@@ -175,7 +175,7 @@ def skip_unless_branch_chose(op: Any, context: Any) -> None:
     NotPreviouslySkippedDep reads the branch's decision at map index -1, while a task in a mapped
     group wrote it at its own index. This reads it at the right index.
     """
-    from airflow.sdk.exceptions import AirflowSkipException
+    from airflow.providers.common.compat.sdk import AirflowSkipException
 
     ti = context["ti"]
     if ti.map_index < 0:

@@ -45,7 +45,7 @@ class BinlogShipOperator(BackupStorageOperator):
         keep_arguments(self, locals())
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from airflow.sdk.exceptions import AirflowFailException
+        from airflow.providers.common.compat.sdk import AirflowFailException
 
         from ..core.binlog.catalog import BinlogGapError
         from ..core.binlog.follow import ship_continuous

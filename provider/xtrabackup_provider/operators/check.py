@@ -46,7 +46,7 @@ class BackupCheckOperator(KeptArguments, BaseOperator):
     def execute(self, context: Any) -> list[dict[str, Any]]:
         from datetime import UTC, datetime
 
-        from airflow.sdk.exceptions import AirflowFailException
+        from airflow.providers.common.compat.sdk import AirflowFailException
 
         from ..core.catalog.backups import Catalog
         from ..core.config.schema import CheckConfig

@@ -53,7 +53,7 @@ class TableChecksumOperator(KeptArguments, BaseOperator):
         self.ignore_databases = ignore_databases or []
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from airflow.sdk.exceptions import AirflowFailException
+        from airflow.providers.common.compat.sdk import AirflowFailException
 
         from ..core.db.checksum import ConsistencyError, checksum_options, replica_dsn, run_checksum
         from ..hooks.xtrabackup import XtraBackupHook

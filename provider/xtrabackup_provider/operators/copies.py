@@ -52,7 +52,7 @@ class CopyBackupsOperator(BackupStorageOperator):
         keep_arguments(self, locals())
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from airflow.sdk.exceptions import AirflowSkipException
+        from airflow.providers.common.compat.sdk import AirflowSkipException
 
         from ..core.backup.copies import CopyTarget, copy_host
         from ..hooks.storage import BackupStorageHook

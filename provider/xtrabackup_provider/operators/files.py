@@ -15,7 +15,7 @@ from ..arguments import KeptArguments, keep_arguments
 
 
 class GpgEncryptOperator(KeptArguments, BaseOperator):
-    """Encrypt a file for the public keys of a `gpg_keys` connection: `source_path` -> `output_path`
+    """Encrypt a file for the public keys of a `gpgkeys` connection: `source_path` -> `output_path`
     (default `<source_path>.gpg`). The source is kept unless remove_source=True.
     XCom: {"path", "size", "sha256", "recipients"}."""
 

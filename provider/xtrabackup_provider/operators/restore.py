@@ -14,7 +14,7 @@ class XtraBackupRestoreOperator(ChainRestoreOperator):
     """Validate the chain from manifests, fetch + verify + extract, prepare, move back.
 
     `backup_id` None (or "latest") restores the newest backup. The private key comes from a
-    `gpg_keys` connection that only restore workers should be able to read.
+    `gpgkeys` connection that only restore workers should be able to read.
     """
 
     template_fields: Sequence[str] = storage_template_fields("backup_id", "target_datadir")

@@ -72,7 +72,7 @@ class ReplicaChecksumSensor(KeptArguments, BaseSensorOperator):
         return check_replica(XtraBackupHook(self.mysql_conn_id).get_target(), policy, self._label())
 
     def _decide(self, verdict: GateVerdict, final: bool) -> PokeReturnValue:
-        from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+        from airflow.providers.common.compat.sdk import AirflowFailException, AirflowSkipException
 
         from ..core.db.gate import ChecksumGateError
 

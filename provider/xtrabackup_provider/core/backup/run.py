@@ -94,7 +94,7 @@ def plan(req: BackupRequest, facts: ServerFacts, tool: ToolVersion, now: datetim
         log.warning("ignoring unreadable manifest: %s", problem)
     auto = decide(manifests, req.policy, now, facts.server_uuid, (tool.flavour, tool.major))
     if req.kind == "full":
-        # A branch that already chose "full" by policy runs this: keep the policy's reason.
+        # When the policy takes a full anyway, keep its reason.
         return auto if auto.kind == "full" else Decision("full", "a full backup was requested")
     if req.kind == "incremental" and auto.kind != "incremental":
         # Only past the policy's own limits (age, length, size), never onto a chain that does not
@@ -328,7 +328,8 @@ def _stream(
         extra_args=tuple(applied.tool_args()),
     )
     t0 = time.monotonic()
-    with defaults_file(req.target) as creds:
+    # Percona XtraBackup is a MySQL 8 client: its TLS options are spelled as MySQL's (ssl-mode).
+    with defaults_file(req.target, "mysql" if tool.flavour == "xtrabackup" else "mariadb") as creds:
         argv = applied.wrap_tool(backup_argv(tool, creds, opts))
         log.info(
             "streaming %s -> zstd(level %d) -> %s -> %s/%s",

@@ -139,7 +139,7 @@ def ship_continuous(
         directory = Path(tempfile.mkdtemp(prefix="stream-", dir=shipper.scratch))
         follower = _Follower(shipper, directory, progress_interval)
         replica_id = req.replica_server_id or default_replica_server_id(req.catalog.cluster, req.catalog.host)
-        with defaults_file(req.target) as creds, tempfile.TemporaryFile() as stderr:
+        with defaults_file(req.target, shipper.client) as creds, tempfile.TemporaryFile() as stderr:
             argv = download_argv(
                 shipper.binary, creds, directory, first, stop_never=True, replica_server_id=replica_id
             )

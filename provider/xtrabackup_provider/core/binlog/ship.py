@@ -27,7 +27,15 @@ from ..common import children
 from ..common.files import sha256_range
 from ..common.tempdirs import private_dir
 from ..common.values import format_gtid_pos, parse_gtid_pos
-from ..db.server import MySQLTarget, ServerError, ServerFacts, defaults_file, query, server_facts
+from ..db.server import (
+    ClientFamily,
+    MySQLTarget,
+    ServerError,
+    ServerFacts,
+    defaults_file,
+    query,
+    server_facts,
+)
 from ..pipeline.gpg import GpgHome
 from ..pipeline.to_store import stream_to_store
 from ..storage.base import ObjectStore, ObjectWriter, PutOptions
@@ -160,6 +168,8 @@ class BinlogShipper:
         self.req = req
         self.facts = server_facts(req.target)
         self.binary = binlog_tool(req.binary, self.facts)
+        # mariadb-binlog reads MariaDB's client options, mysqlbinlog MySQL 8's (the TLS spelling).
+        self.client: ClientFamily = "mariadb" if self.facts.is_mariadb else "mysql"
         self.bcat = BinlogCatalog(req.catalog, self.facts.server_uuid)
         self.report = ShipReport(self.facts.server_uuid)
         self.gpg = GpgHome()
@@ -238,7 +248,7 @@ class BinlogShipper:
         )
 
     def download(self, name: str) -> Path:
-        with defaults_file(self.req.target) as creds:
+        with defaults_file(self.req.target, self.client) as creds:
             argv = download_argv(self.binary, creds, self.scratch, name)
             proc = children.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True)
         path = self.scratch / name

@@ -161,7 +161,7 @@ class CheckConfig(_Model):
 
 class EncryptionConfig(_Model):
     enabled: bool = True
-    gpg_conn_id: str = "backup_gpg"  # Airflow connection of type gpg_keys (public keys)
+    gpg_conn_id: str = "backup_gpg"  # Airflow connection of type gpgkeys (public keys)
     private_gpg_conn_id: str = "backup_gpg_private"  # only restore workers should read this one
     public_key_files: list[str] = Field(default_factory=list)  # CLI
     private_key_file: str | None = None  # CLI restores

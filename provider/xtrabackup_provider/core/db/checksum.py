@@ -74,7 +74,10 @@ def source_dsn(target: MySQLTarget, creds_path: str) -> str:
         where = f"h={_dsn_value(target.host, 'host')},P={target.port}"
     else:
         where = ""  # the defaults file names the server
-    return ",".join(p for p in (where, f"F={_dsn_value(creds_path, 'defaults file path')}") if p)
+    # The session character set goes in the DSN (A=, copied to the replicas' DSNs), never in the
+    # shared [client] file: mariadb-binlog refuses default-character-set there.
+    charset = f"A={_dsn_value(target.charset, 'charset')}" if target.charset else ""
+    return ",".join(p for p in (where, charset, f"F={_dsn_value(creds_path, 'defaults file path')}") if p)
 
 
 def replica_dsn(target: MySQLTarget) -> str:

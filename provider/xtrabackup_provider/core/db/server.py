@@ -1,20 +1,83 @@
-"""Server connection details, the private 0600 defaults file the tools read, and server facts."""
+"""Server connection details (TLS included), the private 0600 defaults file the tools read, and
+server facts."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import socket as socketlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ..common.tempdirs import private_dir
 
 
 class ServerError(RuntimeError):
     """The database server could not be reached or queried; the message names it."""
+
+
+# The `ssl` keys of a mysql connection (apache-airflow-providers-mysql passes them to MySQLdb as
+# `ssl=`) and the client option each becomes in the defaults file; both client families read these.
+SSL_OPTIONS = {
+    "ca": "ssl-ca",
+    "cert": "ssl-cert",
+    "key": "ssl-key",
+    "capath": "ssl-capath",
+    "cipher": "ssl-cipher",
+}
+SSL_MODES = ("DISABLED", "PREFERRED", "REQUIRED", "VERIFY_CA", "VERIFY_IDENTITY")
+ClientFamily = Literal["mariadb", "mysql"]  # MariaDB's client library, or MySQL 8's (Percona XtraBackup)
+
+
+def client_tls(ssl: Any, ssl_mode: Any, source: str) -> tuple[dict[str, str], str | None]:
+    """A mysql connection's `ssl` (an object, or its JSON text as a URI gives it) and `ssl_mode`,
+    checked: unknown keys and modes are refused by name (`source` says where they came from)."""
+    if isinstance(ssl, str):
+        try:
+            ssl = json.loads(ssl) if ssl.strip() else {}
+        except ValueError:
+            raise ServerError(
+                f'{source}: extra ssl is not JSON; give an object like {{"ca": "/etc/mysql/ca.pem"}}'
+            ) from None
+    ssl = ssl or {}
+    if not isinstance(ssl, Mapping):
+        raise ServerError(
+            f'{source}: extra ssl must be an object like {{"ca": "/etc/mysql/ca.pem"}}, not {ssl!r}'
+        )
+    unknown = sorted(set(ssl) - set(SSL_OPTIONS))
+    if unknown:
+        raise ServerError(
+            f"{source}: extra ssl has unknown key(s) {', '.join(unknown)}; the known ones are "
+            f"{', '.join(sorted(SSL_OPTIONS))}"
+        )
+    options = {str(k): str(v) for k, v in ssl.items() if v not in (None, "")}
+    for key, value in options.items():
+        if any(c in value for c in "\n\r"):
+            raise ServerError(f"{source}: extra ssl.{key} cannot contain a newline")
+    mode = str(ssl_mode).strip().upper() if ssl_mode not in (None, "") else None
+    if mode is not None and mode not in SSL_MODES:
+        raise ServerError(f"{source}: extra ssl_mode must be one of {', '.join(SSL_MODES)}, not {ssl_mode!r}")
+    if mode in ("VERIFY_CA", "VERIFY_IDENTITY") and not ({"ca", "capath"} & set(options)):
+        raise ServerError(
+            f"{source}: ssl_mode {mode} needs the CA to verify against: extra ssl.ca (or ssl.capath)"
+        )
+    if mode == "DISABLED" and options:
+        raise ServerError(
+            f"{source}: ssl_mode DISABLED with ssl options {', '.join(sorted(options))}: drop one"
+        )
+    return options, mode
+
+
+def check_charset(charset: Any, source: str) -> str | None:
+    if charset in (None, ""):
+        return None
+    if not re.fullmatch(r"[A-Za-z0-9_]+", str(charset)):
+        raise ServerError(f"{source}: extra charset {charset!r} is not a character set name (like utf8mb4)")
+    return str(charset)
 
 
 @dataclass(frozen=True)
@@ -25,6 +88,10 @@ class MySQLTarget:
     user: str = "root"
     password: str | None = field(default=None, repr=False)
     defaults_file: str | None = None  # an existing client option file holding the credentials
+    # TLS, as a mysql connection's extras give it (client_tls): paths on this worker, no key material.
+    ssl: Mapping[str, str] = field(default_factory=dict)
+    ssl_mode: str | None = None
+    charset: str | None = None  # for the client sessions (MySQLdb, pt-table-checksum); not the physical copy
 
     @property
     def address(self) -> str:
@@ -43,7 +110,34 @@ class MySQLTarget:
             kw["unix_socket"] = self.socket
         elif self.host or not self.defaults_file:
             kw.update(host=self.host or "127.0.0.1", port=self.port)
+        if self.ssl:
+            kw["ssl"] = dict(self.ssl)
+        # VERIFY_CA is the CA given in `ssl` alone: both client libraries then verify the chain, and
+        # MariaDB's maps the mode itself to a host name check too (VERIFY_IDENTITY).
+        if self.ssl_mode and self.ssl_mode != "VERIFY_CA":
+            kw["ssl_mode"] = self.ssl_mode
+        if self.charset:
+            kw["charset"] = self.charset
         return kw
+
+    def tls_lines(self, client: ClientFamily = "mariadb") -> list[str]:
+        """The TLS options of a [client] option file, in the spelling of the tool's client library.
+
+        MariaDB's has no ssl-mode: `ssl` asks for TLS, `skip-ssl` refuses it, a CA makes it verify
+        the chain, and `ssl-verify-server-cert` adds the host name check (VERIFY_IDENTITY). MySQL
+        8's (Percona XtraBackup, mysqlbinlog) takes `ssl-mode` as it is.
+        """
+        lines = [f"{SSL_OPTIONS[key]}={_ini_value(value)}" for key, value in sorted(self.ssl.items())]
+        mode = self.ssl_mode
+        if client == "mysql":
+            return lines + ([f"ssl-mode={mode}"] if mode else [])
+        if mode == "DISABLED":
+            return ["skip-ssl"]
+        if mode in ("REQUIRED", "VERIFY_CA", "VERIFY_IDENTITY") or (self.ssl and mode is None):
+            lines.append("ssl")
+        if mode == "VERIFY_IDENTITY":
+            lines.append("ssl-verify-server-cert")
+        return lines
 
 
 def _ini_value(value: str) -> str:
@@ -53,10 +147,13 @@ def _ini_value(value: str) -> str:
 
 
 @contextmanager
-def defaults_file(target: MySQLTarget) -> Iterator[str]:
+def defaults_file(target: MySQLTarget, client: ClientFamily = "mariadb") -> Iterator[str]:
     """Yield the path of a 0600 [client] option file for the tools; removed on exit.
 
-    The file lives in a fresh 0700 directory so no other user can even see its name.
+    The file lives in a fresh 0700 directory so no other user can even see its name. It holds
+    the credentials, the address and the TLS options (`client`: the tool's client library), and
+    never a character set: mariadb-binlog refuses `default-character-set` in [client]. A target
+    with a defaults file of its own (the CLI's) and no password is given that file as it is.
     """
     if target.defaults_file and target.password is None:
         yield target.defaults_file
@@ -72,6 +169,7 @@ def defaults_file(target: MySQLTarget) -> Iterator[str]:
             lines.append(f"socket={target.socket}")
         else:
             lines += [f"host={target.host or '127.0.0.1'}", f"port={target.port}"]
+        lines += target.tls_lines(client)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:
             fh.write("\n".join(lines) + "\n")
