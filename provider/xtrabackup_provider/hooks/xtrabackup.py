@@ -6,6 +6,7 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
+from ..core.binlog.replication import ReplicationSource
 from ..core.db.server import MySQLTarget
 from ..core.engine.tools import Flavour, ToolVersion, detect_tool
 
@@ -43,6 +44,21 @@ class XtraBackupHook(BaseHook):
             socket=extra.get("unix_socket") or extra.get("socket"),
             user=conn.login or "root",
             password=conn.password,
+        )
+
+    def get_replication_source(
+        self, host: str | None = None, port: int | None = None, ssl: bool = False, label: str = ""
+    ) -> ReplicationSource:
+        """The connection as a replication account: its login and password, and its host/port as the
+        address replicas reach the source at (`host`/`port` given here override them)."""
+        conn = self.get_connection(self.mysql_conn_id)
+        address = host or conn.host
+        if not address:
+            raise ValueError(
+                f"connection {self.mysql_conn_id!r} has no host: give the address replicas reach the source at"
+            )
+        return ReplicationSource(
+            address, int(port or conn.port or 3306), conn.login or "repl", conn.password, ssl, label=label
         )
 
     def get_tool(self) -> ToolVersion:

@@ -49,7 +49,9 @@ class ReplicationSource:
         return f"{self.host}:{self.port}"
 
     def describe(self) -> str:
-        return f"source {self.label} ({self.address})" if self.label else f"source {self.address}"
+        if self.label and self.host:
+            return f"source {self.label} ({self.address})"
+        return f"source {self.label or self.address}"
 
 
 def change_master_sql(source: ReplicationSource) -> tuple[str, tuple[Any, ...]]:
@@ -145,6 +147,32 @@ def source_position(source_admin: MySQLTarget) -> str:
         conn.close()
 
 
+def caught_up(
+    state: ReplicaState, want: str, max_lag_seconds: float, source: ReplicationSource, what: str
+) -> bool:
+    """Whether a replica in `state` has applied `want` with a lag of at most `max_lag_seconds`;
+    a replication error raises: 1236 (the source no longer has the binlogs) as PurgedBinlogsError."""
+    if state.io_errno == ER_MASTER_FATAL_READING_BINLOG:
+        raise PurgedBinlogsError(
+            f"{what} cannot replicate from {source.describe()}: {state.io_error} (the source no longer "
+            "has the binlogs from the backup's position; provision from a newer backup)"
+        )
+    if state.sql_errno:
+        raise ReplicationError(
+            f"{what} stopped applying changes from {source.describe()}: error {state.sql_errno}: {state.sql_error}"
+        )
+    reached = gtid_reached(parse_gtid_pos(state.gtid), parse_gtid_pos(want))
+    return reached and state.lag is not None and state.lag <= max_lag_seconds
+
+
+def describe_progress(state: ReplicaState, want: str) -> str:
+    io = f"IO thread {state.io_running}" + (f" ({state.io_error})" if state.io_error else "")
+    return (
+        f"it has applied {state.gtid or '(nothing)'}, the source was at {want or '(nothing)'}, lag "
+        f"{state.lag if state.lag is not None else 'unknown'}s, {io}, SQL thread {state.sql_running}"
+    )
+
+
 def wait_caught_up(
     replica: Callable[[], Any],
     source: ReplicationSource,
@@ -156,8 +184,7 @@ def wait_caught_up(
     what: str = "the replica",
 ) -> CatchUp:
     """Wait until `replica()` (a new connection each poll) has applied what the source had written
-    when the wait began and its lag is at most `max_lag_seconds`. A replication error ends the wait
-    at once: 1236 (the source no longer has the binlogs) as PurgedBinlogsError."""
+    when the wait began and its lag is at most `max_lag_seconds` (see caught_up)."""
     started = time.monotonic()
     want = source_position(source_admin)
     deadline = started + timeout
@@ -167,24 +194,12 @@ def wait_caught_up(
             state = replica_state(conn)
         finally:
             conn.close()
-        if state.io_errno == ER_MASTER_FATAL_READING_BINLOG:
-            raise PurgedBinlogsError(
-                f"{what} cannot replicate from {source.describe()}: {state.io_error} (the source no longer "
-                "has the binlogs from the backup's position; provision from a newer backup)"
-            )
-        if state.sql_errno:
-            raise ReplicationError(
-                f"{what} stopped applying changes from {source.describe()}: error {state.sql_errno}: {state.sql_error}"
-            )
-        reached = gtid_reached(parse_gtid_pos(state.gtid), parse_gtid_pos(want))
-        if reached and state.lag is not None and state.lag <= max_lag_seconds:
+        if caught_up(state, want, max_lag_seconds, source, what):
             return CatchUp(time.monotonic() - started, state.gtid, want, state.lag)
         if time.monotonic() >= deadline:
-            io = f"IO thread {state.io_running}" + (f" ({state.io_error})" if state.io_error else "")
             raise ReplicationError(
-                f"{what} did not catch up with {source.describe()} within {timeout:.0f}s: it has applied "
-                f"{state.gtid or '(nothing)'}, the source was at {want or '(nothing)'}, lag "
-                f"{state.lag if state.lag is not None else 'unknown'}s, {io}, SQL thread {state.sql_running}"
+                f"{what} did not catch up with {source.describe()} within {timeout:.0f}s: "
+                + describe_progress(state, want)
             )
         time.sleep(poll)
 
