@@ -192,7 +192,10 @@ def rewrite_backup(catalog: Catalog, manifest: Manifest, workdir: Path, change: 
     packed = work / "backup.xbstream.zst"
     (work / "in.zst").write_bytes(catalog.store.get_bytes(obj.key))
     subprocess.run(
-        f"zstd -dc {work / 'in.zst'} | mbstream -x -C {extracted}", shell=True, check=True, capture_output=True
+        f"zstd -dc {work / 'in.zst'} | mbstream -x -C {extracted}",
+        shell=True,
+        check=True,
+        capture_output=True,
     )
     change(extracted)
     files = sorted(str(p.relative_to(extracted)) for p in extracted.rglob("*") if p.is_file())
@@ -211,8 +214,31 @@ def rewrite_backup(catalog: Catalog, manifest: Manifest, workdir: Path, change: 
     return rewritten
 
 
+def backup_tablespace(extracted: Path, db: str, table: str) -> Path:
+    """A table's tablespace in an extracted backup: `<t>.ibd`, or `<t>.new` for a table created shortly
+    before the backup (mariabackup's marker for DDL it saw, renamed at prepare)."""
+    for suffix in (".ibd", ".new"):
+        if (path := extracted / db / f"{table}{suffix}").is_file():
+            return path
+    raise FileNotFoundError(f"no tablespace of {db}.{table} in {extracted}")
+
+
 def flip_page(path: Path, page: int, offset: int = 3000, page_size: int = 16384) -> None:
     """XOR one byte of one page of an InnoDB file."""
     data = bytearray(path.read_bytes())
     data[page * page_size + offset] ^= 0x5A
     path.write_bytes(bytes(data))
+
+
+def transplant(source: Catalog, backup_id: str, dest: Catalog) -> Manifest:
+    """Copy a backup of one host into another host's catalog under a manifest edited to pass as that
+    host's own (host name and object keys rewritten): what a mix-up of hosts or a hand-made copy leaves."""
+    manifest = source.get(backup_id)
+    objects = []
+    for obj in manifest.objects:
+        key = dest.object_key(backup_id, obj.key.rsplit("/", 1)[-1])
+        dest.store.put_bytes(key, source.store.get_bytes(obj.key))
+        objects.append(obj.model_copy(update={"key": key}))
+    moved = manifest.model_copy(update={"cluster": dest.cluster, "host": dest.host, "objects": objects})
+    dest.write(moved)
+    return moved

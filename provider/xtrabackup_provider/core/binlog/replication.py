@@ -154,8 +154,9 @@ def caught_up(
     a replication error raises: 1236 (the source no longer has the binlogs) as PurgedBinlogsError."""
     if state.io_errno == ER_MASTER_FATAL_READING_BINLOG:
         raise PurgedBinlogsError(
-            f"{what} cannot replicate from {source.describe()}: {state.io_error} (the source no longer "
-            "has the binlogs from the backup's position; provision from a newer backup)"
+            f"{what} cannot replicate from {source.describe()}: {state.io_error} (the source cannot send from "
+            "this position: it purged those binlogs, or the position is not from its history; use a newer "
+            "backup of this cluster)"
         )
     if state.sql_errno:
         raise ReplicationError(

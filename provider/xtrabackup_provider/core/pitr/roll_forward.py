@@ -105,9 +105,10 @@ class ShippedBinlogs:
                 ],
                 note,
                 gtid=report.reached_gtid,
+                replayed=True,
             )
         log.info("rolled %s forward: %s", manifest.backup_id, note)
-        return CheckResult.of(NAME, [], note, gtid=report.reached_gtid, binlogs=len(files))
+        return CheckResult.of(NAME, [], note, gtid=report.reached_gtid, binlogs=len(files), replayed=True)
 
 
 def _contiguous(index: BinlogIndex, manifest: Manifest) -> tuple[list[BinlogManifest], str]:
