@@ -19,7 +19,12 @@ from typing import Any
 from airflow.sdk import DAG, Param, task
 
 from xtrabackup_provider.core.config.load import load_config
-from xtrabackup_provider.core.config.replication import PROVISION_DSN_TABLE, PROVISION_REPLICATE
+from xtrabackup_provider.core.config.replication import (
+    PROVISION_DSN_TABLE,
+    PROVISION_IGNORE_DATABASES,
+    PROVISION_IGNORE_TABLES,
+    PROVISION_REPLICATE,
+)
 from xtrabackup_provider.core.config.schema import ClusterConfig, ConfigError, FleetConfig, HostConfig
 from xtrabackup_provider.operators.checksum import TableChecksumOperator
 from xtrabackup_provider.operators.provision import ProvisionReplicaOperator
@@ -107,7 +112,8 @@ def build_dag(config: FleetConfig, cluster: ClusterConfig, host: HostConfig) -> 
             replicate=PROVISION_REPLICATE,
             dsn_table=PROVISION_DSN_TABLE,
             databases=list(spec.databases) if spec else None,
-            ignore_databases=list(spec.ignore_databases) if spec else None,
+            ignore_databases=[*(spec.ignore_databases if spec else []), *PROVISION_IGNORE_DATABASES],
+            ignore_tables=list(PROVISION_IGNORE_TABLES),
             chunk_time=spec.chunk_time if spec else 0.5,
             timeout_minutes=spec.timeout_minutes if spec else 240,
             binary=spec.binary if spec else "pt-table-checksum",

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 
 from ..binlog.replication import ReplicationSource
 from ..db.checksum import ChecksumOptions, checksum_options, replica_dsn
+from ..db.heartbeat import HEARTBEAT_TABLE
 from ..db.server import MySQLTarget
 from ..restore.replica_compare import SourceCompare
 from .schema import ClusterConfig, FleetConfig, HostConfig, ReplicationConfig
@@ -17,6 +18,9 @@ from .wiring import SetupError, cli_target
 
 PROVISION_REPLICATE = "percona.xbp_provision_checksums"
 PROVISION_DSN_TABLE = "percona.xbp_provision_dsns"
+# Each server's own: its replication position, the heartbeat canary a host may write unlogged, pt's tables.
+PROVISION_IGNORE_TABLES = ("mysql.gtid_slave_pos",)
+PROVISION_IGNORE_DATABASES = (HEARTBEAT_TABLE[0], "percona")
 
 
 @dataclass(frozen=True)
@@ -68,12 +72,15 @@ def checksum_settings(cluster: ClusterConfig) -> ChecksumOptions:
 
 def provision_checksum(cluster: ClusterConfig, replica_dsn_text: str) -> ChecksumOptions:
     """pt-table-checksum against one new replica, into tables of its own (the gate's stay untouched)."""
+    settings = checksum_settings(cluster)
     return replace(
-        checksum_settings(cluster),
+        settings,
         recursion_method="dsn",
         replicate=PROVISION_REPLICATE,
         dsn_table=PROVISION_DSN_TABLE,
         replica_dsns=(replica_dsn_text,),
+        ignore_databases=(*settings.ignore_databases, *PROVISION_IGNORE_DATABASES),
+        ignore_tables=(*settings.ignore_tables, *PROVISION_IGNORE_TABLES),
     )
 
 
