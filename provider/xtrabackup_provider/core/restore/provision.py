@@ -36,6 +36,8 @@ from .chain import RestoreRequest, check_target, plan_chain, restore
 
 log = logging.getLogger(__name__)
 
+START_ENV = ("PATH", "HOME", "TMPDIR", "TZ", "LANG", "LC_ALL")  # what the start command may see
+
 
 class ProvisionError(RuntimeError):
     """The replica cannot be built or did not come up; the message says what to do."""
@@ -191,8 +193,12 @@ def start_server(argv: list[str], replica: MySQLTarget, timeout: float) -> None:
     if not argv:
         raise ProvisionError("no start command for the new server (e.g. systemctl start mariadb)")
     log.info("starting the new server: %s", " ".join(argv))
+    # The server it starts lives on, and /proc shows its environment: pass on nothing secret.
+    env = {k: os.environ[k] for k in START_ENV if k in os.environ}
     try:
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout, env=env
+        )
     except FileNotFoundError as exc:
         raise ProvisionError(f"start command {argv[0]!r} not found") from exc
     except subprocess.TimeoutExpired as exc:
