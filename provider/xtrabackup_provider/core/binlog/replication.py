@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..common.values import format_gtid_pos, gtid_reached, parse_gtid_pos
 from ..db.server import MySQLTarget, connect
-from .events import format_gtid_pos, gtid_reached, parse_gtid_pos
 
 log = logging.getLogger(__name__)
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..binlog.catalog import BinlogCatalog, BinlogError, BinlogIndex, BinlogManifest, server_uuids
-from ..binlog.events import binlog_number, format_gtid_pos, parse_gtid_pos
 from ..catalog.backups import Catalog
 from ..catalog.manifest import Manifest
+from ..common.values import binlog_number, format_gtid_pos, parse_gtid_pos
 from ..restore.evidence import CheckResult
 from .plan import PitrPlan, PitrTarget
 from .recover import PitrReport, PitrRequest, fetch_binlogs, where_replay_stops

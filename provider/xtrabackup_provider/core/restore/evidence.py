@@ -27,9 +27,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..binlog.events import binlog_number, parse_gtid_pos
 from ..catalog.manifest import Manifest
 from ..catalog.shape import SourceShape, TableShape
+from ..common import children
+from ..common.values import binlog_number, parse_gtid_pos
 from ..db.sandbox import SandboxServer, quote_ident
 from ..db.shape import table_shapes, tables_sql
 
@@ -136,7 +137,7 @@ def _innochecksum_one(binary: str, path: Path, system: bool) -> str | None:
                 [binary, f"--start-page={a}", f"--end-page={b}", str(path)] for a, b in _ranges(skip, pages)
             ]
     for argv in argvs:
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        proc = children.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True)
         if proc.returncode != 0:
             said = " ".join((proc.stdout + " " + proc.stderr).split())
             return said[:300] or f"exit status {proc.returncode}"

@@ -30,13 +30,12 @@ from ..binlog.replication import (
 )
 from ..catalog.backups import Catalog
 from ..catalog.manifest import Manifest
+from ..common import children
 from ..db.checksum import ChecksumOptions, ChecksumRun, run_checksum
 from ..db.server import MySQLTarget, ServerError, connect, server_facts
 from .chain import RestoreRequest, check_target, plan_chain, restore
 
 log = logging.getLogger(__name__)
-
-START_ENV = ("PATH", "HOME", "TMPDIR", "TZ", "LANG", "LC_ALL")  # what the start command may see
 
 
 class ProvisionError(RuntimeError):
@@ -193,19 +192,17 @@ def start_server(argv: list[str], replica: MySQLTarget, timeout: float) -> None:
     if not argv:
         raise ProvisionError("no start command for the new server (e.g. systemctl start mariadb)")
     log.info("starting the new server: %s", " ".join(argv))
-    # The server it starts lives on, and /proc shows its environment: pass on nothing secret.
-    env = {k: os.environ[k] for k in START_ENV if k in os.environ}
+    # The server it starts lives on, and /proc shows its environment: children.run passes on
+    # nothing secret.
     try:
-        proc = subprocess.run(
-            argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout, env=env
-        )
+        proc = children.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
     except FileNotFoundError as exc:
         raise ProvisionError(f"start command {argv[0]!r} not found") from exc
     except subprocess.TimeoutExpired as exc:
         raise ProvisionError(f"start command {' '.join(argv)} did not return within {timeout:.0f}s") from exc
     if proc.returncode != 0:
         raise ProvisionError(
-            f"start command {' '.join(argv)} exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()[-1500:]}"
+            f"start command {' '.join(argv)} exited {proc.returncode}: {children.summarize_stderr(proc.stderr or proc.stdout)}"
         )
     deadline = time.monotonic() + timeout
     while True:
