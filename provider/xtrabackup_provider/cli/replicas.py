@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -59,7 +58,9 @@ def add_parsers(sub: Any) -> None:
 
 
 def cmd_restore_test(args: argparse.Namespace, config: FleetConfig) -> int:
+    from ..core.common.tempdirs import private_dir
     from ..core.config.replication import cli_deep_compare
+    from ..core.db.sandbox import stop_orphans
     from ..core.pitr.roll_forward import ShippedBinlogs
     from ..core.restore.restore_test import RestoreTestRequest, run_restore_test
 
@@ -72,7 +73,7 @@ def cmd_restore_test(args: argparse.Namespace, config: FleetConfig) -> int:
     report = run_restore_test(
         RestoreTestRequest(
             catalog=catalog,
-            workdir=Path(tempfile.mkdtemp(prefix="xbp-rt-", dir=root)),
+            workdir=private_dir("rt", root, on_sweep=stop_orphans),  # swept, with its sandbox, if killed
             backup_id=None if args.backup_id == "latest" else args.backup_id,
             private_key=key,
             passphrase=passphrase,
