@@ -10,7 +10,6 @@ from dataclasses import dataclass, replace
 
 from ..binlog.replication import ReplicationSource
 from ..db.checksum import ChecksumOptions, checksum_options, replica_dsn
-from ..db.heartbeat import HEARTBEAT_TABLE
 from ..db.server import MySQLTarget
 from ..restore.replica_compare import SourceCompare
 from .schema import ClusterConfig, FleetConfig, HostConfig, ReplicationConfig
@@ -18,9 +17,10 @@ from .wiring import SetupError, cli_target
 
 PROVISION_REPLICATE = "percona.xbp_provision_checksums"
 PROVISION_DSN_TABLE = "percona.xbp_provision_dsns"
-# Each server's own: its replication position, the heartbeat canary a host may write unlogged, pt's tables.
+# Each server's own: its replication position and pt's tables (core/db/checksum.py always leaves out
+# the host-local heartbeat schema).
 PROVISION_IGNORE_TABLES = ("mysql.gtid_slave_pos",)
-PROVISION_IGNORE_DATABASES = (HEARTBEAT_TABLE[0], "percona")
+PROVISION_IGNORE_DATABASES = ("percona",)
 
 
 @dataclass(frozen=True)
