@@ -3,7 +3,11 @@
 One DAG per cluster. Each run restores one host's backup into a scratch datadir, starts a
 socket-only sandbox, verifies it, writes restore-report.json next to the backup (retention
 reads it as "verified") and emits an Asset event that downstream DAGs can be scheduled on.
-Trigger by hand with Params: host (or "random"), backup_id (or "latest"), level.
+Trigger by hand with Params: host (or "random"), backup_id (or "latest"), level (quick, full, and
+deep when the cluster has a `replication` section; core/restore/restore_test.py lists what each
+level checks). Hosts with `restore_test: false` are left out. An XtraBackup host must be: the
+sandbox starts MariaDB's mariadbd only, so the DAG refuses to build a restore test that could
+never pass and names the host.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Any
 from airflow.sdk import DAG, Asset, Param, task
 
 from xtrabackup_provider.core.config.load import load_config
-from xtrabackup_provider.core.config.schema import ClusterConfig, FleetConfig
+from xtrabackup_provider.core.config.schema import ClusterConfig, ConfigError, FleetConfig, HostConfig
 from xtrabackup_provider.dag_tasks.glacier import glacier_tasks
 from xtrabackup_provider.operators.pitr import PitrRestoreTestOperator
 from xtrabackup_provider.operators.restore_test import RestoreTestOperator
@@ -27,8 +31,61 @@ def verified_asset(cluster: str) -> Asset:
     return Asset(name=f"mysql_restore_verified_{cluster}")
 
 
+def tested_hosts(config: FleetConfig, cluster: ClusterConfig) -> list[HostConfig]:
+    """The hosts the DAG restore-tests; an XtraBackup host among them is a config error."""
+    hosts = [h for h in cluster.hosts if h.restore_test]
+    for host in hosts:
+        if host.flavour != "mariabackup":
+            raise ConfigError(
+                f"{config.source}: cluster {cluster.name!r}, host {host.name!r} is backed up with {host.flavour}, but "
+                "a restore test starts the restored datadir with MariaDB's mariadbd: a MySQL datadir needs mysqld, "
+                "which this provider's sandbox cannot start. Set `restore_test: false` on the host (restore it by "
+                "hand, see docs/RUNBOOK.md), or back it up with mariabackup"
+            )
+    return hosts
+
+
+def _conn_id(host: HostConfig) -> str:
+    return host.mysql_conn_id or f"mysql_{host.name.replace('.', '_')}"
+
+
+def deep_args(config: FleetConfig, cluster: ClusterConfig) -> dict[str, Any]:
+    """The deep level's operator arguments: the source, the replication account, pt's options."""
+    source = cluster.replication_source()
+    if cluster.replication is None or source is None:
+        return {}
+    rep = cluster.replication
+    spec = cluster.checksum
+    return {
+        "source_conn_id": _conn_id(source),
+        "replication_conn_id": rep.conn_id,
+        "replication": {
+            "source_name": source.name,
+            "source_host": rep.source_host,
+            "source_port": rep.source_port,
+            "ssl": rep.ssl,
+            "max_lag_seconds": rep.max_lag_seconds,
+            "catch_up_timeout_minutes": rep.catch_up_timeout_minutes,
+            "poll_seconds": rep.poll_seconds,
+        },
+        "checksum": (
+            {
+                "binary": spec.binary,
+                "chunk_time": spec.chunk_time,
+                "max_lag_seconds": spec.max_lag_seconds,
+                "timeout_minutes": spec.timeout_minutes,
+                "databases": list(spec.databases),
+                "ignore_databases": list(spec.ignore_databases),
+            }
+            if spec
+            else {}
+        ),
+    }
+
+
 def build_dag(config: FleetConfig, cluster: ClusterConfig) -> DAG:
-    hosts = [h.name for h in cluster.hosts]
+    hosts = [h.name for h in tested_hosts(config, cluster)]
+    deep = deep_args(config, cluster)
     storage = config.storage
     with DAG(
         dag_id=f"mysql_restore_test_{cluster.name}",
@@ -41,7 +98,12 @@ def build_dag(config: FleetConfig, cluster: ClusterConfig) -> DAG:
         params={
             "host": Param("random", enum=["random", *hosts], description="host to test"),
             "backup_id": Param("latest", type="string", description="a backup id, or latest"),
-            "level": Param("quick", enum=["quick", "full"], description="CHECK TABLE on a sample or all"),
+            "level": Param(
+                "quick",
+                enum=["quick", "full", *(["deep"] if deep else [])],
+                description="quick: page checksums, source shape, CHECK TABLE sample; full: + all tables, binlogs "
+                "rolled forward; deep: + a replica of the source compared by pt-table-checksum",
+            ),
             **(
                 {"target_time": Param("", type="string", description="ISO time, UTC: restore to it (PITR)")}
                 if cluster.binlogs
@@ -75,9 +137,9 @@ def build_dag(config: FleetConfig, cluster: ClusterConfig) -> DAG:
             gpg_conn_id=config.encryption.private_gpg_conn_id if config.encryption.enabled else None,
             outlets=[verified_asset(cluster.name)],
         )
-        latest = RestoreTestOperator(task_id="restore_latest_chain", backup_id="latest", **common)
+        latest = RestoreTestOperator(task_id="restore_latest_chain", backup_id="latest", **common, **deep)
         given = RestoreTestOperator(
-            task_id="restore_given_backup", backup_id="{{ params.backup_id }}", **common
+            task_id="restore_given_backup", backup_id="{{ params.backup_id }}", **common, **deep
         )
         host, path = pick_host(), choose_path()
         if storage.bucket:  # archived backups: request restore -> wait (deferred) -> restore test
@@ -97,4 +159,5 @@ def build_dag(config: FleetConfig, cluster: ClusterConfig) -> DAG:
 
 FLEET = load_config()
 for _cluster in FLEET.clusters:
-    globals()[f"mysql_restore_test_{_cluster.name}"] = build_dag(FLEET, _cluster)
+    if any(h.restore_test for h in _cluster.hosts):
+        globals()[f"mysql_restore_test_{_cluster.name}"] = build_dag(FLEET, _cluster)

@@ -71,13 +71,19 @@ def get_provider_info() -> dict[str, Any]:
                     f"{P}.operators.pitr",
                     f"{P}.operators.copies",
                     f"{P}.operators.check",
+                    f"{P}.operators.provision",
                 ],
             }
         ],
         "sensors": [
             {
                 "integration-name": "XtraBackup",
-                "python-modules": [f"{P}.sensors.checksum", f"{P}.sensors.glacier", f"{P}.sensors.binlog"],
+                "python-modules": [
+                    f"{P}.sensors.checksum",
+                    f"{P}.sensors.glacier",
+                    f"{P}.sensors.binlog",
+                    f"{P}.sensors.replica",
+                ],
             }
         ],
         "triggers": [

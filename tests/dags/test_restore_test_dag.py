@@ -38,7 +38,7 @@ def test_latest_chain_restores_and_verifies(fleet):
     assert set(report["timings"]) >= {"fetch_extract", "prepare", "copy_back", "start", "verify"}
 
 
-def test_corrupted_backup_fails_with_the_reason_in_the_report(fleet):
+def test_corrupted_backup_fails_with_the_reason_in_the_report(fleet, capfd):
     server, catalog = fleet
     seed_database(server, unique_name("rt"), rows=200)
     assert load_dag_module("mysql_backup").mysql_backup_dagtest.test().state == "success"
@@ -52,3 +52,10 @@ def test_corrupted_backup_fails_with_the_reason_in_the_report(fleet):
     report = read_report(catalog, manifest.backup_id)
     assert report["verdict"] == "fail"
     assert any("sha256" in r or "gpg" in r for r in report["reasons"]), report["reasons"]
+    assert report["failed_checks"] == ["restore"]
+    # The task fails with one line naming the check: the last line of its traceback in the task log.
+    out = capfd.readouterr()
+    assert (
+        f"RestoreTestFailed: restore test of dagtest/db1 {manifest.backup_id} (quick) failed check(s) restore: "
+        in out.out + out.err
+    )

@@ -78,7 +78,9 @@ def test_all_well_is_ok_and_a_failed_last_restore_test_is_a_warning(host, gpg_ke
     warned = check(config)
     assert warned.returncode == 1, warned.stdout
     (line,) = warned.stdout.splitlines()
-    assert line.startswith(f"WARNING c1/db1: the last restore test ({backup.backup_id}) failed: ")
+    assert line.startswith(
+        f"WARNING c1/db1: the last restore test ({backup.backup_id}) failed check(s) restore: "
+    )
 
 
 def test_newest_backup_older_than_the_rpo_is_critical(host):

@@ -163,7 +163,8 @@ def test_report_shows_every_host_with_the_catalog_numbers(fleet, tmp_path, capsy
     assert restore_row[1:5] == [newest.backup_id, "3", "quick", "PASS"]
     assert restore_row[5] == fmt_seconds(restore_seconds)
     failed_row = page.rows[("data-restore", fleet.db2[0].backup_id)]
-    assert failed_row[4] == "FAIL" and "private key" in failed_row[7]
+    # The verdict cell names the check that failed (the restore step itself: no private key).
+    assert failed_row[4] == "FAIL | restore" and "private key" in failed_row[7]
 
     # Charts: sizes, durations and chain lengths for each host with backups, the lag chart, and the
     # lock chart for each host whose backups' logs show production blocked (their manifests say).

@@ -467,3 +467,16 @@ def test_fleet_docker_yaml_is_a_valid_fleet_config() -> None:
         load.load_config(ROOT / "dags/config/fleet.docker.yaml")
     except load.ConfigError as exc:
         pytest.fail(f"dags/config/fleet.docker.yaml does not validate against the fleet schema: {exc}")
+
+
+def test_no_restore_test_is_scheduled_that_cannot_pass() -> None:
+    """The restore sandbox starts mariadbd: the demo's XtraBackup host opts out, so the restore-test
+    DAG (which refuses a restore test of an xtrabackup host) builds and schedules nothing that fails."""
+    from xtrabackup_provider.core.config import load
+
+    config = load.load_config(ROOT / "dags/config/fleet.docker.yaml")
+    for cluster in config.clusters:
+        for host in cluster.hosts:
+            assert host.flavour == "mariabackup" or not host.restore_test, (
+                f"fleet.docker.yaml: {cluster.name}/{host.name} is {host.flavour} with restore_test on"
+            )

@@ -6,6 +6,7 @@ from typing import Any
 
 from airflow.providers.mysql.hooks.mysql import MySqlHook
 
+from ..core.binlog.replication import ReplicationSource
 from ..core.db.server import MySQLTarget, ServerError, check_charset, client_tls
 from ..core.engine.tools import Flavour, ToolVersion, detect_tool
 
@@ -64,6 +65,21 @@ class XtraBackupHook(MySqlHook):
             ssl=ssl,
             ssl_mode=ssl_mode,
             charset=check_charset(config.get("charset"), source),
+        )
+
+    def get_replication_source(
+        self, host: str | None = None, port: int | None = None, ssl: bool = False, label: str = ""
+    ) -> ReplicationSource:
+        """The connection as a replication account: its login and password, and its host/port as the
+        address replicas reach the source at (`host`/`port` given here override them)."""
+        conn = self.get_connection(self.mysql_conn_id)
+        address = host or conn.host
+        if not address:
+            raise ValueError(
+                f"connection {self.mysql_conn_id!r} has no host: give the address replicas reach the source at"
+            )
+        return ReplicationSource(
+            address, int(port or conn.port or 3306), conn.login or "repl", conn.password, ssl, label=label
         )
 
     def get_tool(self) -> ToolVersion:

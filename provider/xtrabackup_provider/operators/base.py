@@ -142,7 +142,7 @@ class ChainRestoreOperator(BackupStorageOperator):
 
 class RestoreTestingOperator(BackupStorageOperator):
     """Base of the restore tests: a scratch directory under `workdir_root` on this worker, the
-    check `level` (quick or full), the backup tool's `binary`, the private key's connection."""
+    check `level` (quick, full or deep), the backup tool's `binary`, the private key's connection."""
 
     gpg_conn_default = PRIVATE_KEY_CONN
 

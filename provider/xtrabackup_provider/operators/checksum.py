@@ -38,6 +38,7 @@ class TableChecksumOperator(KeptArguments, BaseOperator):
         dsn_table: str = "percona.dsns",
         databases: list[str] | None = None,
         ignore_databases: list[str] | None = None,
+        ignore_tables: list[str] | None = None,
         chunk_time: float = 0.5,
         max_lag_seconds: float = 1.0,
         timeout_minutes: float = 240,
@@ -51,6 +52,7 @@ class TableChecksumOperator(KeptArguments, BaseOperator):
         self.replica_dsns = replica_dsns or []
         self.databases = databases or []
         self.ignore_databases = ignore_databases or []
+        self.ignore_tables = ignore_tables or []
 
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.providers.common.compat.sdk import AirflowFailException

@@ -22,6 +22,7 @@ from ..catalog.manifest import (
     StoredObject,
     new_backup_id,
 )
+from ..catalog.shape import SourceShape
 from ..common.children import raise_open_files_limit, require_open_files
 from ..common.files import directory_size
 from ..common.tempdirs import private_workdir
@@ -33,6 +34,7 @@ from ..db.heartbeat import (
     write_source_heartbeat,
 )
 from ..db.server import MySQLTarget, ServerFacts, data_position, defaults_file, server_facts, tablespace_count
+from ..db.shape import capture_shape, table_names
 from ..engine.argv import BackupOptions, backup_argv
 from ..engine.metadata import read_binlog_position, read_checkpoints, read_info
 from ..engine.tools import Flavour, ToolVersion, detect_tool
@@ -158,7 +160,9 @@ def _run_locked(req: BackupRequest, now: datetime | None, lock: HostLock) -> Man
     watch = LockWatch(tool.flavour)
     with GpgHome() as gpg, private_workdir("backup") as work:
         recipients = _recipients(gpg, req)
+        before = _shape_before(req.target)
         stored = _stream(req, tool, decision, work, datadir, backup_id, gpg, recipients, applied, watch)
+        shape = _shape_after(req.target, before)
         option_files = _option_files(req, backup_id, work, gpg, recipients, where)
         lsn_dir = work / "lsn"
         checkpoints = read_checkpoints(lsn_dir)
@@ -204,6 +208,7 @@ def _run_locked(req: BackupRequest, now: datetime | None, lock: HostLock) -> Man
         extra=canary,
         impact=applied.record(watch.phases()),
         option_files=option_files,
+        source_shape=shape,
     )
     lock.confirm(f"registering {backup_id}")  # fencing: a run that lost its lock registers nothing
     req.catalog.write(manifest)
@@ -216,6 +221,25 @@ def _run_locked(req: BackupRequest, now: datetime | None, lock: HostLock) -> Man
         req.catalog.describe(backup_id),
     )
     return manifest
+
+
+def _shape_before(target: MySQLTarget) -> tuple[str, set[str]] | None:
+    try:
+        return table_names(target)
+    except Exception as exc:  # noqa: BLE001 - the backup is good without it; restore tests say so
+        log.warning("cannot read the source's tables before the backup (%s); recording none", exc)
+        return None
+
+
+def _shape_after(target: MySQLTarget, before: tuple[str, set[str]] | None) -> SourceShape | None:
+    """What the source looked like (catalog/shape.py): information_schema only, never a table scan."""
+    if before is None:
+        return None
+    try:
+        return capture_shape(target, before[0], before[1])
+    except Exception as exc:  # noqa: BLE001 - the backup is good without it; restore tests say so
+        log.warning("cannot read the source's tables after the backup (%s); recording none", exc)
+        return None
 
 
 def _abort_stale_uploads(req: BackupRequest) -> None:

@@ -1,4 +1,5 @@
 """The catalog in object storage, the only source of truth: backup manifests (the commit
-marker, written last), chain rules validated from manifests alone, one host's backups, the
-restore reports written beside them, and the host lock that lets one run at a time register.
+marker, written last, with the source's shape at backup time), chain rules validated from
+manifests alone, one host's backups, the restore reports written beside them, and the host lock
+that lets one run at a time register.
 """

@@ -26,6 +26,7 @@ from pydantic import (
 from ..common.values import BINLOG_NAME, check_mysql_gtid_set, parse_gtid_pos
 from ..storage.base import StorageError, check_key
 from .records import BackupImpact, CopyOrigin
+from .shape import SourceShape
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
@@ -123,7 +124,10 @@ class Manifest(BaseModel):
     gates: list[GateResult] = Field(default_factory=list)
     estimate_memory: bool = False
     prepare_memory_estimate: int | None = Field(None, ge=0, le=2**63)
-    table_rows: dict[str, int] = Field(default_factory=dict)
+    table_rows: dict[str, int] = Field(default_factory=dict)  # exact counts; no backup writes them
+    source_shape: SourceShape | None = (
+        None  # the source at backup time (catalog/shape.py); older manifests: None
+    )
     extra: dict[str, Any] = Field(default_factory=dict)
     impact: BackupImpact | None = None  # the bounds it ran under, the locks it held
     option_files: OptionFiles | None = None

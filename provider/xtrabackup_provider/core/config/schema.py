@@ -233,6 +233,21 @@ class ChecksumGateConfig(_Model):
         return None if value is None else check_dsn(value)
 
 
+class ProvisionConfig(_Model):
+    """This host can be built as a replica from backups (`provision-replica`, its DAG)."""
+
+    start_command: list[str] = Field(default_factory=lambda: ["systemctl", "start", "mariadb"], min_length=1)
+    owner: str | None = None  # chown the restored datadir to the server's user (e.g. mysql)
+    from_host: str | None = None  # whose backups: a host of the cluster (default: the replication source)
+    checksum: bool = True  # gate on a pt-table-checksum pass (the source's account runs it)
+    dsn: str | None = None  # how pt-table-checksum reaches this host (default: its host/port)
+
+    @field_validator("dsn")
+    @classmethod
+    def _dsn(cls, value: str | None) -> str | None:
+        return None if value is None else check_dsn(value)
+
+
 class HostConfig(_Model):
     name: str = Field(pattern=NAME)
     flavour: Literal["mariabackup", "xtrabackup"] = "mariabackup"
@@ -254,6 +269,8 @@ class HostConfig(_Model):
     # The server's option files (my.cnf; its !include / !includedir are followed), saved
     # encrypted with each backup and written next to the datadir by a restore.
     option_files: list[str] = Field(default_factory=list)
+    restore_test: bool = True  # false: the restore-test DAG leaves this host out (xtrabackup hosts must)
+    provision: ProvisionConfig | None = None
 
     @field_validator("binary", "datadir", "defaults_file", "socket")
     @classmethod
@@ -314,6 +331,23 @@ class BinlogConfig(_Model):
         return value
 
 
+class ReplicationConfig(_Model):
+    """How replicas follow this cluster's source: `provision-replica` and the deep restore test."""
+
+    source: str | HostConfig | None = None  # a host of this cluster (default: checksum.source), or inline
+    source_host: str | None = None  # the address replicas connect to (default: the source's `host`)
+    source_port: int | None = Field(None, ge=1, le=65535)  # default: the source's `port`
+    user: str = "repl"  # the replication account (CLI)
+    password_env: str = "XTRABACKUP_REPLICATION_PASSWORD"  # CLI: the account's password
+    conn_id: str = (
+        "mysql_replication"  # Airflow `mysql` connection: login/password (host/port override source_*)
+    )
+    ssl: bool = False
+    max_lag_seconds: float = Field(5, ge=0)  # caught up: Seconds_Behind_Master at most this
+    catch_up_timeout_minutes: float = Field(240, gt=0)
+    poll_seconds: float = Field(5, gt=0)
+
+
 class ClusterConfig(_Model):
     name: str = Field(pattern=NAME)
     schedule: str | None = "@daily"
@@ -331,6 +365,7 @@ class ClusterConfig(_Model):
     checksum: ChecksumConfig | None = None
     binlogs: BinlogConfig | None = None
     check: CheckConfig = Field(default_factory=CheckConfig)
+    replication: ReplicationConfig | None = None
 
     @model_validator(mode="after")
     def _unique_hosts(self) -> ClusterConfig:
@@ -356,6 +391,32 @@ class ClusterConfig(_Model):
                 "or give the source inline (name, mysql_conn_id, defaults_file...)"
             )
         return self
+
+    @model_validator(mode="after")
+    def _replication_hosts(self) -> ClusterConfig:
+        names = {h.name for h in self.hosts}
+        source = self.replication.source if self.replication else None
+        if isinstance(source, str) and source not in names:
+            raise ValueError(
+                f"replication.source: cluster {self.name!r} has no host {source!r}; name one of its hosts "
+                "or give the source inline (name, mysql_conn_id, defaults_file...)"
+            )
+        for host in self.hosts:
+            given = host.provision.from_host if host.provision else None
+            if given is not None and given not in names:
+                raise ValueError(
+                    f"hosts.{host.name}.provision.from_host: cluster {self.name!r} has no host {given!r}"
+                )
+        return self
+
+    def replication_source(self) -> HostConfig | None:
+        """The host replicas follow: `replication.source`, else `checksum.source`; None if neither."""
+        source = self.replication.source if self.replication else None
+        if source is None and self.checksum is not None:
+            source = self.checksum.source
+        if isinstance(source, str):
+            return next(h for h in self.hosts if h.name == source)
+        return source
 
 
 class FleetConfig(_Model):

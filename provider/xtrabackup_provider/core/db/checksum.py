@@ -105,6 +105,7 @@ class ChecksumOptions:
     replica_dsns: Sequence[str] = ()
     databases: Sequence[str] = ()
     ignore_databases: Sequence[str] = ()
+    ignore_tables: Sequence[str] = ()  # `database.table`
     chunk_time: float = 0.5
     max_lag_seconds: float = 1.0  # pt pauses while a replica lags more than this
     timeout_minutes: float = 240
@@ -116,8 +117,9 @@ OPTION_FIELDS = tuple(f for f in ChecksumOptions.__dataclass_fields__ if f != "r
 
 
 def checksum_options(settings: Any, replica_dsns: Sequence[str]) -> ChecksumOptions:
-    """Options from anything with the OPTION_FIELDS attributes (a ChecksumConfig, the operator)."""
-    values = {name: getattr(settings, name) for name in OPTION_FIELDS}
+    """Options from anything with the OPTION_FIELDS attributes (a ChecksumConfig, the operator);
+    one it lacks keeps its default."""
+    values = {name: getattr(settings, name) for name in OPTION_FIELDS if hasattr(settings, name)}
     return ChecksumOptions(replica_dsns=tuple(replica_dsns), **values)
 
 
@@ -152,6 +154,10 @@ def checksum_argv(target: MySQLTarget, creds_path: str, opts: ChecksumOptions) -
     for flag, names in (("--databases", opts.databases), ("--ignore-databases", ignored)):
         if names:
             argv.append(f"{flag}={','.join(check_database_name(n) for n in names)}")
+    if opts.ignore_tables:
+        argv.append(
+            f"--ignore-tables={','.join(check_table_name(t, 'ignore_tables') for t in opts.ignore_tables)}"
+        )
     return argv
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import MySQLdb
 
 from ..common import children
+from .server import MySQLTarget
 
 # sun_path is 108 bytes including the terminating NUL.
 MAX_SOCKET_PATH = 107
@@ -369,6 +370,24 @@ class SandboxServer:
         finally:
             conn.close()
         self.root_password = password
+
+
+def privileged_account(server: SandboxServer, prefix: str = "xbp") -> MySQLTarget:
+    """On a --skip-grant-tables sandbox: turn the grant tables on (FLUSH PRIVILEGES from the one
+    session it allows, so replayed or replicated GRANT / CREATE USER statements work) and create
+    a throwaway all-privileges account with a random password, reachable on the socket only."""
+    import secrets
+
+    user, password = f"{prefix}_{secrets.token_hex(4)}", secrets.token_urlsafe(24)
+    conn = server.connect()  # --skip-grant-tables: this session has every privilege
+    try:
+        cur = conn.cursor()
+        cur.execute("FLUSH PRIVILEGES")  # grants are checked from now on; this session keeps its own
+        cur.execute("CREATE USER %s@'localhost' IDENTIFIED BY %s", (user, password))
+        cur.execute("GRANT ALL PRIVILEGES ON *.* TO %s@'localhost' WITH GRANT OPTION", (user,))
+    finally:
+        conn.close()
+    return MySQLTarget(host=None, socket=str(server.socket), user=user, password=password)
 
 
 def table_checksums(server: SandboxServer, databases: Iterable[str]) -> dict[str, int]:

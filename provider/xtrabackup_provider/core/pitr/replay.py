@@ -6,13 +6,12 @@ One `mariadb-binlog` process reads the local binlog copies and pipes SQL into th
 
 from __future__ import annotations
 
-import secrets
 import shutil
 import subprocess
 from pathlib import Path
 
 from ..common.tempdirs import private_dir
-from ..db.sandbox import SandboxServer, stop_orphans
+from ..db.sandbox import SandboxServer, privileged_account, stop_orphans
 from ..db.server import MySQLTarget, connect, defaults_file
 from ..pipeline.process import PipelineError, Proc
 
@@ -48,16 +47,7 @@ def replay(datadir: Path, reader_args: list[str], binlog_binary: str, client_bin
 
 def replay_account(server: SandboxServer) -> MySQLTarget:
     """Turn the grant tables on and create a throwaway all-privileges account on the socket."""
-    user, password = f"xbp_pitr_{secrets.token_hex(4)}", secrets.token_urlsafe(24)
-    conn = server.connect()  # --skip-grant-tables: this session has every privilege
-    try:
-        cur = conn.cursor()
-        cur.execute("FLUSH PRIVILEGES")  # grants are checked from now on; this session keeps its own
-        cur.execute("CREATE USER %s@'localhost' IDENTIFIED BY %s", (user, password))
-        cur.execute("GRANT ALL PRIVILEGES ON *.* TO %s@'localhost' WITH GRANT OPTION", (user,))
-    finally:
-        conn.close()
-    return MySQLTarget(host=None, socket=str(server.socket), user=user, password=password)
+    return privileged_account(server, "xbp_pitr")
 
 
 def _drop_account(account: MySQLTarget) -> None:

@@ -208,7 +208,8 @@ def _restore_tests(result: HostCheck, catalog: Catalog, settings: CheckConfig, n
         result.last_restore_test = last.verdict
         if not last.passed:
             why = "; ".join(last.reasons[:2]) or last.verdict
-            result.add("warning", f"the last restore test ({last.backup_id}) failed: {why}")
+            checks = f" check(s) {', '.join(last.failed_checks)}" if last.failed_checks else ""
+            result.add("warning", f"the last restore test ({last.backup_id}) failed{checks}: {why}")
     if not passed:
         result.add("warning", "no restore test has passed yet")
         return

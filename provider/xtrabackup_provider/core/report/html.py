@@ -259,7 +259,8 @@ def _verified_cell(h: HostReport) -> str:
         else '<span class="none">never verified</span>'
     )
     if last and not last.passed:
-        cell += f'<br><span class="fail">newest test FAILED</span> <span class="small">{esc(last.backup_id)}</span>'
+        failed = f": {esc(', '.join(last.failed_checks))}" if last.failed_checks else ""
+        cell += f'<br><span class="fail">newest test FAILED{failed}</span> <span class="small">{esc(last.backup_id)}</span>'
     return cell
 
 
@@ -288,6 +289,8 @@ def restore_table(h: HostReport) -> str:
     rows = []
     for t in reversed(h.restore_tests[-RESTORE_ROWS:]):
         verdict = f'<span class="{"pass" if t.passed else "fail"}">{esc(t.verdict.upper())}</span>'
+        if t.failed_checks:
+            verdict += f'<br><span class="small" data-failed-checks>{esc(", ".join(t.failed_checks))}</span>'
         rows.append(
             f'<tr data-restore="{esc(t.backup_id)}"><td>{esc(fmt_time(t.finished_at))}</td>'
             f"<td>{esc(t.backup_id)}</td><td class='n'>{len(t.chain)}</td><td>{esc(t.level)}</td>"

@@ -56,6 +56,8 @@ class RestoreTestRow:
     restore_seconds: float | None  # fetch + prepare + copy-back: what a real restore would take
     total_seconds: float | None  # including the sandbox start and the checks
     reasons: list[str]
+    # The checks that failed (reports written before checks were named have none).
+    failed_checks: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -86,7 +88,10 @@ class HostReport:
 
     @property
     def last_verified(self) -> RestoreTestRow | None:
-        return next((t for t in reversed(self.restore_tests) if t.passed), None)
+        """The newest backup a restore test verified (not the latest test that passed: a test of an
+        older backup run later does not hide a newer verified one)."""
+        passed = [t for t in self.restore_tests if t.passed]
+        return max(passed, key=lambda t: t.backup_id) if passed else None
 
     @property
     def last_test(self) -> RestoreTestRow | None:
@@ -210,6 +215,7 @@ def _restore_row(catalog: Catalog, backup_id: str) -> RestoreTestRow | str | Non
             restore_seconds=restore,
             total_seconds=(finished - started).total_seconds() if started and finished else None,
             reasons=[str(r) for r in data.get("reasons") or []],
+            failed_checks=[str(c) for c in data.get("failed_checks") or []],
         )
     except (TypeError, ValueError, AttributeError) as exc:
         return f"not a restore report: {exc}"

@@ -1,4 +1,5 @@
 """Getting data back: restore a chain into an empty datadir, the prepare rules per flavour, the
-standby copy kept prepared, integrity checks without restoring, the scheduled restore test,
-and which objects of an archived chain need a Glacier restore first.
+standby copy kept prepared, integrity checks without restoring, the scheduled restore test and
+its evidence (page checksums, the source's shape, the deep compare with the source), replicas
+built from backups, and which objects of an archived chain need a Glacier restore first.
 """

@@ -1,7 +1,20 @@
-"""Prove a backup restores: restore into scratch, start a sandbox, verify, report, clean up.
+"""Prove a backup restores: restore into scratch, check it, start a sandbox, verify, report, clean up.
+
+Levels trade time for depth; each check is named in the report and its failures say which:
+
+| check | quick | full | deep |
+| --- | --- | --- | --- |
+| `innochecksum`: every page of every InnoDB tablespace, offline (core/restore/evidence.py) | yes | yes | yes |
+| `check_table`: CHECK TABLE | 50 tables | all | all |
+| `canary`: the heartbeat row written before the backup | yes | yes | yes |
+| `position`: binlog coordinates and GTID against the manifest, and InnoDB's own record of its last transaction | yes | yes | yes |
+| `source_shape`: tables, engines, rows, sizes and GTID the source reported at backup time | yes | yes | yes |
+| `roll_forward`: the host's shipped binlogs replayed up to the newest one (core/pitr/roll_forward.py) | - | yes | yes |
+| `replica_checksum`: attached as a replica of the host's source, caught up, pt-table-checksum equal (replica_compare.py) | - | - | yes |
 
 The sandbox runs with --skip-grant-tables and --skip-networking: it is reachable only through
-a unix socket in a private directory, so no credentials are needed or exposed.
+a unix socket in a private directory, so no credentials are needed or exposed; at level deep it
+connects out to the source as a replica, and nothing listens on TCP.
 The report (restore-report.json, next to the backup) is what retention reads as "verified".
 """
 
@@ -15,20 +28,38 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from ..catalog.backups import Catalog
 from ..catalog.manifest import Manifest
 from ..catalog.reports import REPORT_NAME
 from ..db.heartbeat import SOURCE_HEARTBEAT_TABLE
 from ..db.sandbox import SandboxServer, quote_ident
+from ..db.shape import SYSTEM_SCHEMAS
 from ..engine.metadata import read_binlog_position
 from .chain import RestoreRequest, plan_chain, restore
+from .evidence import CheckResult, innochecksum_check, innodb_position_problems, shape_check
 
 log = logging.getLogger(__name__)
 
-SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
 QUICK_SAMPLE = 50
+LEVELS = ("quick", "full", "deep")
+SANDBOX_SERVER_ID = 4_000_000_000
+
+
+class RollForward(Protocol):
+    """Replays the host's shipped binlogs into a restored, stopped datadir up to the newest shipped
+    point and checks the GTID reached (core.pitr.roll_forward.ShippedBinlogs). Its result's
+    detail["gtid"] is the position the copy is at afterwards."""
+
+    def __call__(self, datadir: Path, manifest: Manifest, scratch: Path) -> CheckResult: ...
+
+
+class DeepCompare(Protocol):
+    """Attaches the restored datadir as a replica of the host's source from `gtid`, waits until it
+    has caught up and compares it with pt-table-checksum (core.restore.replica_compare)."""
+
+    def __call__(self, datadir: Path, basedir: Path, gtid: str) -> CheckResult: ...
 
 
 @dataclass
@@ -38,9 +69,12 @@ class RestoreTestRequest:
     backup_id: str | None = None  # None: the newest backup
     private_key: str | None = None
     passphrase: str | None = None
-    level: Literal["quick", "full"] = "quick"
+    level: Literal["quick", "full", "deep"] = "quick"
     binary: str | None = None
     write_report: bool = True
+    roll_forward: RollForward | None = None  # levels full and deep
+    deep: DeepCompare | None = None  # level deep
+    innochecksum: str = "innochecksum"
 
 
 @dataclass
@@ -56,10 +90,22 @@ class RestoreTestReport:
     timings: dict[str, float] = field(default_factory=dict)
     started_at: str = ""
     finished_at: str = ""
+    failed_checks: list[str] = field(default_factory=list)  # names of the checks that failed
+    results: list[dict[str, Any]] = field(default_factory=list)  # every check: name, status, reasons, note
 
     @property
     def passed(self) -> bool:
         return self.verdict == "pass"
+
+    def headline(self) -> str:
+        """One line: the verdict and, on a failure, the checks that failed and the first reason."""
+        if self.passed:
+            return f"restore test of {self.cluster}/{self.host} {self.backup_id} ({self.level}) passed"
+        first = (self.reasons[0].splitlines() or [""])[0] if self.reasons else ""
+        return (
+            f"restore test of {self.cluster}/{self.host} {self.backup_id} ({self.level}) failed check(s) "
+            f"{', '.join(self.failed_checks) or '?'}: {first[:400]}"
+        )
 
 
 def run_restore_test(req: RestoreTestRequest) -> RestoreTestReport:
@@ -75,8 +121,37 @@ def run_restore_test(req: RestoreTestRequest) -> RestoreTestReport:
         started_at=datetime.now(UTC).isoformat(),
     )
     datadir = req.workdir / "data"
+    results: list[CheckResult] = []
+    try:
+        _run_checks(req, manifest, datadir, report, results)
+    finally:
+        shutil.rmtree(req.workdir, ignore_errors=True)
+        report.finished_at = datetime.now(UTC).isoformat()
+    report.results = [r.as_dict() for r in results]
+    report.failed_checks = [r.name for r in results if r.failed]
+    report.reasons = [reason for r in results for reason in r.reasons]
+    report.verdict = "fail" if report.failed_checks else "pass"
+    if req.write_report:
+        key = req.catalog.object_key(manifest.backup_id, REPORT_NAME)
+        req.catalog.store.put_bytes(key, json.dumps(asdict(report), indent=2).encode())
+    for r in results:
+        log.info("  %-16s %-7s %s", r.name, r.status.upper(), "; ".join(r.reasons) or r.note)
+    (log.info if report.passed else log.error)("%s", report.headline())
+    return report
+
+
+def _run_checks(
+    req: RestoreTestRequest,
+    manifest: Manifest,
+    datadir: Path,
+    report: RestoreTestReport,
+    results: list[CheckResult],
+) -> None:
+    """Restore, then each check of the level in turn; a step that raises is the failed check."""
+    stage = "restore"
     server: SandboxServer | None = None
     try:
+        _refuse_flavour(manifest)
         restored = restore(
             RestoreRequest(
                 catalog=req.catalog,
@@ -89,40 +164,95 @@ def run_restore_test(req: RestoreTestRequest) -> RestoreTestReport:
             )
         )
         report.timings.update(restored.timings)
+        stage = "innochecksum"
         t0 = time.monotonic()
-        server = SandboxServer.on_datadir(datadir, req.workdir / "sb", server_id=4_000_000_000 % 2**32)
+        results.append(innochecksum_check(datadir, req.innochecksum))  # offline: before the server opens them
+        report.timings["innochecksum"] = time.monotonic() - t0
+        stage = "server_start"
+        t0 = time.monotonic()
+        server = SandboxServer.on_datadir(
+            datadir, req.workdir / "sb", server_id=SANDBOX_SERVER_ID, extra_args=["--skip-slave-start"]
+        )
         server.start()
         report.timings["start"] = time.monotonic() - t0
+        stage = "verify"
         t0 = time.monotonic()
-        report.reasons = verify(server, datadir, manifest, req.level, report.checks)
+        verify(server, datadir, manifest, req.level, report.checks, results)
+        stage = "source_shape"
+        results.append(shape_check(manifest.source_shape, server, read_binlog_position(datadir).gtid))
         report.timings["verify"] = time.monotonic() - t0
-        report.verdict = "fail" if report.reasons else "pass"
-    except Exception as exc:  # noqa: BLE001 - any failure is the verdict, reported with its reason
-        report.reasons.append(f"{type(exc).__name__}: {exc}")
-        log.error("restore test of %s failed: %s", manifest.backup_id, exc)
+        server.stop()
+        server = None
+        gtid = read_binlog_position(datadir).gtid or manifest.gtid or ""
+        if req.level in ("full", "deep"):
+            stage = "roll_forward"
+            t0 = time.monotonic()
+            rolled = _roll_forward(req, datadir, manifest)
+            results.append(rolled)
+            report.timings["roll_forward"] = time.monotonic() - t0
+            if not rolled.failed:
+                gtid = str(rolled.detail.get("gtid") or gtid)
+            if req.level == "deep":
+                stage = "replica_checksum"
+                t0 = time.monotonic()
+                results.append(_deep(req, datadir, gtid, rolled))
+                report.timings["replica_checksum"] = time.monotonic() - t0
+    except Exception as exc:  # noqa: BLE001 - any failure is the verdict, reported with its check
+        results.append(CheckResult.of(stage, [f"{type(exc).__name__}: {exc}"]))
+        log.error("restore test of %s: %s failed: %s", manifest.backup_id, stage, exc)
     finally:
         if server is not None:
             server.stop()
-        shutil.rmtree(req.workdir, ignore_errors=True)
-        report.finished_at = datetime.now(UTC).isoformat()
-    if req.write_report:
-        key = req.catalog.object_key(manifest.backup_id, REPORT_NAME)
-        req.catalog.store.put_bytes(key, json.dumps(asdict(report), indent=2).encode())
-    log.info(
-        "restore test of %s/%s %s: %s",
-        report.host,
-        report.backup_id,
-        report.verdict.upper(),
-        "; ".join(report.reasons) or "all checks passed",
-    )
-    return report
+
+
+def _refuse_flavour(manifest: Manifest) -> None:
+    if manifest.engine_flavour != "mariabackup":
+        raise RestoreTestError(
+            f"backup {manifest.backup_id} was taken with {manifest.engine_flavour}: a restore test starts the "
+            "restored copy with MariaDB's mariadbd, which cannot open a MySQL datadir, and this provider has no "
+            "mysqld sandbox. Set `restore_test: false` on the host and restore it by hand"
+        )
+
+
+def _roll_forward(req: RestoreTestRequest, datadir: Path, manifest: Manifest) -> CheckResult:
+    if req.roll_forward is None:
+        return CheckResult.skipped(
+            "roll_forward", "not run: the caller gave no roll-forward (core.pitr.roll_forward)"
+        )
+    return req.roll_forward(datadir, manifest, req.workdir / "roll-forward")
+
+
+def _deep(req: RestoreTestRequest, datadir: Path, gtid: str, rolled: CheckResult) -> CheckResult:
+    if rolled.failed and rolled.detail.get("replayed"):
+        return CheckResult.skipped(
+            "replica_checksum",
+            "not run: the roll-forward replayed binlogs and failed, so the copy is at no known position",
+        )
+    if req.deep is None:
+        return CheckResult.of(
+            "replica_checksum",
+            [
+                "level deep needs the host's source: give the cluster a `replication` section (source and account)"
+            ],
+        )
+    return req.deep(datadir, req.workdir / "replica", gtid)
+
+
+class RestoreTestError(RuntimeError):
+    """A restore test cannot run for this backup; the message names what is missing."""
 
 
 def verify(
-    server: SandboxServer, datadir: Path, manifest: Manifest, level: str, checks: dict[str, Any]
+    server: SandboxServer,
+    datadir: Path,
+    manifest: Manifest,
+    level: str,
+    checks: dict[str, Any],
+    results: list[CheckResult] | None = None,
 ) -> list[str]:
-    """Every failed check as a sentence; an empty list means the restore is good."""
-    reasons: list[str] = []
+    """Every failed check as a sentence; an empty list means the restore is good. `results`, if
+    given, receives each check's CheckResult."""
+    results = [] if results is None else results
     tables = [
         f"{quote_ident(s)}.{quote_ident(t)}"  # names come from the restored data: quote them
         for s, t in server.query(
@@ -130,7 +260,9 @@ def verify(
             f" AND table_schema NOT IN ({', '.join(repr(s) for s in SYSTEM_SCHEMAS)})"
         )
     ]
-    sample = tables if level == "full" or len(tables) <= QUICK_SAMPLE else random.sample(tables, QUICK_SAMPLE)
+    sample = (
+        tables if level != "quick" or len(tables) <= QUICK_SAMPLE else random.sample(tables, QUICK_SAMPLE)
+    )
     bad = [
         f"{row[0]}: {row[3]}"
         for t in sample
@@ -139,12 +271,21 @@ def verify(
     ]
     checks["tables"] = len(tables)
     checks["tables_checked"] = len(sample)
-    if bad:
-        reasons.append(f"CHECK TABLE failed for {len(bad)} table(s): {'; '.join(bad[:5])}")
-    reasons += _check_canary(server, manifest, checks)
-    reasons += _check_row_counts(server, manifest, checks)
-    reasons += _check_position(datadir, manifest, checks)
-    return reasons
+    failed = [f"CHECK TABLE failed for {len(bad)} table(s): {'; '.join(bad[:5])}"] if bad else []
+    ours = [
+        CheckResult.of("check_table", failed, f"{len(sample)} of {len(tables)} table(s)"),
+        CheckResult.of("canary", _check_canary(server, manifest, checks), str(checks.get("canary", ""))),
+        CheckResult.of("row_counts", _check_row_counts(server, manifest, checks)),
+        CheckResult.of(
+            "position",
+            _check_position(datadir, manifest, checks) + innodb_position_problems(datadir, manifest, checks),
+            f"GTID {checks.get('gtid') or '-'}",
+        ),
+    ]
+    if not manifest.table_rows:
+        ours = [r for r in ours if r.name != "row_counts"]  # exact counts: only old manifests had them
+    results += ours
+    return [reason for r in ours for reason in r.reasons]
 
 
 def _check_canary(server: SandboxServer, manifest: Manifest, checks: dict[str, Any]) -> list[str]:

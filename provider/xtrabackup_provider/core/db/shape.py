@@ -1,0 +1,103 @@
+"""A server's tables as information_schema reports them, and its GTID position: what a backup
+records about its source (catalog/shape.py) and what a restore test reads back from the
+restored copy. Only information_schema and server variables: no COUNT(*), no table scan, so it
+is safe on a production source (InnoDB answers from its statistics; innodb_stats_on_metadata,
+off by default, would make it recompute them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from ..catalog.shape import MAX_SHAPE_TABLES, SourceShape, TableShape
+from .server import MySQLTarget, connect
+
+SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
+
+_TABLES_SQL = (
+    "SELECT table_schema, table_name, COALESCE(engine, ''), COALESCE(table_rows, 0),"
+    " COALESCE(data_length, 0), COALESCE(index_length, 0) FROM information_schema.tables"
+    " WHERE table_type = 'BASE TABLE' AND table_schema NOT IN ({})"
+    " ORDER BY table_schema, table_name LIMIT {}"
+)
+
+
+def tables_sql() -> str:
+    return _TABLES_SQL.format(", ".join(f"'{s}'" for s in SYSTEM_SCHEMAS), MAX_SHAPE_TABLES + 1)
+
+
+def table_shapes(rows: Iterable[tuple[Any, ...]]) -> list[TableShape]:
+    return [
+        TableShape(
+            schema_name=str(schema),
+            table=str(table),
+            engine=str(engine),
+            rows=max(int(nrows), 0),
+            data_bytes=max(int(data), 0),
+            index_bytes=max(int(index), 0),
+        )
+        for schema, table, engine, nrows, data, index in rows
+    ]
+
+
+def read_tables(cursor: Any) -> list[TableShape]:
+    """Every base table outside the system schemas (at most MAX_SHAPE_TABLES + 1), by name."""
+    cursor.execute(tables_sql())
+    return table_shapes(cursor.fetchall())
+
+
+def read_gtid(cursor: Any) -> str:
+    """The GTID position the server reports: MariaDB @@gtid_current_pos (what mariabackup records),
+    MySQL @@gtid_executed."""
+    cursor.execute("SELECT @@version")
+    if "mariadb" in str(cursor.fetchone()[0]).lower():
+        cursor.execute("SELECT @@gtid_current_pos")
+    else:
+        cursor.execute("SELECT @@global.gtid_executed")
+    return "".join(str(cursor.fetchone()[0] or "").split())
+
+
+def server_gtid(target: MySQLTarget) -> str:
+    conn = connect(target)
+    try:
+        return read_gtid(conn.cursor())
+    finally:
+        conn.close()
+
+
+def capture_shape(target: MySQLTarget, gtid_before: str, names_before: set[str] | None) -> SourceShape:
+    """The source right after its backup. `names_before` (the tables right before it started):
+    a table in only one of the two lists was created or dropped during the backup."""
+    conn = connect(target)
+    try:
+        cur = conn.cursor()
+        gtid_after = read_gtid(cur)
+        tables = read_tables(cur)
+    finally:
+        conn.close()
+    truncated = len(tables) > MAX_SHAPE_TABLES
+    tables = tables[:MAX_SHAPE_TABLES]
+    changed: list[str] = []
+    if names_before is not None and not truncated:
+        after = {t.name for t in tables}
+        changed = sorted(after ^ names_before)[:MAX_SHAPE_TABLES]
+    return SourceShape(
+        captured_at=datetime.now(UTC),
+        gtid_before=gtid_before,
+        gtid_after=gtid_after,
+        tables=tables,
+        changed_during_backup=changed,
+        truncated=truncated,
+    )
+
+
+def table_names(target: MySQLTarget) -> tuple[str, set[str]]:
+    """(GTID position, names of the tables) right before a backup starts."""
+    conn = connect(target)
+    try:
+        cur = conn.cursor()
+        return read_gtid(cur), {t.name for t in read_tables(cur)}
+    finally:
+        conn.close()

@@ -1,0 +1,134 @@
+"""Roll a restored copy forward over the host's shipped binlogs, for the restore test.
+
+Every shipped binlog from the backup's position to the newest shipped point (the open binlog's
+shipped part included) is fetched (sha256-checked, decrypted) and replayed into the stopped,
+restored datadir with the point-in-time recovery's own steps (recover.fetch_binlogs,
+recover.where_replay_stops, replay.replay). The GTID reached must equal the newest GTID the
+binlog catalog records. That proves the backup and the binlogs fit: a backup whose position is
+wrong makes the replay fail (a row event finds its row missing or already there), a binlog
+missing from the catalog stops it short of the newest, a backup of another server has no
+binlogs here at all.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..binlog.catalog import BinlogCatalog, BinlogError, BinlogIndex, BinlogManifest, server_uuids
+from ..catalog.backups import Catalog
+from ..catalog.manifest import Manifest
+from ..common.values import binlog_number, format_gtid_pos, parse_gtid_pos
+from ..restore.evidence import CheckResult
+from .plan import PitrPlan, PitrTarget
+from .recover import PitrReport, PitrRequest, fetch_binlogs, where_replay_stops
+from .replay import replay
+
+log = logging.getLogger(__name__)
+
+NAME = "roll_forward"
+
+
+@dataclass
+class ShippedBinlogs:
+    """The restore test's roll-forward (core.restore.restore_test.RollForward) over `catalog`'s binlogs."""
+
+    catalog: Catalog
+    private_key: str | None = None
+    passphrase: str | None = field(default=None, repr=False)
+    binlog_binary: str = "mariadb-binlog"
+    client_binary: str = "mariadb"
+
+    def __call__(self, datadir: Path, manifest: Manifest, scratch: Path) -> CheckResult:
+        try:
+            return self._roll(datadir, manifest, scratch)
+        except BinlogError as exc:
+            return CheckResult.of(NAME, [str(exc)])
+
+    def _roll(self, datadir: Path, manifest: Manifest, scratch: Path) -> CheckResult:
+        servers = server_uuids(self.catalog)
+        if not servers:
+            return CheckResult.skipped(NAME, "not run: this host ships no binlogs")
+        if manifest.server_uuid not in servers:
+            return CheckResult.of(
+                NAME,
+                [
+                    f"this host's shipped binlogs are of server(s) {', '.join(servers)}, none of them the backup's "
+                    f"server {manifest.server_uuid}: the backup does not belong to this host's binlog history"
+                ],
+            )
+        if not manifest.binlog_file or manifest.binlog_position is None:
+            return CheckResult.of(
+                NAME, [f"backup {manifest.backup_id} records no binlog position to start from"]
+            )
+        index = BinlogCatalog(self.catalog, manifest.server_uuid).index()
+        chain, problem = _contiguous(index, manifest)
+        if problem:
+            return CheckResult.of(NAME, [problem])
+        newest = parse_gtid_pos(manifest.gtid)
+        for m in chain:
+            newest.update(parse_gtid_pos(m.gtid_last))
+        want = format_gtid_pos(newest)
+        if want == format_gtid_pos(parse_gtid_pos(manifest.gtid)):
+            return CheckResult.of(
+                NAME, [], f"nothing shipped after the backup (GTID {want or '-'})", gtid=want
+            )
+        target = PitrTarget.at_gtid(want)
+        plan = PitrPlan(manifest, chain, target)
+        files = fetch_binlogs(
+            PitrRequest(
+                self.catalog, datadir, target, private_key=self.private_key, passphrase=self.passphrase
+            ),
+            chain,
+            scratch / "binlogs",
+        )
+        report = PitrReport(
+            manifest.backup_id,
+            [],
+            target.describe(),
+            str(datadir),
+            [m.name for m in chain],
+            f"{manifest.binlog_file}:{manifest.binlog_position}",
+        )
+        if where_replay_stops(plan, files, report):
+            replay(datadir, [*plan.replay_args(), *map(str, files)], self.binlog_binary, self.client_binary)
+        note = (
+            f"{len(files)} binlog(s) replayed, {manifest.binlog_file}:{manifest.binlog_position} -> "
+            f"{report.reached_file}:{report.reached_position}, GTID {manifest.gtid or '-'} -> {report.reached_gtid}"
+        )
+        if report.reached_gtid != want:
+            return CheckResult.of(
+                NAME,
+                [
+                    f"the replay reached GTID {report.reached_gtid or '-'}, the binlog catalog's newest is {want}"
+                ],
+                note,
+                gtid=report.reached_gtid,
+                replayed=True,
+            )
+        log.info("rolled %s forward: %s", manifest.backup_id, note)
+        return CheckResult.of(NAME, [], note, gtid=report.reached_gtid, binlogs=len(files), replayed=True)
+
+
+def _contiguous(index: BinlogIndex, manifest: Manifest) -> tuple[list[BinlogManifest], str]:
+    """The shipped binlogs from the backup's position to the newest one, or why they do not reach it."""
+    assert manifest.binlog_file and manifest.binlog_position is not None
+    chain, why = index.chain_from(manifest.binlog_file)
+    start = f"{manifest.binlog_file}:{manifest.binlog_position}"
+    if not chain:
+        return [], f"backup {manifest.backup_id} starts at {start}, but {why}"
+    if chain[0].size < manifest.binlog_position:
+        return (
+            [],
+            f"backup {manifest.backup_id} starts at {start}, but only {chain[0].size} bytes of it are shipped",
+        )
+    names = index.names()
+    base, last = binlog_number(chain[-1].name)
+    later = [n for n in names if binlog_number(n)[0] == base and binlog_number(n)[1] > last]
+    if later:
+        return [], (
+            f"the shipped binlogs after backup {manifest.backup_id} ({start}) stop at {chain[-1].name}: {why}; "
+            f"the newest shipped binlog {later[-1]} cannot be reached"
+        )
+    return chain, ""

@@ -1,0 +1,150 @@
+"""Replicas built from backups (core/restore/provision.py) with real servers: a backup taken many
+writes ago, a source that keeps writing while the replica is built, its binlogs rotated; a source
+that purged the binlogs the backup needs; a datadir that is not empty."""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+
+import pytest
+
+from helpers import add_orders, root_target, seed_database, unique_name, wait_caught_up
+from replica_helpers import NewHost, WriteLoad, new_host_dir
+from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
+from xtrabackup_provider.core.binlog.replication import PurgedBinlogsError, ReplicationSource
+from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.db.checksum import ChecksumOptions
+from xtrabackup_provider.core.db.sandbox import table_checksums
+from xtrabackup_provider.core.db.server import MySQLTarget
+from xtrabackup_provider.core.restore.chain import RestoreError
+from xtrabackup_provider.core.restore.provision import ProvisionRequest, provision_replica
+from xtrabackup_provider.core.storage.local import LocalStore
+
+
+def _accounts(source) -> tuple[ReplicationSource, MySQLTarget]:
+    """A replication account and a pt-table-checksum account, created on the source with binary
+    logging on (so backups and replicas have them too)."""
+    repl, check = uuid.uuid4().hex, uuid.uuid4().hex
+    source.execute_script(
+        f"CREATE USER repl@'127.0.0.1' IDENTIFIED BY '{repl}';"
+        "GRANT REPLICATION SLAVE ON *.* TO repl@'127.0.0.1';"
+        f"CREATE USER xbp_checksum@'127.0.0.1' IDENTIFIED BY '{check}';"
+        "GRANT SELECT, PROCESS, SUPER, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO xbp_checksum@'127.0.0.1';"
+        "GRANT ALL ON percona.* TO xbp_checksum@'127.0.0.1';"
+    )
+    return (
+        ReplicationSource("127.0.0.1", source.port, "repl", repl, connect_retry=1, label="c1/db1"),
+        MySQLTarget(host="127.0.0.1", port=source.port, user="xbp_checksum", password=check),
+    )
+
+
+def _request(catalog, host: NewHost, source, replication, admin, **kw) -> ProvisionRequest:
+    return ProvisionRequest(
+        catalog=catalog,
+        target_datadir=host.datadir,
+        source=replication,
+        source_admin=admin,
+        replica=host.target(source.root_password),
+        start_command=host.start_command,
+        poll_seconds=0.2,
+        catch_up_timeout=600,
+        **kw,
+    )
+
+
+def test_a_replica_built_from_an_old_backup_catches_up_and_checksums_equal(mariadb_factory, tmp_path):
+    source = mariadb_factory("prov-src", root_password=secrets.token_urlsafe(12))
+    replication, admin = _accounts(source)
+    db = unique_name("prov")
+    seed_database(source, db, rows=5000)
+    catalog = Catalog(LocalStore(tmp_path / "store"), "backups", "c1", "db1")
+    backup = run_backup(BackupRequest(catalog=catalog, target=root_target(source), allow_unencrypted=True))
+    host = NewHost(new_host_dir(), server_id=7301)
+    try:
+        # Many writes after the backup, across several binlogs, and still writing while it is built.
+        load = WriteLoad(source, db)
+        for _ in range(3):
+            load.burst(1000)
+            add_orders(source, db, 3000)
+            source.query(f"UPDATE `{db}`.orders SET amount = amount + 1 WHERE id % 7 = 0")
+            source.query("FLUSH BINARY LOGS")
+        behind = source.query("SELECT @@gtid_binlog_pos")[0][0]
+        with WriteLoad(source, db) as during:
+            report = provision_replica(
+                _request(
+                    catalog,
+                    host,
+                    source,
+                    replication,
+                    admin,
+                    checksum=ChecksumOptions(
+                        replica_dsns=(f"h=127.0.0.1,P={host.port}",),
+                        databases=(db,),
+                        dsn_table="percona.xbp_provision_dsns",
+                        replicate="percona.xbp_provision_checksums",
+                    ),
+                )
+            )
+        assert during.error is None and during.count > 0
+        print("provisioned:", report.summary(), "source was at", behind, "when it started")
+        assert report.backup_id == backup.backup_id
+        assert report.gtid_start == backup.gtid
+        assert report.caught_up is not None and report.caught_up.lag is not None
+        assert report.checksum is not None and report.checksum["differing_count"] == 0
+        replica = host.server(source.root_password)
+        wait_caught_up(source, replica, timeout=120)
+        assert table_checksums(replica, [db]) == table_checksums(source, [db])
+        status = replica.query("SELECT @@gtid_slave_pos, @@server_id, @@read_only")[0]
+        assert status[1] == 7301 and status[2] == 1
+    finally:
+        host.destroy()
+        mariadb_factory.discard(source)
+
+
+def test_a_source_that_purged_the_needed_binlogs_is_refused_before_anything_is_restored(
+    mariadb_factory, tmp_path
+):
+    source = mariadb_factory("prov-purged", root_password=secrets.token_urlsafe(12))
+    replication, admin = _accounts(source)
+    db = unique_name("purged")
+    seed_database(source, db, rows=500)
+    catalog = Catalog(LocalStore(tmp_path / "store"), "backups", "c1", "db1")
+    backup = run_backup(BackupRequest(catalog=catalog, target=root_target(source), allow_unencrypted=True))
+    for n in range(3):
+        source.query(f"INSERT INTO `{db}`.audit VALUES ({10_000 + n}, 'after the backup')")
+        source.query("FLUSH BINARY LOGS")
+    newest = source.query("SHOW MASTER STATUS")[0][0]
+    source.query(f"PURGE BINARY LOGS TO '{newest}'")
+    host = NewHost(new_host_dir(), server_id=7302)
+    try:
+        with pytest.raises(PurgedBinlogsError) as err:
+            provision_replica(_request(catalog, host, source, replication, admin))
+        message = str(err.value)
+        print(message)
+        assert f"First missing binlog: {backup.binlog_file}" in message
+        assert "newer backup" in message
+        assert list(host.datadir.iterdir()) == [], "nothing was restored"
+    finally:
+        host.destroy()
+        mariadb_factory.discard(source)
+
+
+def test_a_datadir_that_is_not_empty_is_refused(mariadb_source, tmp_path):
+    catalog = Catalog(LocalStore(tmp_path / "store"), "backups", "c1", "db1")
+    host = NewHost(new_host_dir(), server_id=7303)
+    try:
+        (host.datadir / "ibdata1").write_bytes(b"the old server's data")
+        request = _request(
+            catalog,
+            host,
+            mariadb_source,
+            ReplicationSource("127.0.0.1", mariadb_source.port, "repl", "x"),
+            root_target(mariadb_source),
+        )
+        with pytest.raises(RestoreError, match=f"target datadir {host.datadir} is not an empty directory"):
+            provision_replica(request)
+        assert (host.datadir / "ibdata1").read_bytes() == b"the old server's data"
+        assert not host.pid_file.exists(), "no server was started"
+    finally:
+        host.destroy()
