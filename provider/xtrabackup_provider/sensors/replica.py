@@ -35,7 +35,7 @@ class ReplicaCaughtUpSensor(KeptArguments, BaseSensorOperator):
         keep_arguments(self, locals())
 
     def poke(self, context: Any) -> bool:
-        from airflow.sdk.exceptions import AirflowFailException
+        from airflow.providers.common.compat.sdk import AirflowFailException
 
         from ..core.binlog.replication import (
             ReplicationError,
