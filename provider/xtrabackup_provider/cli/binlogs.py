@@ -48,6 +48,16 @@ def add_restore_targets(p: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--to-position", metavar="FILE:POS", help="replay the events before this binlog position"
     )
+    p.add_argument(
+        "--replay",
+        choices=["applier", "pipe"],
+        default="applier",
+        help="how binlogs are applied: the server's replication applier (default, parallel) or "
+        "mariadb-binlog | mariadb (the fallback)",
+    )
+    p.add_argument(
+        "--replay-threads", type=int, default=4, help="the applier's parallel workers (0: one SQL thread)"
+    )
 
 
 def cmd_binlogs(args: argparse.Namespace, config: FleetConfig) -> int:
@@ -142,13 +152,18 @@ def cmd_pitr_restore(args: argparse.Namespace, config: FleetConfig, target: Any)
             scratch_dir=args.scratch_dir,
             move_back=not args.copy_back,
             max_free_memory_pct=config.policy.prepare_max_free_memory_pct,
+            replay=args.replay,
+            replay_threads=args.replay_threads,
         )
     )
     if args.json:
         print(json.dumps(asdict(report), indent=2))
         return 0
     print(f"restored {report.backup_id} (chain {' -> '.join(report.chain)}) into {report.target_datadir}")
-    print(f"replayed {len(report.binlogs)} binlog(s) from {report.start} to {report.target}")
+    print(
+        f"replayed {report.transactions} transaction(s) of {len(report.binlogs)} binlog(s) from {report.start} "
+        f"to {report.target}" + (f" ({report.replay})" if report.replay else "")
+    )
     print(f"reached {report.reached_file}:{report.reached_position}, GTID {report.reached_gtid or '-'}")
     if report.reached_gtid:
         print(f"to make it a replica: SET GLOBAL gtid_slave_pos = '{report.reached_gtid}'")
