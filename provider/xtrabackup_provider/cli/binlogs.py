@@ -1,5 +1,5 @@
-"""The binlog commands: `binlogs ship|list`, and the point-in-time targets of `restore`
-(`--to-time|--to-gtid|--to-position`)."""
+"""The binlog commands: `binlogs ship|list|events`, and the point-in-time targets of `restore`
+(`--to-time|--to-gtid|--to-position`) and how its binlogs are replayed (`--replay`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from ..core.config.schema import BinlogConfig, FleetConfig
 from ..core.config.wiring import cli_target, make_catalog, read_private_key, read_public_keys
-from .options import add_common, seconds
+from .options import add_common, seconds, utc_time
 
 
 def add_parsers(sub: Any) -> None:
@@ -37,6 +37,39 @@ def add_parsers(sub: Any) -> None:
     lst = bsub.add_parser("list", help="list the shipped binlogs and recorded gaps")
     add_common(lst)
     lst.add_argument("--json", action="store_true")
+    ev = bsub.add_parser(
+        "events",
+        help="one line per shipped transaction (time, GTID, position, what it did) with the --to-gtid that "
+        "stops right before it",
+    )
+    add_common(ev)
+    ev.add_argument("--since", type=utc_time, help="from this time (ISO 8601, UTC without an offset)")
+    ev.add_argument("--until", type=utc_time, help="up to this time")
+    ev.add_argument("--gtid-from", help="from this GTID on (per domain, inclusive), e.g. 0-1-100")
+    ev.add_argument("--gtid-to", help="up to this GTID (inclusive)")
+    ev.add_argument(
+        "--schema", action="append", default=[], help="transactions touching this schema (repeatable)"
+    )
+    ev.add_argument(
+        "--table",
+        action="append",
+        default=[],
+        help="transactions touching SCHEMA.TABLE or TABLE (repeatable)",
+    )
+    ev.add_argument(
+        "--kind",
+        action="append",
+        default=[],
+        help="statement kinds, comma-separated or repeated: DROP,TRUNCATE,ALTER,DELETE,UPDATE,INSERT,CREATE,RENAME...",
+    )
+    ev.add_argument("--grep", help="a regular expression the statement or summary must match")
+    ev.add_argument("--backup-id", help="without a window: from this backup's position (default: the newest)")
+    ev.add_argument("--server", help="the server uuid whose binlogs to read (default: the newest backup's)")
+    ev.add_argument(
+        "--private-key-file", help="armored private key; passphrase from $XTRABACKUP_GPG_PASSPHRASE"
+    )
+    ev.add_argument("--scratch-dir", help="where one binlog at a time is decrypted (default: the temp dir)")
+    ev.add_argument("--json", action="store_true", help="one JSON object per line")
 
 
 def add_restore_targets(p: argparse.ArgumentParser) -> None:
@@ -65,6 +98,8 @@ def cmd_binlogs(args: argparse.Namespace, config: FleetConfig) -> int:
 
     if args.binlogs_command == "list":
         return _print_listing(list_binlogs(make_catalog(config, args.cluster, args.host)), args.json)
+    if args.binlogs_command == "events":
+        return cmd_events(args, config)
     from ..core.binlog.follow import ship_continuous
     from ..core.binlog.ship import ShipRequest, ship_binlogs
 
@@ -94,6 +129,42 @@ def cmd_binlogs(args: argparse.Namespace, config: FleetConfig) -> int:
     from .monitor import copy_to_targets
 
     copy_to_targets(config, args.cluster, args.host, "binlogs")  # closed binlogs, once registered
+    return 0
+
+
+def cmd_events(args: argparse.Namespace, config: FleetConfig) -> int:
+    import re
+    from pathlib import Path
+
+    from ..core.common.values import parse_gtid_pos
+    from ..core.pitr.moments import MomentFilter, MomentsRequest, list_moments
+    from ..core.pitr.plan import PitrError
+
+    try:
+        gtid_from = parse_gtid_pos(args.gtid_from, "--gtid-from")
+        gtid_to = parse_gtid_pos(args.gtid_to, "--gtid-to")
+        grep = re.compile(args.grep, re.I) if args.grep else None
+    except (ValueError, re.error) as exc:
+        raise PitrError(f"{exc}") from None
+    kinds = {k.strip().upper() for arg in args.kind for k in arg.split(",") if k.strip()}
+    key, passphrase = read_private_key(config, args.private_key_file)
+    request = MomentsRequest(
+        catalog=make_catalog(config, args.cluster, args.host),
+        filter=MomentFilter(
+            args.since, args.until, gtid_from, gtid_to, set(args.schema), set(args.table), kinds, grep
+        ),
+        private_key=key,
+        passphrase=passphrase,
+        server_uuid=args.server,
+        backup_id=args.backup_id,
+        scratch_dir=Path(args.scratch_dir) if args.scratch_dir else None,
+    )
+    count = 0
+    for moment in list_moments(request):
+        print(json.dumps(moment.as_dict()) if args.json else moment.line(), flush=True)
+        count += 1
+    if not count:
+        print("no transaction matches", file=sys.stderr)
     return 0
 
 

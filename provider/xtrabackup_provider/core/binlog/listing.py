@@ -317,11 +317,12 @@ def transactions(
     """The transactions of `files` (consecutive binlogs) from `start` in the first, in order.
 
     Each is yielded once it is complete (or, the last one, when the files end inside it).
-    `state` is the GTID state at `start` (per domain); without it, the first file's Gtid_list
-    gives the state at its start, and GTIDs between that and `start` are followed. With
-    `events`, every event is yielded too, before the transaction it closes.
+    `state` is the GTID state at `start` (per domain), updated in place as transactions go by,
+    so a caller reading one file at a time passes the same dict on. Empty, the first file's
+    Gtid_list gives the state at its start, and GTIDs between that and `start` are followed.
+    With `events`, every event is yielded too, before the transaction it closes.
     """
-    state = dict(state or {})
+    state = {} if state is None else state
     known = bool(state)
     tables: dict[int, str] = {}
     current: Transaction | None = None

@@ -98,7 +98,7 @@ def plan_stop(
     state = parse_gtid_pos(start_gtid)
     stop = Stop(files[0].name if files else "", start_position, format_gtid_pos(state), 0)
     last_file = files[-1].name if files else ""
-    for item in transactions(files, start_position, state, events=True):
+    for item in transactions(files, start_position, dict(state), events=True):
         if isinstance(item, BodyEvent):
             if _stops(item, last_file, stop_time, stop_gtid, stop_position):
                 break
