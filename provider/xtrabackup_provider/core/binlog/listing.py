@@ -254,10 +254,11 @@ class Transaction:
     def summary(self, width: int = 160) -> str:
         if self.rows:
             parts = [
-                f"{t} " + "/".join(f"{k}:{n}" for k, n in sorted(v.items()))
+                f"{t}: "
+                + ", ".join(f"{k} in {n} row event{'s' if n > 1 else ''}" for k, n in sorted(v.items()))
                 for t, v in sorted(self.rows.items())
             ]
-            text = ", ".join(parts) + f" ({_kib(self.row_bytes)} of row events)"
+            text = "; ".join(parts) + f" ({_kib(self.row_bytes)})"
             if self.annotations:
                 text += " <- " + " ".join(self.annotations[0].split())
             elif self.statements:
