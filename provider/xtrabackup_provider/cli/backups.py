@@ -72,6 +72,22 @@ def add_parsers(sub: Any) -> None:
         "--target-store",
         help="the storage target to restore from first (default: `storage`); the others stand in",
     )
+    p.add_argument(
+        "--from-standby",
+        type=Path,
+        metavar="DIR",
+        help="restore the prepared standby copy kept in DIR (checked against the catalog) instead of the chain",
+    )
+    p.add_argument(
+        "--allow-older-standby",
+        action="store_true",
+        help="with --from-standby: restore it even if newer backups exist that it does not hold",
+    )
+    p.add_argument(
+        "--move-standby",
+        action="store_true",
+        help="with --from-standby: move its files instead of copying them (faster; the standby is rebuilt later)",
+    )
     p.add_argument("--json", action="store_true")
     add_restore_targets(p)
 
@@ -235,7 +251,14 @@ def cmd_restore(args: argparse.Namespace, config: FleetConfig) -> int:
             "create it, or pass --create-parents"
         )
     if (target := pitr_target(args)) is not None:
+        if args.from_standby:
+            raise SetupError(
+                "--from-standby restores the backup the standby holds; a point in time (--to-*) restores the chain "
+                "and its binlogs: give one or the other"
+            )
         return cmd_pitr_restore(args, config, target)
+    if args.from_standby:
+        return cmd_standby_restore(args, config)
     key, passphrase = read_private_key(config, args.private_key_file)
     sources = restore_sources(config, args.cluster, args.host, args.target_store)
     report = restore(
@@ -270,6 +293,40 @@ def cmd_restore(args: argparse.Namespace, config: FleetConfig) -> int:
         if report.option_files:
             where = option_files_dir(args.target_datadir)
             print(f"the server's option files of {report.backup_id} ({len(report.option_files)}): {where}")
+    return 0
+
+
+def cmd_standby_restore(args: argparse.Namespace, config: FleetConfig) -> int:
+    from dataclasses import asdict
+
+    from ..core.restore.standby import restore_standby
+
+    if args.backup_id not in ("latest", None):
+        raise SetupError("--from-standby restores the backup the standby holds; leave out --backup-id")
+    key, passphrase = read_private_key(config, args.private_key_file)
+    report = restore_standby(
+        target_catalog(config, args.cluster, args.host, args.target_store),
+        args.from_standby,
+        args.target_datadir,
+        private_key=key,
+        passphrase=passphrase,
+        binary=config.find_host(args.cluster, args.host).binary,
+        allow_older=args.allow_older_standby,
+        move=args.move_standby,
+    )
+    if args.json:
+        print(json.dumps(asdict(report), indent=2))
+        return 0
+    if report.applied_first:
+        print(f"applied the newer incremental(s) {', '.join(report.applied_first)} to the standby first")
+    if report.older:
+        print(f"WARNING: {report.older}")
+    how = "moved" if report.moved else "copied"
+    print(
+        f"restored {report.backup_id} (chain {' -> '.join(report.chain)}) from standby {report.standby_dir}, "
+        f"{how} into {report.target_datadir}"
+    )
+    print(f"binlog position: {report.binlog_file}:{report.binlog_position} gtid {report.gtid}")
     return 0
 
 
