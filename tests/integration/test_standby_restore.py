@@ -82,6 +82,7 @@ def test_cli_restores_the_standby_after_applying_the_newer_incremental(
         monkeypatch,
         capsys,
         *("--from-standby", str(standby), "--target-datadir", str(datadir), "--private-key-file", str(key)),
+        "--create-parents",
         "--json",
     )
     assert rc == 0, err
@@ -179,6 +180,7 @@ def test_a_directory_that_is_not_a_standby_is_one_line_and_the_target_stays_empt
         str(somewhere),
         "--target-datadir",
         str(datadir),
+        "--create-parents",
     )
     assert rc == 2 and out == ""
     assert err.strip() == (
