@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.catalog.manifest import CatalogError, manifest_summary
-from ..core.config.schema import FleetConfig
+from ..core.config.schema import BinlogConfig, FleetConfig
 from ..core.config.wiring import (
     SetupError,
     chain_policy,
@@ -87,6 +87,41 @@ def add_parsers(sub: Any) -> None:
         "--move-standby",
         action="store_true",
         help="with --from-standby: move its files instead of copying them (faster; the standby is rebuilt later)",
+    )
+    p.add_argument("--json", action="store_true")
+    add_restore_targets(p)
+
+    p = sub.add_parser(
+        "restore-table",
+        help="put tables back as they were at a point in time, under new names, into a live server",
+    )
+    add_common(p)
+    p.add_argument("--table", action="append", required=True, metavar="DB.TABLE", help="a table (repeatable)")
+    p.add_argument(
+        "--as",
+        dest="new_names",
+        action="append",
+        default=[],
+        metavar="DB.NEW",
+        help="its new name, one per --table in order (default: DB.TABLE_restored); must not exist",
+    )
+    p.add_argument(
+        "--into-host",
+        help="the fleet-config host that receives the tables (default: --host); run on that host",
+    )
+    p.add_argument(
+        "--backup-id",
+        default="latest",
+        type=backup_id("latest"),
+        help="restore from this backup (default: the newest before the target)",
+    )
+    p.add_argument(
+        "--private-key-file", help="armored private key; passphrase from $XTRABACKUP_GPG_PASSPHRASE"
+    )
+    p.add_argument(
+        "--scratch-dir",
+        type=Path,
+        help="where the whole backup is restored and replayed first (needs its size; default: the temp dir)",
     )
     p.add_argument("--json", action="store_true")
     add_restore_targets(p)
@@ -330,6 +365,49 @@ def cmd_standby_restore(args: argparse.Namespace, config: FleetConfig) -> int:
     return 0
 
 
+def cmd_restore_table(args: argparse.Namespace, config: FleetConfig) -> int:
+    from dataclasses import asdict
+
+    from ..core.pitr.table import TableRestoreRequest, restore_tables
+
+    settings = config.cluster(args.cluster).binlogs or BinlogConfig()
+    into = config.find_host(args.cluster, args.into_host or args.host)
+    key, passphrase = read_private_key(config, args.private_key_file)
+    report = restore_tables(
+        TableRestoreRequest(
+            catalog=make_catalog(config, args.cluster, args.host),
+            live=cli_target(into, config.source),
+            tables=args.table,
+            new_names=args.new_names,
+            target=pitr_target(args),
+            backup_id=None if args.backup_id == "latest" else args.backup_id,
+            private_key=key,
+            passphrase=passphrase,
+            binary=config.find_host(args.cluster, args.host).binary,
+            binlog_binary=settings.binary or "mariadb-binlog",
+            scratch_dir=args.scratch_dir,
+            replay=args.replay,
+            replay_threads=args.replay_threads,
+            max_free_memory_pct=config.policy.prepare_max_free_memory_pct,
+        )
+    )
+    if args.json:
+        print(json.dumps(asdict(report), indent=2))
+        return 0
+    print(
+        f"restored from {report.backup_id} at {report.target} (GTID {report.reached_gtid or '-'}) into {report.live}:"
+    )
+    for t in report.tables:
+        parts = f", partitions {', '.join(t.partitions)}" if t.partitions else ""
+        print(f"  {t.source} -> {t.created}  {t.digest}{parts}")
+        if t.dropped_foreign_keys:
+            print(f"    foreign keys not copied: {', '.join(t.dropped_foreign_keys)}")
+    print(
+        "the new tables are not in the binlog: copy rows back with SET SESSION binlog_format=ROW (see RUNBOOK)"
+    )
+    return 0
+
+
 def cmd_glacier_restore(args: argparse.Namespace, config: FleetConfig) -> int:
     """Request restores; with --wait, poll until every object is readable (exit 2 on timeout)."""
     catalog = make_catalog(config, args.cluster, args.host)
@@ -408,6 +486,7 @@ COMMANDS = {
     "backup": cmd_backup,
     "list": cmd_list,
     "restore": cmd_restore,
+    "restore-table": cmd_restore_table,
     "glacier-restore": cmd_glacier_restore,
     "verify": cmd_verify,
 }
