@@ -28,11 +28,10 @@ from .events import (
     FORMAT_DESCRIPTION_EVENT,
     GTID_EVENT,
     GTID_LIST_EVENT,
-    HEADER,
-    MAGIC,
     ROTATE_EVENT,
     STOP_EVENT,
     BinlogFormatError,
+    event_frames,
 )
 
 QUERY_EVENT = 2
@@ -100,29 +99,16 @@ class BodyEvent:
 def read_events(path: Path, start: int = 0) -> Iterator[BodyEvent]:
     """Complete events of `path` from `start` (0 or an event boundary), with the bodies a
     summary needs; a file's last incomplete event (still being written) is not returned."""
+    checksum = 4  # CRC32, MariaDB's default; the format description says
+
+    def wanted(etype: int, body_len: int) -> int:
+        cap = _MAX_GTID_LIST if etype == GTID_LIST_EVENT else MAX_TEXT
+        return min(body_len, cap) if etype in _FULL_BODY else min(body_len, 8) if _rowish(etype) else 0
+
     with open(path, "rb") as fh:
-        if fh.read(4) != MAGIC:
-            raise BinlogFormatError(f"{path}: not a binlog file (bad magic)")
-        limit = fh.seek(0, 2)
-        checksum = 4  # CRC32, MariaDB's default; the format description says
-        offset = 4
-        fh.seek(offset)
-        while True:
-            header = fh.read(HEADER.size)
-            if len(header) < HEADER.size:
-                return
-            timestamp, etype, server_id, size, _end, _flags = HEADER.unpack(header)
-            if size < HEADER.size:
-                raise BinlogFormatError(f"{path}: impossible event size {size} at offset {offset}")
-            end = offset + size
-            if end > limit:
-                return
-            body_len = size - HEADER.size
-            cap = _MAX_GTID_LIST if etype == GTID_LIST_EVENT else MAX_TEXT
-            wanted = min(body_len, cap) if etype in _FULL_BODY else min(body_len, 8) if _rowish(etype) else 0
-            body = fh.read(wanted)
-            if body_len > wanted:
-                fh.seek(body_len - wanted, 1)
+        for offset, end, timestamp, etype, server_id, body, body_len in event_frames(
+            fh, 0, str(path), wanted
+        ):
             if etype == FORMAT_DESCRIPTION_EVENT:
                 checksum = _checksum_length(body)
             elif etype == START_ENCRYPTION_EVENT:
@@ -130,10 +116,9 @@ def read_events(path: Path, start: int = 0) -> Iterator[BodyEvent]:
                     f"{path}: encrypted by the server at offset {offset} (encrypt_binlog): its events cannot be "
                     "read outside the server; list it with mariadb-binlog on the server that wrote it"
                 )
-            if wanted == body_len and checksum and etype in _FULL_BODY:
+            if len(body) == body_len and checksum and etype in _FULL_BODY:
                 body = body[:-checksum]
             yield _decode(path.name, offset, end, timestamp, etype, server_id, body)
-            offset = end
 
 
 def _rowish(etype: int) -> bool:
