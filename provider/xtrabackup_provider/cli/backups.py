@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.catalog.manifest import CatalogError, manifest_summary
-from ..core.config.schema import BinlogConfig, FleetConfig
+from ..core.config.schema import FleetConfig
 from ..core.config.wiring import (
     SetupError,
     chain_policy,
@@ -27,7 +27,7 @@ from ..core.restore.archived import chain_states
 from ..core.restore.option_files import option_files_dir
 from ..core.storage.base import StorageError
 from ..core.storage.glacier import request_restores, wait_for_restores, waiting
-from .binlogs import add_restore_targets, cmd_pitr_restore, pitr_target
+from .binlogs import add_restore_targets, cmd_pitr_restore, pitr_target, restore_source
 from .monitor import copy_to_targets
 from .options import add_common, backup_id, output, seconds
 
@@ -370,25 +370,14 @@ def cmd_restore_table(args: argparse.Namespace, config: FleetConfig) -> int:
 
     from ..core.pitr.table import TableRestoreRequest, restore_tables
 
-    settings = config.cluster(args.cluster).binlogs or BinlogConfig()
     into = config.find_host(args.cluster, args.into_host or args.host)
-    key, passphrase = read_private_key(config, args.private_key_file)
     report = restore_tables(
         TableRestoreRequest(
-            catalog=make_catalog(config, args.cluster, args.host),
             live=cli_target(into, config.source),
             tables=args.table,
             new_names=args.new_names,
             target=pitr_target(args),
-            backup_id=None if args.backup_id == "latest" else args.backup_id,
-            private_key=key,
-            passphrase=passphrase,
-            binary=config.find_host(args.cluster, args.host).binary,
-            binlog_binary=settings.binary or "mariadb-binlog",
-            scratch_dir=args.scratch_dir,
-            replay=args.replay,
-            replay_threads=args.replay_threads,
-            max_free_memory_pct=config.policy.prepare_max_free_memory_pct,
+            **restore_source(args, config),
         )
     )
     if args.json:

@@ -203,28 +203,36 @@ def pitr_target(args: argparse.Namespace) -> Any:
     return None
 
 
+def restore_source(args: argparse.Namespace, config: FleetConfig) -> dict[str, Any]:
+    """What a point-in-time restore reads and how, from the restore flags: the catalog, the backup,
+    the private key, the tools, the scratch dir and the replay (PitrRequest, TableRestoreRequest)."""
+    key, passphrase = read_private_key(config, args.private_key_file)
+    settings = config.cluster(args.cluster).binlogs or BinlogConfig()
+    return {
+        "catalog": make_catalog(config, args.cluster, args.host),
+        "backup_id": None if args.backup_id == "latest" else args.backup_id,
+        "private_key": key,
+        "passphrase": passphrase,
+        "binary": config.find_host(args.cluster, args.host).binary,
+        "binlog_binary": settings.binary or "mariadb-binlog",
+        "scratch_dir": args.scratch_dir,
+        "max_free_memory_pct": config.policy.prepare_max_free_memory_pct,
+        "replay": args.replay,
+        "replay_threads": args.replay_threads,
+    }
+
+
 def cmd_pitr_restore(args: argparse.Namespace, config: FleetConfig, target: Any) -> int:
     from dataclasses import asdict
 
     from ..core.pitr.recover import PitrRequest, point_in_time_restore
 
-    key, passphrase = read_private_key(config, args.private_key_file)
-    settings = config.cluster(args.cluster).binlogs or BinlogConfig()
     report = point_in_time_restore(
         PitrRequest(
-            catalog=make_catalog(config, args.cluster, args.host),
             target_datadir=args.target_datadir,
             target=target,
-            backup_id=None if args.backup_id == "latest" else args.backup_id,
-            private_key=key,
-            passphrase=passphrase,
-            binary=config.find_host(args.cluster, args.host).binary,
-            binlog_binary=settings.binary or "mariadb-binlog",
-            scratch_dir=args.scratch_dir,
             move_back=not args.copy_back,
-            max_free_memory_pct=config.policy.prepare_max_free_memory_pct,
-            replay=args.replay,
-            replay_threads=args.replay_threads,
+            **restore_source(args, config),
         )
     )
     if args.json:

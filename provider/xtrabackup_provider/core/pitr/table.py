@@ -348,10 +348,7 @@ def _describe(cur: Any, source: TableName, new: TableName) -> _Export:
     )
     columns = [r[0] for r in cur.fetchall()]
     digest = content_digest(cur, source, columns)
-    ddl = re.sub(r"^CREATE TABLE `(?:[^`]|``)*`", f"CREATE TABLE {new.sql()}", ddl, count=1)
-    if not re.search(r"\bROW_FORMAT=", ddl) and row_format:
-        # at the end of the table options line, before any PARTITION BY
-        ddl = re.sub(r"^(\) ENGINE=.*)$", rf"\1 ROW_FORMAT={row_format.upper()}", ddl, count=1, flags=re.M)
+    ddl = copy_ddl(ddl, new, row_format)
     return _Export(source, new, ddl, columns, digest, [p for p, _ in parts], {})
 
 
@@ -371,6 +368,22 @@ def _stage(cur: Any, datadir: Path, stage: Path, ex: _Export) -> None:
             staged = stage / f"{len(list(stage.iterdir()))}{ext}"
             shutil.copyfile(path, staged)
             ex.files[suffix + ext] = staged
+
+
+def copy_ddl(ddl: str, new: TableName, row_format: str | None) -> str:
+    """SHOW CREATE TABLE of the restored table, for `new`: the name replaced, and ROW_FORMAT made
+    explicit (the imported tablespace has it; the live default may be another), at the end of the
+    table options, before any PARTITION BY."""
+    ddl = re.sub(r"^CREATE TABLE `(?:[^`]|``)*`", lambda _: f"CREATE TABLE {new.sql()}", ddl, count=1)
+    if row_format and not re.search(r"\bROW_FORMAT=", ddl):
+        ddl = re.sub(
+            r"^(\) ENGINE=.*)$",
+            lambda m: f"{m.group(1)} ROW_FORMAT={row_format.upper()}",
+            ddl,
+            count=1,
+            flags=re.M,
+        )
+    return ddl
 
 
 def content_digest(cur: Any, table: TableName, columns: list[str]) -> str:
