@@ -137,20 +137,23 @@ def restore_tables(req: TableRestoreRequest) -> TableRestoreReport:
     work = private_dir("tables", req.scratch_dir, on_sweep=stop_orphans)
     try:
         datadir = work / "data"
+        common: dict[str, Any] = {
+            "catalog": req.catalog,
+            "target_datadir": datadir,
+            "backup_id": req.backup_id,
+            "private_key": req.private_key,
+            "passphrase": req.passphrase,
+            "binary": req.binary,
+            "max_free_memory_pct": req.max_free_memory_pct,
+        }
         if req.target is not None:
             pitr = point_in_time_restore(
                 PitrRequest(
-                    catalog=req.catalog,
-                    target_datadir=datadir,
                     target=req.target,
-                    backup_id=req.backup_id,
-                    private_key=req.private_key,
-                    passphrase=req.passphrase,
-                    binary=req.binary,
                     binlog_binary=req.binlog_binary,
-                    max_free_memory_pct=req.max_free_memory_pct,
                     replay=req.replay,
                     replay_threads=req.replay_threads,
+                    **common,
                 )
             )
             report.backup_id, report.target, report.reached_gtid = (
@@ -159,17 +162,7 @@ def restore_tables(req: TableRestoreRequest) -> TableRestoreReport:
                 pitr.reached_gtid,
             )
         else:
-            restored = restore(
-                RestoreRequest(
-                    catalog=req.catalog,
-                    target_datadir=datadir,
-                    backup_id=req.backup_id,
-                    private_key=req.private_key,
-                    passphrase=req.passphrase,
-                    binary=req.binary,
-                    max_free_memory_pct=req.max_free_memory_pct,
-                )
-            )
+            restored = restore(RestoreRequest(**common))
             report.backup_id, report.target = restored.backup_id, f"backup {restored.backup_id}"
             report.reached_gtid = restored.gtid or ""
         report.timings["restore"] = time.monotonic() - t0
