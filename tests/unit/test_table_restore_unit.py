@@ -67,3 +67,14 @@ def test_names_default_to_restored_and_bad_ones_are_refused_by_name():
     ]:
         with pytest.raises(TableRestoreError, match=message.replace("(", r"\(").replace(")", r"\)")):
             _pairs(_request(tables, new))
+
+
+def test_server_and_file_errors_become_one_line_and_ours_pass_through():
+    import MySQLdb
+
+    from xtrabackup_provider.core.pitr.table import _plain_failure, _sql_error
+
+    server = MySQLdb.OperationalError(1809, "Table db/t_restored in system tablespace")
+    assert _plain_failure(server) and _sql_error(server) == "1809 Table db/t_restored in system tablespace"
+    assert _plain_failure(PermissionError(13, "Permission denied"))
+    assert not _plain_failure(TableRestoreError("x")) and not _plain_failure(KeyboardInterrupt())

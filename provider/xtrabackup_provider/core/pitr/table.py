@@ -288,6 +288,12 @@ def _export(
             finally:
                 cur.execute("UNLOCK TABLES")
             return exports
+        except Exception as exc:
+            if _plain_failure(exc):
+                raise TableRestoreError(
+                    f"exporting from the restored copy failed: {_sql_error(exc)}; the live server was not touched"
+                ) from None
+            raise
         finally:
             conn.close()
     finally:
@@ -439,7 +445,7 @@ def _import(target: MySQLTarget, live: _Live, exports: list[_Export]) -> list[Re
                 )
             done.append(RestoredTable(str(ex.source), str(ex.new), digest, ex.partitions, dropped))
             log.info("restored %s as %s on %s (%s)", ex.source, ex.new, target.address, digest)
-    except BaseException:
+    except BaseException as failure:
         for name in reversed(created):
             try:
                 cur.execute(f"DROP TABLE IF EXISTS {name.sql()}")
@@ -447,6 +453,11 @@ def _import(target: MySQLTarget, live: _Live, exports: list[_Export]) -> list[Re
                 log.error("could not drop %s on %s again: %s", name, target.address, exc)
         for path in placed:
             path.unlink(missing_ok=True)
+        if _plain_failure(failure):
+            raise TableRestoreError(
+                f"importing into {target.address} failed: {_sql_error(failure)}; the tables this run created were "
+                "dropped again"
+            ) from None
         raise
     finally:
         for path in placed:
@@ -480,6 +491,11 @@ def _import_into(
         cur.execute(f"ALTER TABLE {name.sql()} IMPORT TABLESPACE")
     except Exception as exc:
         raise TableRestoreError(f"importing {name} failed: {_sql_error(exc)}") from None
+
+
+def _plain_failure(exc: BaseException) -> bool:
+    """A server or file error (to be said in one line), not one of ours or an interrupt."""
+    return isinstance(exc, OSError) or type(exc).__module__.startswith("MySQLdb")
 
 
 def _sql_error(exc: BaseException) -> str:
