@@ -20,7 +20,7 @@ from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.db.sandbox import table_checksums
 from xtrabackup_provider.core.db.server import MySQLTarget
 from xtrabackup_provider.core.restore.chain import RestoreError
-from xtrabackup_provider.core.restore.standby import load_state, restore_from_standby, update_standby
+from xtrabackup_provider.core.restore.standby import load_state, restore_standby, update_standby
 from xtrabackup_provider.core.storage.local import LocalStore
 
 
@@ -89,5 +89,5 @@ def test_a_crash_between_a_prepare_step_and_the_state_write_is_rebuilt(seeded, t
     update = update_standby(catalog, standby)  # today: the merge again, refused by mariabackup, forever
     assert update.rebuilt and update.newest == inc, update
     target = tmp_path / "restored"
-    assert restore_from_standby(standby, target) == inc
+    assert restore_standby(catalog, standby, target).backup_id == inc
     assert restored_checksums(target, tmp_path / "sb", [db], server_id=991) == expected

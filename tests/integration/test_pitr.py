@@ -1,5 +1,8 @@
 """Point-in-time recovery end to end: writes before, during and after a full and an incremental,
 binlogs shipped encrypted to S3 (moto over HTTP), then restores to a time, a GTID and a position.
+Between two targets: DDL, and temporary tables of two sessions with the same name, logged in
+statement format and used after the binlog rotated. Every restore runs with both replay paths:
+the server's replication applier (the default) and the mariadb-binlog | mariadb pipe.
 
 Binlog event times have a resolution of one second, so the "known" transactions a target falls
 between are committed at least a second apart.
@@ -106,8 +109,12 @@ def history(mariadb_factory, s3_server, gpg_keys) -> History:
     server.execute_script(
         f"CREATE USER app@'%' IDENTIFIED BY 'app-pw'; GRANT SELECT ON `{h.db}`.* TO app@'%';"
     )
-    for label in ("C", "D", "E", "F"):
+    h.known("C")
+    _ddl_and_temporary_tables_across_binlogs(server, h.db)
+    for label in ("D", "E", "F"):
         h.known(label)
+    h.positions["inside G"] = _multi_statement_transaction(server, h.db)
+    h.known("H")
     ship_binlogs(
         ShipRequest(
             catalog=catalog, target=root_target(server), public_keys=[gpg_keys.public_key], flush=True
@@ -116,15 +123,70 @@ def history(mariadb_factory, s3_server, gpg_keys) -> History:
     return h
 
 
+def _ddl_and_temporary_tables_across_binlogs(server: SandboxServer, db: str) -> None:
+    """An ALTER, and two sessions' temporary tables of one name logged in statement format: created
+    in one binlog, used (INSERT ... SELECT into t) after FLUSH BINARY LOGS, in the next one."""
+    server.query(f"ALTER TABLE `{db}`.t ADD COLUMN extra INT NOT NULL DEFAULT 7")
+    sessions = [server.connect(), server.connect()]
+    try:
+        for n, conn in enumerate(sessions):
+            cur = conn.cursor()
+            cur.execute("SET SESSION binlog_format = 'STATEMENT'")  # ROW would not log temporary tables
+            cur.execute(f"CREATE TEMPORARY TABLE `{db}`.tmp (v VARCHAR(64)) ENGINE=InnoDB")
+            cur.execute(f"INSERT INTO `{db}`.tmp VALUES ('temp {n} a'), ('temp {n} b')")
+        server.query("FLUSH BINARY LOGS")
+        for n, conn in enumerate(sessions):
+            cur = conn.cursor()
+            cur.execute(f"INSERT INTO `{db}`.t (v, extra) SELECT v, {n} FROM `{db}`.tmp")
+            cur.execute(f"DROP TEMPORARY TABLE `{db}`.tmp")
+    finally:
+        for conn in sessions:
+            conn.close()
+
+
+def _multi_statement_transaction(server: SandboxServer, db: str) -> str:
+    """Three statements in one transaction; returns FILE:POS of an event inside it (a target there
+    replays nothing of it: the pipe rolls the cut transaction back, the applier stops before it)."""
+    conn = server.connect()
+    try:
+        cur = conn.cursor()
+        cur.execute("BEGIN")
+        for value in ("G1", "G2", "G3"):
+            cur.execute(f"INSERT INTO `{db}`.t (v) VALUES (%s)", (value,))
+        cur.execute("COMMIT")
+        cur.execute("SELECT @@last_gtid")
+        gtid = cur.fetchone()[0]
+        cur.execute("SHOW MASTER STATUS")
+        file = cur.fetchone()[0]
+        cur.execute(f"SHOW BINLOG EVENTS IN '{file}'")
+        events = cur.fetchall()
+    finally:
+        conn.close()
+    start = next(i for i, e in enumerate(events) if e[2] == "Gtid" and str(gtid) in str(e[5]))
+    rows = [e for e in events[start:] if e[2] == "Write_rows_v1"]
+    return f"{file}:{rows[1][1]}"  # the second INSERT's row event
+
+
 def _restored_ids(datadir: Path, basedir: Path, db: str) -> tuple[set[int], list[tuple[str, str]]]:
+    ids, accounts, _ = _restored_state(datadir, basedir, db)
+    return ids, accounts
+
+
+def _restored_state(datadir: Path, basedir: Path, db: str) -> tuple[set[int], list[tuple[str, str]], str]:
     with SandboxServer.on_datadir(datadir, basedir, server_id=977) as restored:
         restored.start()
         ids = {r[0] for r in restored.query(f"SELECT id FROM `{db}`.t")}
         accounts = [(str(u), str(h)) for u, h in restored.query("SELECT user, host FROM mysql.user")]
-    return ids, accounts
+        gtid = str(restored.query("SELECT @@gtid_slave_pos")[0][0] or "")
+    return ids, accounts, gtid
 
 
-def _pitr(history: History, gpg_keys, tmp_path: Path, target: PitrTarget):
+@pytest.fixture(params=["applier", "pipe"])
+def replay(request) -> str:
+    return str(request.param)
+
+
+def _pitr(history: History, gpg_keys, tmp_path: Path, target: PitrTarget, replay: str = "applier"):
     datadir = tmp_path / "restored" / "data"
     report = point_in_time_restore(
         PitrRequest(
@@ -133,18 +195,23 @@ def _pitr(history: History, gpg_keys, tmp_path: Path, target: PitrTarget):
             target=target,
             private_key=gpg_keys.private_key,
             passphrase=gpg_keys.passphrase,
+            replay=replay,
         )
     )
     assert not list(datadir.glob("mysql-bin.*")), "the replay leaves no binlog of its own in the datadir"
-    ids, accounts = _restored_ids(datadir, tmp_path / "sb", history.db)
+    assert not list(datadir.glob("relay-bin.*")), "nor relay logs"
+    ids, accounts, gtid = _restored_state(datadir, tmp_path / "sb", history.db)
+    if report.transactions:
+        assert report.replay == replay
+        assert gtid == report.reached_gtid, "the restored datadir's gtid_slave_pos is the GTID reached"
     return report, ids, accounts
 
 
 def test_restore_to_a_time_after_the_incremental_gives_exactly_the_rows_committed_before_it(
-    history, gpg_keys, tmp_path
+    history, gpg_keys, tmp_path, replay
 ):
     report, ids, accounts = _pitr(
-        history, gpg_keys, tmp_path, PitrTarget.at_time(iso_utc(history.times["C"]))
+        history, gpg_keys, tmp_path, PitrTarget.at_time(iso_utc(history.times["C"])), replay
     )
     assert report.backup_id == history.incremental.backup_id, "the newest backup before the target"
     assert ids == history.rows["C"]
@@ -153,8 +220,10 @@ def test_restore_to_a_time_after_the_incremental_gives_exactly_the_rows_committe
     assert report.reached_gtid == history.gtids["C"]
 
 
-def test_restore_to_a_time_before_the_incremental_replays_from_the_full(history, gpg_keys, tmp_path):
-    report, ids, _ = _pitr(history, gpg_keys, tmp_path, PitrTarget.at_time(iso_utc(history.times["A"])))
+def test_restore_to_a_time_before_the_incremental_replays_from_the_full(history, gpg_keys, tmp_path, replay):
+    report, ids, _ = _pitr(
+        history, gpg_keys, tmp_path, PitrTarget.at_time(iso_utc(history.times["A"])), replay
+    )
     assert report.backup_id == history.full.backup_id
     assert ids == history.rows["A"]
     assert (
@@ -163,13 +232,29 @@ def test_restore_to_a_time_before_the_incremental_replays_from_the_full(history,
     )
 
 
-def test_restore_to_a_gtid(history, gpg_keys, tmp_path):
-    report, ids, _ = _pitr(history, gpg_keys, tmp_path, PitrTarget.at_gtid(history.gtids["D"]))
+def test_restore_to_a_gtid(history, gpg_keys, tmp_path, replay):
+    report, ids, _ = _pitr(history, gpg_keys, tmp_path, PitrTarget.at_gtid(history.gtids["D"]), replay)
     assert ids == history.rows["D"]
     assert report.reached_gtid == history.gtids["D"]
 
 
-def test_cli_restores_to_a_binlog_position(history, gpg_keys, tmp_path, monkeypatch, capsys):
+def test_restore_to_a_time_after_ddl_and_temporary_tables_across_binlogs(history, gpg_keys, tmp_path, replay):
+    report, ids, _ = _pitr(
+        history, gpg_keys, tmp_path, PitrTarget.at_time(iso_utc(history.times["E"])), replay
+    )
+    assert ids == history.rows["E"], "rows inserted from the two sessions' temporary tables are there"
+    assert len(history.rows["E"]) >= len(history.rows["C"]) + 4 + 2
+    assert report.reached_gtid == history.gtids["E"]
+
+
+def test_a_position_inside_a_transaction_replays_none_of_it(history, gpg_keys, tmp_path, replay):
+    target = PitrTarget.at_position(history.positions["inside G"])
+    report, ids, _ = _pitr(history, gpg_keys, tmp_path, target, replay)
+    assert ids == history.rows["F"]
+    assert report.reached_gtid == history.gtids["F"]
+
+
+def test_cli_restores_to_a_binlog_position(history, gpg_keys, tmp_path, monkeypatch, capsys, replay):
     key = tmp_path / "private.asc"
     key.write_text(gpg_keys.private_key)
     monkeypatch.setenv("XTRABACKUP_GPG_PASSPHRASE", gpg_keys.passphrase)
@@ -189,6 +274,7 @@ def test_cli_restores_to_a_binlog_position(history, gpg_keys, tmp_path, monkeypa
                 "--create-parents",
             ),
             *("--private-key-file", str(key), "--to-position", history.positions["E"]),
+            *("--replay", replay),
         ]
     )
     out = capsys.readouterr().out

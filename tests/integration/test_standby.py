@@ -7,7 +7,7 @@ from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.db.sandbox import table_checksums
 from xtrabackup_provider.core.db.server import MySQLTarget
-from xtrabackup_provider.core.restore.standby import load_state, restore_from_standby, update_standby
+from xtrabackup_provider.core.restore.standby import load_state, restore_standby, update_standby
 from xtrabackup_provider.core.storage.local import LocalStore
 
 
@@ -39,7 +39,7 @@ def test_standby_follows_the_chain_and_restores_the_newest_state(mariadb, gpg_ke
 
     expected = table_checksums(mariadb, [db])
     datadir = tmp_path / "restored" / "data"
-    assert restore_from_standby(standby, datadir) == ids[-1]
+    assert restore_standby(catalog, standby, datadir).backup_id == ids[-1]
     assert restored_checksums(datadir, tmp_path / "sb", [db], server_id=950) == expected
 
     # MariaBackup: the standby keeps taking incrementals after a restore from it.
@@ -48,7 +48,7 @@ def test_standby_follows_the_chain_and_restores_the_newest_state(mariadb, gpg_ke
     assert update_standby(catalog, standby, **keys).applied_now == [ids[-1]]
     expected = table_checksums(mariadb, [db])
     datadir2 = tmp_path / "restored2" / "data"
-    restore_from_standby(standby, datadir2)
+    restore_standby(catalog, standby, datadir2)
     assert restored_checksums(datadir2, tmp_path / "sb2", [db], server_id=951) == expected
 
     # A new full starts a new chain: the standby is rebuilt from it.

@@ -27,7 +27,7 @@ from ..core.restore.archived import chain_states
 from ..core.restore.option_files import option_files_dir
 from ..core.storage.base import StorageError
 from ..core.storage.glacier import request_restores, wait_for_restores, waiting
-from .binlogs import add_restore_targets, cmd_pitr_restore, pitr_target
+from .binlogs import add_restore_targets, cmd_pitr_restore, pitr_target, restore_source
 from .monitor import copy_to_targets
 from .options import add_common, backup_id, output, seconds
 
@@ -71,6 +71,57 @@ def add_parsers(sub: Any) -> None:
     p.add_argument(
         "--target-store",
         help="the storage target to restore from first (default: `storage`); the others stand in",
+    )
+    p.add_argument(
+        "--from-standby",
+        type=Path,
+        metavar="DIR",
+        help="restore the prepared standby copy kept in DIR (checked against the catalog) instead of the chain",
+    )
+    p.add_argument(
+        "--allow-older-standby",
+        action="store_true",
+        help="with --from-standby: restore it even if newer backups exist that it does not hold",
+    )
+    p.add_argument(
+        "--move-standby",
+        action="store_true",
+        help="with --from-standby: move its files instead of copying them (faster; the standby is rebuilt later)",
+    )
+    p.add_argument("--json", action="store_true")
+    add_restore_targets(p)
+
+    p = sub.add_parser(
+        "restore-table",
+        help="put tables back as they were at a point in time, under new names, into a live server",
+    )
+    add_common(p)
+    p.add_argument("--table", action="append", required=True, metavar="DB.TABLE", help="a table (repeatable)")
+    p.add_argument(
+        "--as",
+        dest="new_names",
+        action="append",
+        default=[],
+        metavar="DB.NEW",
+        help="its new name, one per --table in order (default: DB.TABLE_restored); must not exist",
+    )
+    p.add_argument(
+        "--into-host",
+        help="the fleet-config host that receives the tables (default: --host); run on that host",
+    )
+    p.add_argument(
+        "--backup-id",
+        default="latest",
+        type=backup_id("latest"),
+        help="restore from this backup (default: the newest before the target)",
+    )
+    p.add_argument(
+        "--private-key-file", help="armored private key; passphrase from $XTRABACKUP_GPG_PASSPHRASE"
+    )
+    p.add_argument(
+        "--scratch-dir",
+        type=Path,
+        help="where the whole backup is restored and replayed first (needs its size; default: the temp dir)",
     )
     p.add_argument("--json", action="store_true")
     add_restore_targets(p)
@@ -235,7 +286,14 @@ def cmd_restore(args: argparse.Namespace, config: FleetConfig) -> int:
             "create it, or pass --create-parents"
         )
     if (target := pitr_target(args)) is not None:
+        if args.from_standby:
+            raise SetupError(
+                "--from-standby restores the backup the standby holds; a point in time (--to-*) restores the chain "
+                "and its binlogs: give one or the other"
+            )
         return cmd_pitr_restore(args, config, target)
+    if args.from_standby:
+        return cmd_standby_restore(args, config)
     key, passphrase = read_private_key(config, args.private_key_file)
     sources = restore_sources(config, args.cluster, args.host, args.target_store)
     report = restore(
@@ -270,6 +328,72 @@ def cmd_restore(args: argparse.Namespace, config: FleetConfig) -> int:
         if report.option_files:
             where = option_files_dir(args.target_datadir)
             print(f"the server's option files of {report.backup_id} ({len(report.option_files)}): {where}")
+    return 0
+
+
+def cmd_standby_restore(args: argparse.Namespace, config: FleetConfig) -> int:
+    from dataclasses import asdict
+
+    from ..core.restore.standby import restore_standby
+
+    if args.backup_id not in ("latest", None):
+        raise SetupError("--from-standby restores the backup the standby holds; leave out --backup-id")
+    key, passphrase = read_private_key(config, args.private_key_file)
+    report = restore_standby(
+        target_catalog(config, args.cluster, args.host, args.target_store),
+        args.from_standby,
+        args.target_datadir,
+        private_key=key,
+        passphrase=passphrase,
+        binary=config.find_host(args.cluster, args.host).binary,
+        allow_older=args.allow_older_standby,
+        move=args.move_standby,
+    )
+    if args.json:
+        print(json.dumps(asdict(report), indent=2))
+        return 0
+    if report.applied_first:
+        print(f"applied the newer incremental(s) {', '.join(report.applied_first)} to the standby first")
+    if report.older:
+        print(f"WARNING: {report.older}")
+    how = "moved" if report.moved else "copied"
+    print(
+        f"restored {report.backup_id} (chain {' -> '.join(report.chain)}) from standby {report.standby_dir}, "
+        f"{how} into {report.target_datadir}"
+    )
+    print(f"binlog position: {report.binlog_file}:{report.binlog_position} gtid {report.gtid}")
+    return 0
+
+
+def cmd_restore_table(args: argparse.Namespace, config: FleetConfig) -> int:
+    from dataclasses import asdict
+
+    from ..core.pitr.table import TableRestoreRequest, restore_tables
+
+    into = config.find_host(args.cluster, args.into_host or args.host)
+    report = restore_tables(
+        TableRestoreRequest(
+            live=cli_target(into, config.source),
+            tables=args.table,
+            new_names=args.new_names,
+            target=pitr_target(args),
+            **restore_source(args, config),
+        )
+    )
+    if args.json:
+        print(json.dumps(asdict(report), indent=2))
+        return 0
+    print(
+        f"restored from {report.backup_id} at {report.target} (GTID {report.reached_gtid or '-'}) into {report.live}:"
+    )
+    for t in report.tables:
+        parts = f", partitions {', '.join(t.partitions)}" if t.partitions else ""
+        print(f"  {t.source} -> {t.created}  {t.digest}{parts}")
+        if t.dropped_foreign_keys:
+            print(f"    foreign keys not copied: {', '.join(t.dropped_foreign_keys)}")
+    print(
+        "the new tables are not in the binlog: copy rows back with SET SESSION binlog_format=ROW (see RUNBOOK)"
+    )
     return 0
 
 
@@ -351,6 +475,7 @@ COMMANDS = {
     "backup": cmd_backup,
     "list": cmd_list,
     "restore": cmd_restore,
+    "restore-table": cmd_restore_table,
     "glacier-restore": cmd_glacier_restore,
     "verify": cmd_verify,
 }

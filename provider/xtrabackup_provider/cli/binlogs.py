@@ -1,5 +1,5 @@
-"""The binlog commands: `binlogs ship|list`, and the point-in-time targets of `restore`
-(`--to-time|--to-gtid|--to-position`)."""
+"""The binlog commands: `binlogs ship|list|events`, and the point-in-time targets of `restore`
+(`--to-time|--to-gtid|--to-position`) and how its binlogs are replayed (`--replay`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from ..core.config.schema import BinlogConfig, FleetConfig
 from ..core.config.wiring import cli_target, make_catalog, read_private_key, read_public_keys
-from .options import add_common, seconds
+from .options import add_common, seconds, utc_time
 
 
 def add_parsers(sub: Any) -> None:
@@ -37,6 +37,39 @@ def add_parsers(sub: Any) -> None:
     lst = bsub.add_parser("list", help="list the shipped binlogs and recorded gaps")
     add_common(lst)
     lst.add_argument("--json", action="store_true")
+    ev = bsub.add_parser(
+        "events",
+        help="one line per shipped transaction (time, GTID, position, what it did) with the --to-gtid that "
+        "stops right before it",
+    )
+    add_common(ev)
+    ev.add_argument("--since", type=utc_time, help="from this time (ISO 8601, UTC without an offset)")
+    ev.add_argument("--until", type=utc_time, help="up to this time")
+    ev.add_argument("--gtid-from", help="from this GTID on (per domain, inclusive), e.g. 0-1-100")
+    ev.add_argument("--gtid-to", help="up to this GTID (inclusive)")
+    ev.add_argument(
+        "--schema", action="append", default=[], help="transactions touching this schema (repeatable)"
+    )
+    ev.add_argument(
+        "--table",
+        action="append",
+        default=[],
+        help="transactions touching SCHEMA.TABLE or TABLE (repeatable)",
+    )
+    ev.add_argument(
+        "--kind",
+        action="append",
+        default=[],
+        help="statement kinds, comma-separated or repeated: DROP,TRUNCATE,ALTER,DELETE,UPDATE,INSERT,CREATE,RENAME...",
+    )
+    ev.add_argument("--grep", help="a regular expression the statement or summary must match")
+    ev.add_argument("--backup-id", help="without a window: from this backup's position (default: the newest)")
+    ev.add_argument("--server", help="the server uuid whose binlogs to read (default: the newest backup's)")
+    ev.add_argument(
+        "--private-key-file", help="armored private key; passphrase from $XTRABACKUP_GPG_PASSPHRASE"
+    )
+    ev.add_argument("--scratch-dir", help="where one binlog at a time is decrypted (default: the temp dir)")
+    ev.add_argument("--json", action="store_true", help="one JSON object per line")
 
 
 def add_restore_targets(p: argparse.ArgumentParser) -> None:
@@ -48,6 +81,16 @@ def add_restore_targets(p: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--to-position", metavar="FILE:POS", help="replay the events before this binlog position"
     )
+    p.add_argument(
+        "--replay",
+        choices=["applier", "pipe"],
+        default="applier",
+        help="how binlogs are applied: the server's replication applier (default, parallel) or "
+        "mariadb-binlog | mariadb (the fallback)",
+    )
+    p.add_argument(
+        "--replay-threads", type=int, default=4, help="the applier's parallel workers (0: one SQL thread)"
+    )
 
 
 def cmd_binlogs(args: argparse.Namespace, config: FleetConfig) -> int:
@@ -55,6 +98,8 @@ def cmd_binlogs(args: argparse.Namespace, config: FleetConfig) -> int:
 
     if args.binlogs_command == "list":
         return _print_listing(list_binlogs(make_catalog(config, args.cluster, args.host)), args.json)
+    if args.binlogs_command == "events":
+        return cmd_events(args, config)
     from ..core.binlog.follow import ship_continuous
     from ..core.binlog.ship import ShipRequest, ship_binlogs
 
@@ -84,6 +129,42 @@ def cmd_binlogs(args: argparse.Namespace, config: FleetConfig) -> int:
     from .monitor import copy_to_targets
 
     copy_to_targets(config, args.cluster, args.host, "binlogs")  # closed binlogs, once registered
+    return 0
+
+
+def cmd_events(args: argparse.Namespace, config: FleetConfig) -> int:
+    import re
+    from pathlib import Path
+
+    from ..core.common.values import parse_gtid_pos
+    from ..core.pitr.moments import MomentFilter, MomentsRequest, list_moments
+    from ..core.pitr.plan import PitrError
+
+    try:
+        gtid_from = parse_gtid_pos(args.gtid_from, "--gtid-from")
+        gtid_to = parse_gtid_pos(args.gtid_to, "--gtid-to")
+        grep = re.compile(args.grep, re.I) if args.grep else None
+    except (ValueError, re.error) as exc:
+        raise PitrError(f"{exc}") from None
+    kinds = {k.strip().upper() for arg in args.kind for k in arg.split(",") if k.strip()}
+    key, passphrase = read_private_key(config, args.private_key_file)
+    request = MomentsRequest(
+        catalog=make_catalog(config, args.cluster, args.host),
+        filter=MomentFilter(
+            args.since, args.until, gtid_from, gtid_to, set(args.schema), set(args.table), kinds, grep
+        ),
+        private_key=key,
+        passphrase=passphrase,
+        server_uuid=args.server,
+        backup_id=args.backup_id,
+        scratch_dir=Path(args.scratch_dir) if args.scratch_dir else None,
+    )
+    count = 0
+    for moment in list_moments(request):
+        print(json.dumps(moment.as_dict()) if args.json else moment.line(), flush=True)
+        count += 1
+    if not count:
+        print("no transaction matches", file=sys.stderr)
     return 0
 
 
@@ -122,33 +203,46 @@ def pitr_target(args: argparse.Namespace) -> Any:
     return None
 
 
+def restore_source(args: argparse.Namespace, config: FleetConfig) -> dict[str, Any]:
+    """What a point-in-time restore reads and how, from the restore flags: the catalog, the backup,
+    the private key, the tools, the scratch dir and the replay (PitrRequest, TableRestoreRequest)."""
+    key, passphrase = read_private_key(config, args.private_key_file)
+    settings = config.cluster(args.cluster).binlogs or BinlogConfig()
+    return {
+        "catalog": make_catalog(config, args.cluster, args.host),
+        "backup_id": None if args.backup_id == "latest" else args.backup_id,
+        "private_key": key,
+        "passphrase": passphrase,
+        "binary": config.find_host(args.cluster, args.host).binary,
+        "binlog_binary": settings.binary or "mariadb-binlog",
+        "scratch_dir": args.scratch_dir,
+        "max_free_memory_pct": config.policy.prepare_max_free_memory_pct,
+        "replay": args.replay,
+        "replay_threads": args.replay_threads,
+    }
+
+
 def cmd_pitr_restore(args: argparse.Namespace, config: FleetConfig, target: Any) -> int:
     from dataclasses import asdict
 
     from ..core.pitr.recover import PitrRequest, point_in_time_restore
 
-    key, passphrase = read_private_key(config, args.private_key_file)
-    settings = config.cluster(args.cluster).binlogs or BinlogConfig()
     report = point_in_time_restore(
         PitrRequest(
-            catalog=make_catalog(config, args.cluster, args.host),
             target_datadir=args.target_datadir,
             target=target,
-            backup_id=None if args.backup_id == "latest" else args.backup_id,
-            private_key=key,
-            passphrase=passphrase,
-            binary=config.find_host(args.cluster, args.host).binary,
-            binlog_binary=settings.binary or "mariadb-binlog",
-            scratch_dir=args.scratch_dir,
             move_back=not args.copy_back,
-            max_free_memory_pct=config.policy.prepare_max_free_memory_pct,
+            **restore_source(args, config),
         )
     )
     if args.json:
         print(json.dumps(asdict(report), indent=2))
         return 0
     print(f"restored {report.backup_id} (chain {' -> '.join(report.chain)}) into {report.target_datadir}")
-    print(f"replayed {len(report.binlogs)} binlog(s) from {report.start} to {report.target}")
+    print(
+        f"replayed {report.transactions} transaction(s) of {len(report.binlogs)} binlog(s) from {report.start} "
+        f"to {report.target}" + (f" ({report.replay})" if report.replay else "")
+    )
     print(f"reached {report.reached_file}:{report.reached_position}, GTID {report.reached_gtid or '-'}")
     if report.reached_gtid:
         print(f"to make it a replica: SET GLOBAL gtid_slave_pos = '{report.reached_gtid}'")

@@ -10,7 +10,7 @@ MySQL GTID events are not decoded (their GTID sets are a different model); times
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -75,10 +75,12 @@ class BinlogSummary:
             self.gtid_last[event.gtid.domain] = event.gtid
 
 
-def iter_events(
-    fh: BinaryIO, start: int = 0, source: str = "binlog"
-) -> Iterator[tuple[Event, GtidPos | None]]:
-    """Complete events from `start` (0 or an event boundary); GTID-list events come with their list."""
+def event_frames(
+    fh: BinaryIO, start: int, source: str, wanted: Callable[[int, int], int]
+) -> Iterator[tuple[int, int, int, int, int, bytes, int]]:
+    """(offset, end, timestamp, type, server_id, body, body length) of each complete event from
+    `start` (0 or an event boundary); `wanted(type, body length)` is how much of the body to read.
+    A file's last incomplete event (still being written) is not returned."""
     if start == 0:
         magic = fh.read(4)
         if len(magic) < 4:
@@ -100,14 +102,25 @@ def iter_events(
         if end > limit:
             return  # the tail of an event that is still being written (or a size the file cannot hold)
         body_len = size - HEADER.size
-        wanted = min(
-            body_len, 16 if etype == GTID_EVENT else MAX_GTID_LIST if etype == GTID_LIST_EVENT else 0
-        )
-        body = fh.read(wanted) if wanted else b""
-        if len(body) < wanted:
+        want = wanted(etype, body_len)
+        body = fh.read(want) if want else b""
+        if len(body) < want:
             return
-        if body_len > wanted:
-            fh.seek(body_len - wanted, 1)
+        if body_len > want:
+            fh.seek(body_len - want, 1)
+        yield offset, end, timestamp, etype, server_id, body, body_len
+        offset = end
+
+
+def _header_body(etype: int, body_len: int) -> int:
+    return min(body_len, 16 if etype == GTID_EVENT else MAX_GTID_LIST if etype == GTID_LIST_EVENT else 0)
+
+
+def iter_events(
+    fh: BinaryIO, start: int = 0, source: str = "binlog"
+) -> Iterator[tuple[Event, GtidPos | None]]:
+    """Complete events from `start` (0 or an event boundary); GTID-list events come with their list."""
+    for offset, end, timestamp, etype, server_id, body, _ in event_frames(fh, start, source, _header_body):
         gtid = None
         gtid_list = None
         if etype == GTID_EVENT and len(body) >= _GTID_BODY.size:
@@ -116,7 +129,6 @@ def iter_events(
         elif etype == GTID_LIST_EVENT:
             gtid_list = _parse_gtid_list(body)
         yield Event(offset, end, timestamp, etype, server_id, gtid), gtid_list
-        offset = end
 
 
 def _parse_gtid_list(body: bytes) -> GtidPos:

@@ -6,11 +6,14 @@
    the restore here, with the reason.
 2. Fetch those binlogs (sha256-checked, decrypted, decompressed) into local scratch files.
 3. Restore the backup chain into the empty target datadir (core.restore.chain).
-4. Start a sandbox on it and replay through ONE `mariadb-binlog` process piped into the
-   sandbox's `mariadb` client, from the backup's position to the target:
-   `--start-position=<pos> --stop-datetime=<T>` (time), `--start-position=<backup GTID>
+4. Replay from the backup's position to the target (core/pitr/applier.py): by default through
+   the restored server's own replication applier (the binlogs as its relay logs, parallel
+   workers, `START SLAVE UNTIL` the end of the last complete transaction before the target);
+   with `replay="pipe"` through ONE `mariadb-binlog` process piped into the sandbox's `mariadb`
+   client: `--start-position=<pos> --stop-datetime=<T>` (time), `--start-position=<backup GTID>
    --stop-position=<GTID>` (GTID, MariaDB's GTID mode; inclusive), or
-   `--start-position=<pos> --stop-position=<pos>` (FILE:POS, exclusive).
+   `--start-position=<pos> --stop-position=<pos>` (FILE:POS, exclusive). Both stop at the same
+   transaction.
 
 Grants: restore sandboxes run with --skip-grant-tables (and so --skip-networking), and a
 replayed GRANT / CREATE USER fails there. The replay therefore turns the grant tables on with
@@ -20,7 +23,8 @@ account with a random password in it, replays as that account (over the socket i
 root password is never needed, and the replay honours every GRANT it contains.
 
 The sandbox runs without a binlog of its own, so the datadir gets no stray binlog files; the
-GTID position reached is computed from the binlogs and reported for `SET GLOBAL gtid_slave_pos`.
+GTID position reached is computed from the binlogs, reported, and left in the datadir as its
+gtid_slave_pos (the applier sets it as it applies, the pipe path sets it at the end).
 If anything fails after the restore, the target datadir is emptied again.
 """
 
@@ -46,8 +50,8 @@ from ..pipeline.gpg import GpgError, GpgHome, passphrase_pipe
 from ..pipeline.process import ChecksumMismatch, PipelineError
 from ..restore.chain import RestoreRequest, check_target, empty_dir, own_scratch, plan_chain, restore
 from ..restore.verify import sha256_verdict
+from .applier import REPLAY_METHODS, replay_binlogs
 from .plan import PitrError, PitrPlan, PitrTarget, make_plan
-from .replay import replay
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +70,9 @@ class PitrRequest:
     scratch_dir: Path | None = None  # default: beside the target
     move_back: bool = True
     max_free_memory_pct: int = 50
+    replay: str = "applier"  # or "pipe": mariadb-binlog | mariadb (core/pitr/applier.py)
+    replay_threads: int = 4  # the applier's parallel workers (0: the SQL thread alone)
+    replay_server_args: list[str] = field(default_factory=list)  # more mariadbd options for the replay
 
 
 @dataclass
@@ -80,6 +87,8 @@ class PitrReport:
     reached_position: int = 0
     reached_gtid: str = ""
     timings: dict[str, float] = field(default_factory=dict)
+    replay: str = ""  # how the binlogs were applied (applier / pipe)
+    transactions: int = 0  # transactions replayed
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -92,6 +101,8 @@ class PitrReport:
 
 
 def point_in_time_restore(req: PitrRequest) -> PitrReport:
+    if req.replay not in REPLAY_METHODS:
+        raise PitrError(f"replay {req.replay!r}: use one of {', '.join(REPLAY_METHODS)}")
     check_target(req.target_datadir)
     plan = make_plan(req.catalog, req.target, req.backup_id)
     chain = [m.backup_id for m in plan_chain(req.catalog, plan.backup.backup_id)]
@@ -135,12 +146,18 @@ def _recover(req: PitrRequest, plan: PitrPlan) -> PitrReport:
         report.timings.update(restored.timings)
         t0 = time.monotonic()
         if where_replay_stops(plan, files, report):
-            replay(
+            stop = replay_binlogs(
+                req.replay,
+                plan,
+                files,
                 req.target_datadir,
-                [*plan.replay_args(), *map(str, files)],
-                req.binlog_binary,
-                req.client_binary,
+                binlog_binary=req.binlog_binary,
+                client_binary=req.client_binary,
+                threads=req.replay_threads,
+                server_args=req.replay_server_args,
             )
+            report.replay, report.transactions = req.replay, stop.transactions
+            report.reached_gtid = stop.gtid or report.reached_gtid
         else:
             log.info("backup %s is already at %s: nothing to replay", backup.backup_id, report.target)
         report.timings["replay"] = time.monotonic() - t0

@@ -23,12 +23,25 @@ class ReplayError(RuntimeError):
     """The binlog events could not be applied; the message carries the client's error."""
 
 
-def replay(datadir: Path, reader_args: list[str], binlog_binary: str, client_binary: str) -> None:
-    """Start a socket-only sandbox on `datadir` and pipe `binlog_binary reader_args` into it."""
+def replay(
+    datadir: Path,
+    reader_args: list[str],
+    binlog_binary: str,
+    client_binary: str,
+    *,
+    gtid_slave_pos: str | None = None,
+    extra_args: list[str] | None = None,
+) -> None:
+    """Start a socket-only sandbox on `datadir` and pipe `binlog_binary reader_args` into it;
+    then set its gtid_slave_pos to the GTID reached, when given (the pipe itself leaves none)."""
     basedir = private_dir("replay", "/tmp", on_sweep=stop_orphans)  # 0700; short socket path
     # No binlog of its own: the datadir gets no stray binlog files.
     server = SandboxServer.on_datadir(
-        datadir, basedir, server_id=REPLAY_SERVER_ID, log_bin=False, extra_args=[_MAX_PACKET]
+        datadir,
+        basedir,
+        server_id=REPLAY_SERVER_ID,
+        log_bin=False,
+        extra_args=[_MAX_PACKET, *(extra_args or [])],
     )
     try:
         server.start()
@@ -39,6 +52,12 @@ def replay(datadir: Path, reader_args: list[str], binlog_binary: str, client_bin
                 [binlog_binary, "--no-defaults", *reader_args],
                 [client_binary, f"--defaults-extra-file={creds}", "--binary-mode", "--batch", _MAX_PACKET],
             )
+        if gtid_slave_pos:
+            conn = connect(account)
+            try:
+                conn.cursor().execute("SET GLOBAL gtid_slave_pos = %s", (gtid_slave_pos,))
+            finally:
+                conn.close()
         _drop_account(account)
     finally:
         server.stop()

@@ -17,6 +17,15 @@ a read lease on the chain (core/catalog/lease.py), so retention does not delete 
   --apply-log-only; the newest stays unapplied in `pending/` until restore, where it is applied
   without --apply-log-only (the final prepare). A lone plain --prepare after an
   --apply-log-only step is never run (it corrupts silently since 8.0.30).
+
+`restore_standby` is the restore from it (CLI `restore --from-standby`, the restore operator's
+`standby_dir`), with a chain restore's checks: the state must show every step finished, the
+catalog must still validate the chain the state says it holds (root .. newest, in order), the
+tool's series must match, the target must be empty; newer incrementals of the same chain are
+applied first (with the private key; a read lease holds them); a standby older than the newest
+backup (a newer chain, or incrementals it cannot apply) is refused by name unless an older copy
+is accepted; and after the final step the tool's own metadata in base/ (the binlog position and
+GTID of xtrabackup_binlog_info) must be the newest applied backup's.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from ..catalog.lease import ReadLease
 from ..catalog.manifest import Manifest
 from ..common.files import fsync_dir
 from ..engine.argv import PrepareStep
+from ..engine.metadata import read_binlog_position
 from ..engine.tools import ToolVersion, detect_tool
 from ..pipeline.gpg import GpgHome
 from . import prepare
@@ -53,6 +63,7 @@ class StandbyState:
     pending: str | None = None  # XtraBackup: newest incremental, extracted but not applied
     finalized: bool = False  # XtraBackup: final prepare done; no more incrementals
     step: str | None = None  # a step that changes base/ is running (set before it, cleared after)
+    consumed_by: str | None = None  # base/ was moved into this datadir by a restore
 
     @property
     def newest(self) -> str | None:
@@ -99,6 +110,8 @@ def _rebuild_reason(directory: Path, state: StandbyState | None, root: str) -> s
         return "no standby yet"
     if state.step:
         return f"an update was interrupted during '{state.step}'"
+    if state.consumed_by:
+        return f"a restore moved the standby into {state.consumed_by}"
     if state.chain_root != root:
         return f"the newest chain is {root}, the standby holds {state.chain_root}"
     if state.finalized:
@@ -211,39 +224,194 @@ def _step(tool: ToolVersion, step: PrepareStep, dirs: list[Path], use_memory: in
     prepare.run_step(tool, step, prepare.tuning_for(tool, dirs, use_memory=use_memory))
 
 
-def restore_from_standby(
-    directory: Path, target_datadir: Path, *, binary: str | None = None, use_memory: int | None = None
-) -> str:
-    """Finish the standby (final step) and copy it into an empty datadir; returns the backup id."""
-    state = load_state(directory)
-    if state is None:
-        raise RestoreError(f"{directory} holds no standby ({STATE} missing); run the standby update first")
+@dataclass
+class StandbyRestoreReport:
+    backup_id: str  # the newest backup the restored datadir holds
+    chain: list[str]
+    standby_dir: str
+    target_datadir: str
+    newest_in_catalog: str
+    applied_first: list[str] = field(default_factory=list)  # newer incrementals applied before the copy
+    older: str | None = None  # why the standby is older than the newest backup (accepted)
+    moved: bool = False  # base/ was moved into the target: the next update rebuilds the standby
+    binlog_file: str | None = None
+    binlog_position: int | None = None
+    gtid: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def restore_standby(
+    catalog: Catalog,
+    directory: Path,
+    target_datadir: Path,
+    *,
+    private_key: str | None = None,
+    passphrase: str | None = None,
+    binary: str | None = None,
+    use_memory: int | None = None,
+    allow_older: bool = False,
+    move: bool = False,
+) -> StandbyRestoreReport:
+    """Restore the standby in `directory` into the empty `target_datadir`, after proving what
+    it holds (see the module doc). `move` moves base/ instead of copying it: faster, and the
+    standby is rebuilt by its next update."""
+    import time
+
+    t0 = time.monotonic()
+    state = _checked_state(directory)
     check_target(target_datadir)
     tool = detect_tool("xtrabackup" if state.flavour == "xtrabackup" else "mariabackup", binary)
+    if tool.major != state.engine_major:
+        raise RestoreError(
+            f"standby {directory} was built with {state.flavour} {state.engine_major}; this worker has {tool.text}. "
+            f"Restore it with the same {state.engine_major} series"
+        )
+    chain = _proven_chain(catalog, directory, state)
+    newest = catalog.latest_chain()
+    applied_first: list[str] = []
+    newer = [m.backup_id for m in newest if m.backup_id not in {c.backup_id for c in chain}]
+    same_chain = newest[0].backup_id == state.chain_root
+    if newer and same_chain and not state.finalized and private_key:
+        log.info("standby %s: applying the newer incremental(s) %s first", directory, ", ".join(newer))
+        update = update_standby(
+            catalog,
+            directory,
+            private_key=private_key,
+            passphrase=passphrase,
+            binary=binary,
+            use_memory=use_memory,
+        )
+        applied_first = update.applied_now
+        state = _checked_state(directory)
+        chain = _proven_chain(catalog, directory, state)
+        newer = [m.backup_id for m in newest if m.backup_id not in {c.backup_id for c in chain}]
+    older = None
+    if newer:
+        why = (
+            f"the newest backup is {newest[-1].backup_id} (chain {newest[0].backup_id}), a newer chain"
+            if not same_chain
+            else f"the newer incremental(s) {', '.join(newer)} of its chain are not applied"
+            + (" (it was finalized)" if state.finalized else "" if private_key else " (no private key given)")
+        )
+        older = f"standby {directory} holds {state.newest} (chain {state.chain_root}); {why}"
+        if not allow_older:
+            raise RestoreError(
+                f"{older}. Restore the chain instead, give the private key so the standby catches up, or accept "
+                "the older copy (--allow-older-standby)"
+            )
+        log.warning("%s: restoring the older copy as asked", older)
+    report = StandbyRestoreReport(
+        chain[-1].backup_id,
+        [m.backup_id for m in chain],
+        str(directory),
+        str(target_datadir),
+        newest[-1].backup_id,
+        applied_first,
+        older,
+        move,
+        chain[-1].binlog_file,
+        chain[-1].binlog_position,
+        chain[-1].gtid,
+    )
+    report.timings["checks"] = time.monotonic() - t0
+    t0 = time.monotonic()
+    _finish(directory, state, tool, use_memory)
+    _check_metadata(directory, chain[-1])
+    report.timings["final_step"] = time.monotonic() - t0
+    t0 = time.monotonic()
+    base = directory / "base"
+    if move:
+        state.consumed_by = str(target_datadir)
+        _save(directory, state)  # before the move: a crash in the middle leaves a standby to rebuild
+    copy_back(tool, base, target_datadir, move=move)
+    report.timings["copy_back" if not move else "move_back"] = time.monotonic() - t0
+    log.info(
+        "restored standby %s (%s) into %s%s",
+        directory,
+        report.backup_id,
+        target_datadir,
+        " (moved)" if move else "",
+    )
+    return report
+
+
+def _checked_state(directory: Path) -> StandbyState:
+    if not directory.is_dir():
+        raise RestoreError(
+            f"standby directory {directory} does not exist; name the standby_dir of the standby task"
+        )
+    state = load_state(directory)
+    if state is None:
+        raise RestoreError(
+            f"{directory} is not a standby ({STATE} missing): name the standby_dir the standby task keeps, or "
+            "restore the chain"
+        )
     if state.step:
         raise RestoreError(
-            f"{directory}: an update was interrupted during '{state.step}'; run the standby update (it rebuilds)"
+            f"standby {directory}: an update was interrupted during '{state.step}'; its base is in an unknown state. "
+            "Run the standby update (it rebuilds), or restore the chain"
         )
-    base = directory / "base"
-    if not state.finalized and not tool.capabilities.prepared_base_accepts_incrementals:
-        pending = directory / "pending"
-        step = PrepareStep(str(base), str(pending) if state.pending else None, False)
-        if state.base_prepared and not state.pending:
-            raise RestoreError(
-                f"{directory}: base was prepared with --apply-log-only and nothing is pending; "
-                "rebuild the standby (a lone plain --prepare would corrupt it)"
-            )
-        _begin(directory, state, "final prepare")
-        _step(tool, step, [base, pending] if state.pending else [base], use_memory)
-        state.step = None
-        if state.pending:
-            shutil.rmtree(pending)
-            state.applied.append(state.pending)
-            state.pending = None
-        state.finalized = True
-        _save(directory, state)
-    # Copy, not move: a MariaBackup standby keeps taking incrementals after this restore.
-    copy_back(tool, base, target_datadir, move=False)
-    newest = state.applied[-1]
-    log.info("restored standby %s (%s) into %s", directory, newest, target_datadir)
-    return newest
+    if state.consumed_by:
+        raise RestoreError(
+            f"standby {directory} was moved into {state.consumed_by} by a restore; run the standby update (it "
+            "rebuilds), or restore the chain"
+        )
+    if not state.applied or not (directory / "base").is_dir():
+        raise RestoreError(f"standby {directory} holds no prepared base yet; run the standby update")
+    return state
+
+
+def _proven_chain(catalog: Catalog, directory: Path, state: StandbyState) -> list[Manifest]:
+    """The catalog's chain root .. the standby's newest, which must be exactly what it applied."""
+    newest = state.newest
+    assert newest is not None
+    try:
+        chain = catalog.chain(newest)
+    except RuntimeError as exc:
+        raise RestoreError(
+            f"standby {directory} holds {newest}, but the catalog cannot prove its chain: {exc}"
+        ) from exc
+    holds = [*state.applied, *([state.pending] if state.pending else [])]
+    ids = [m.backup_id for m in chain]
+    if ids != holds or chain[0].backup_id != state.chain_root:
+        raise RestoreError(
+            f"standby {directory} says it holds {' -> '.join(holds)}, but the catalog's chain of {newest} is "
+            f"{' -> '.join(ids)}; rebuild the standby (run its update) or restore the chain"
+        )
+    return chain
+
+
+def _finish(directory: Path, state: StandbyState, tool: ToolVersion, use_memory: int | None) -> None:
+    """XtraBackup: the final prepare (with the pending incremental); MariaBackup needs none."""
+    if state.finalized or tool.capabilities.prepared_base_accepts_incrementals:
+        return
+    base, pending = directory / "base", directory / "pending"
+    if state.base_prepared and not state.pending:
+        raise RestoreError(
+            f"{directory}: base was prepared with --apply-log-only and nothing is pending; "
+            "rebuild the standby (a lone plain --prepare would corrupt it)"
+        )
+    _begin(directory, state, "final prepare")
+    step = PrepareStep(str(base), str(pending) if state.pending else None, False)
+    _step(tool, step, [base, pending] if state.pending else [base], use_memory)
+    state.step = None
+    if state.pending:
+        shutil.rmtree(pending)
+        state.applied.append(state.pending)
+        state.pending = None
+    state.finalized = True
+    _save(directory, state)
+
+
+def _check_metadata(directory: Path, newest: Manifest) -> None:
+    """The tool's metadata in base/ names the newest backup's binlog position and GTID."""
+    if not newest.binlog_file:
+        return  # a server without a binlog: nothing to compare
+    have = read_binlog_position(directory / "base")
+    want = (newest.binlog_file, newest.binlog_position, newest.gtid or None)
+    if (have.file, have.position, have.gtid or None) != want:
+        raise RestoreError(
+            f"standby {directory}: base/ records binlog {have.file}:{have.position} (GTID {have.gtid or '-'}), but "
+            f"{newest.backup_id} was taken at {want[0]}:{want[1]} (GTID {want[2] or '-'}); the standby does not hold "
+            "what its state says. Rebuild it (run its update) or restore the chain"
+        )

@@ -1,0 +1,374 @@
+"""Binlog transactions with what they did: the event bodies the header walk (events.py) skips.
+
+Pure Python over the v4 format, streaming (memory stays flat whatever the file size). Per
+transaction (event group) it reads the GTID event (sequence, flags: DDL, standalone), Query
+events (schema and statement text, capped), Annotate_rows (the original SQL of row events,
+which MariaDB writes by default), Table_map (table id -> schema.table) and the row events
+(counted per table and kind, never decoded: no column types are needed for "which table, how
+much"), and where the group ends (Xid, COMMIT / ROLLBACK, XA PREPARE, or the one statement of a
+standalone group). Groups that are not complete when the files end (the open binlog, shipped up
+to a point) are reported as incomplete.
+
+Two users: the "find the moment" listing (core/pitr/moments.py: one line per transaction with
+the `--to-gtid` / `--to-position` that stops right before it) and the relay-log applier's stop
+planner (core/pitr/applier.py), which needs the end of the last complete transaction before a
+target.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..common.values import Gtid, GtidPos
+from .events import (
+    FORMAT_DESCRIPTION_EVENT,
+    GTID_EVENT,
+    GTID_LIST_EVENT,
+    ROTATE_EVENT,
+    STOP_EVENT,
+    BinlogFormatError,
+    event_frames,
+)
+
+QUERY_EVENT = 2
+XID_EVENT = 16
+TABLE_MAP_EVENT = 19
+XA_PREPARE_EVENT = 38
+ANNOTATE_ROWS_EVENT = 160
+BINLOG_CHECKPOINT_EVENT = 161
+START_ENCRYPTION_EVENT = 164
+QUERY_COMPRESSED_EVENT = 165
+ROW_KINDS = {
+    23: "insert",  # v1 (MariaDB)
+    24: "update",
+    25: "delete",
+    30: "insert",  # v2 (MySQL)
+    31: "update",
+    32: "delete",
+    166: "insert",  # MariaDB compressed (log_bin_compress)
+    167: "update",
+    168: "delete",
+    169: "insert",
+    170: "update",
+    171: "delete",
+}
+# Events that are never part of a transaction: they end the one before them.
+_OUTSIDE = {FORMAT_DESCRIPTION_EVENT, ROTATE_EVENT, STOP_EVENT, GTID_LIST_EVENT, BINLOG_CHECKPOINT_EVENT}
+_FULL_BODY = {
+    QUERY_EVENT,
+    QUERY_COMPRESSED_EVENT,
+    ANNOTATE_ROWS_EVENT,
+    TABLE_MAP_EVENT,
+    GTID_EVENT,
+    GTID_LIST_EVENT,
+    FORMAT_DESCRIPTION_EVENT,
+}
+MAX_TEXT = 64 * 1024  # bytes of a statement read (a summary needs the start)
+_MAX_GTID_LIST = 4 + 65536 * 16
+_QUERY_HEAD = struct.Struct("<IIBHH")  # thread_id, exec_time, db_len, error_code, status_vars_len
+FL_STANDALONE = 1
+FL_GROUP_COMMIT_ID = 2
+FL_DDL = 32
+_ENDS = ("COMMIT", "ROLLBACK")
+_FIRST_WORDS = re.compile(r"^\s*(?:/\*.*?\*/\s*)*([A-Za-z]+)(?:\s+([A-Za-z]+))?", re.S)
+
+
+@dataclass(frozen=True)
+class BodyEvent:
+    """One event: its header and what a transaction summary needs of its body."""
+
+    file: str
+    offset: int
+    end: int
+    timestamp: int
+    type: int
+    server_id: int
+    gtid: Gtid | None = None
+    flags: int = 0  # GTID event flags
+    text: str = ""  # Query: the statement; Annotate_rows: the original statement
+    schema: str = ""  # Query: the default schema; Table_map: the table's schema
+    table: str = ""  # Table_map: the table name
+    table_id: int = -1  # Table_map and row events
+    gtid_list: tuple[Gtid, ...] = ()  # Gtid_list: the binlog state when the file was opened
+
+
+def read_events(path: Path, start: int = 0) -> Iterator[BodyEvent]:
+    """Complete events of `path` from `start` (0 or an event boundary), with the bodies a
+    summary needs; a file's last incomplete event (still being written) is not returned."""
+    checksum = 4  # CRC32, MariaDB's default; the format description says
+
+    def wanted(etype: int, body_len: int) -> int:
+        cap = _MAX_GTID_LIST if etype == GTID_LIST_EVENT else MAX_TEXT
+        return min(body_len, cap) if etype in _FULL_BODY else min(body_len, 8) if _rowish(etype) else 0
+
+    with open(path, "rb") as fh:
+        for offset, end, timestamp, etype, server_id, body, body_len in event_frames(
+            fh, 0, str(path), wanted
+        ):
+            if etype == FORMAT_DESCRIPTION_EVENT:
+                checksum = _checksum_length(body)
+            elif etype == START_ENCRYPTION_EVENT:
+                raise BinlogFormatError(
+                    f"{path}: encrypted by the server at offset {offset} (encrypt_binlog): its events cannot be "
+                    "read outside the server; list it with mariadb-binlog on the server that wrote it"
+                )
+            if len(body) == body_len and checksum and etype in _FULL_BODY:
+                body = body[:-checksum]
+            yield _decode(path.name, offset, end, timestamp, etype, server_id, body)
+
+
+def _rowish(etype: int) -> bool:
+    return etype in (TABLE_MAP_EVENT, XID_EVENT) or etype in ROW_KINDS
+
+
+def _checksum_length(body: bytes) -> int:
+    # binlog_version(2) server_version(50) created(4) header_length(1) post_header_lengths(n)
+    # checksum_alg(1) crc(4): alg 1 = CRC32, 0 = none (then no crc follows)
+    if len(body) >= 5 and body[-5] == 1:
+        return 4
+    return 0
+
+
+def _decode(file: str, offset: int, end: int, ts: int, etype: int, server_id: int, body: bytes) -> BodyEvent:
+    event = BodyEvent(file, offset, end, ts, etype, server_id)
+    try:
+        if etype == GTID_EVENT and len(body) >= 13:
+            seq, domain, flags = struct.unpack_from("<QIB", body)
+            return BodyEvent(file, offset, end, ts, etype, server_id, Gtid(domain, server_id, seq), flags)
+        if etype in (QUERY_EVENT, QUERY_COMPRESSED_EVENT) and len(body) >= _QUERY_HEAD.size:
+            _thread, _exec, db_len, _err, status_len = _QUERY_HEAD.unpack_from(body)
+            at = _QUERY_HEAD.size + status_len
+            schema = body[at : at + db_len].decode(errors="replace")
+            text = (
+                body[at + db_len + 1 :].decode(errors="replace")
+                if etype == QUERY_EVENT
+                else "<compressed statement>"
+            )
+            return BodyEvent(file, offset, end, ts, etype, server_id, text=text, schema=schema)
+        if etype == ANNOTATE_ROWS_EVENT:
+            return BodyEvent(file, offset, end, ts, etype, server_id, text=body.decode(errors="replace"))
+        if etype == TABLE_MAP_EVENT and len(body) >= 10:
+            table_id = int.from_bytes(body[:6], "little")
+            at = 8
+            db_len = body[at]
+            schema = body[at + 1 : at + 1 + db_len].decode(errors="replace")
+            at += 2 + db_len
+            name_len = body[at]
+            name = body[at + 1 : at + 1 + name_len].decode(errors="replace")
+            return BodyEvent(
+                file, offset, end, ts, etype, server_id, schema=schema, table=name, table_id=table_id
+            )
+        if etype in ROW_KINDS and len(body) >= 6:
+            return BodyEvent(
+                file, offset, end, ts, etype, server_id, table_id=int.from_bytes(body[:6], "little")
+            )
+        if etype == GTID_LIST_EVENT and len(body) >= 4:
+            (count,) = struct.unpack_from("<I", body)
+            count &= 0x0FFFFFFF
+            entries = []
+            for i in range(count):
+                at = 4 + i * 16
+                if at + 16 > len(body):
+                    break
+                domain, sid, seq = struct.unpack_from("<IIQ", body, at)
+                entries.append(Gtid(domain, sid, seq))
+            return BodyEvent(file, offset, end, ts, etype, server_id, gtid_list=tuple(entries))
+    except (IndexError, struct.error):
+        pass  # a body too short for its type: the header is still right
+    return event
+
+
+def state_of(gtids: Iterable[Gtid]) -> GtidPos:
+    """Per domain, the GTID with the highest sequence (a binlog state lists one per server_id)."""
+    pos: GtidPos = {}
+    for g in gtids:
+        if g.domain not in pos or g.seq >= pos[g.domain].seq:
+            pos[g.domain] = g
+    return pos
+
+
+@dataclass
+class Transaction:
+    """One event group (a transaction, or a DDL statement) as it is in the binlog."""
+
+    file: str
+    offset: int  # where its GTID event starts: `--to-position` FILE:offset stops right before it
+    gtid: Gtid
+    flags: int
+    time: int  # the timestamp of its GTID event
+    last_time: int = 0  # the highest timestamp of its events
+    end: int = 0  # end of its last event read
+    end_file: str = ""
+    complete: bool = False
+    before: GtidPos = field(default_factory=dict)  # the GTID state right before it
+    statements: list[str] = field(default_factory=list)  # Query texts (DDL, statement-format DML)
+    schemas: set[str] = field(default_factory=set)  # Query default schemas
+    annotations: list[str] = field(default_factory=list)  # the statements behind row events
+    rows: dict[str, dict[str, int]] = field(default_factory=dict)  # schema.table -> kind -> row events
+    row_bytes: int = 0
+
+    @property
+    def ddl(self) -> bool:
+        return bool(self.flags & FL_DDL)
+
+    def kinds(self) -> list[str]:
+        """What it did, upper case: DROP, TRUNCATE, ALTER, CREATE, RENAME... for DDL (first word),
+        INSERT / UPDATE / DELETE for row events and statements, GRANT etc. for the rest."""
+        found: list[str] = []
+        for text in self.statements:
+            word = _first_word(text)
+            if word and word not in found:
+                found.append(word)
+        for per in self.rows.values():
+            for kind in per:
+                if kind.upper() not in found:
+                    found.append(kind.upper())
+        return found or ["?"]
+
+    def tables(self) -> set[str]:
+        """schema.table names it touched: row events' tables, and tables a statement names."""
+        names = set(self.rows)
+        for text in self.statements:
+            names |= _statement_tables(text, self.schemas)
+        return names
+
+    def summary(self, width: int = 160) -> str:
+        if self.rows:
+            parts = [
+                f"{t}: "
+                + ", ".join(f"{k} in {n} row event{'s' if n > 1 else ''}" for k, n in sorted(v.items()))
+                for t, v in sorted(self.rows.items())
+            ]
+            text = "; ".join(parts) + f" ({_kib(self.row_bytes)})"
+            if self.annotations:
+                text += " <- " + " ".join(self.annotations[0].split())
+            elif self.statements:
+                text += " <- " + " ".join(self.statements[0].split())
+        else:
+            text = " ".join(self.statements[0].split()) if self.statements else "-"
+            schema = next(iter(self.schemas), "")
+            if schema and self.statements:
+                text += f"  (in {schema})"
+        if not self.complete:
+            text += "  [incomplete: the shipped binlog ends inside it]"
+        return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _kib(n: int) -> str:
+    return f"{n / 1024:.0f} KiB" if n >= 1024 else f"{n} B"
+
+
+def _first_word(text: str) -> str:
+    match = _FIRST_WORDS.match(text)
+    if not match:
+        return ""
+    word = match.group(1).upper()
+    if word in _ENDS or word in ("BEGIN", "XA", "SAVEPOINT"):
+        return ""
+    return word
+
+
+_NAMED = re.compile(
+    r"\b(?:TABLE|TABLES|INTO|FROM|UPDATE|JOIN|TO)\s+(?:IF\s+(?:NOT\s+)?EXISTS\s+)?"
+    r"((?:`(?:[^`]|``)+`|\w+)(?:\s*\.\s*(?:`(?:[^`]|``)+`|\w+))?)",
+    re.I,
+)
+
+
+def _unquote(name: str) -> str:
+    name = name.strip()
+    return name[1:-1].replace("``", "`") if name.startswith("`") else name
+
+
+def _statement_tables(text: str, schemas: set[str]) -> set[str]:
+    """Table names a statement mentions (best effort: for filtering, not for decisions)."""
+    default = next(iter(schemas), "")
+    found = set()
+    for match in _NAMED.finditer(text):
+        parts = [_unquote(p) for p in re.split(r"\s*\.\s*(?=(?:`|\w))", match.group(1), maxsplit=1)]
+        if len(parts) == 2:
+            found.add(f"{parts[0]}.{parts[1]}")
+        elif default:
+            found.add(f"{default}.{parts[0]}")
+    return found
+
+
+def transactions(
+    files: list[Path], start: int = 4, state: GtidPos | None = None, *, events: bool = False
+) -> Iterator[Transaction | BodyEvent]:
+    """The transactions of `files` (consecutive binlogs) from `start` in the first, in order.
+
+    Each is yielded once it is complete (or, the last one, when the files end inside it).
+    `state` is the GTID state at `start` (per domain), updated in place as transactions go by,
+    so a caller reading one file at a time passes the same dict on. Empty, the first file's
+    Gtid_list gives the state at its start, and GTIDs between that and `start` are followed.
+    With `events`, every event is yielded too, before the transaction it closes.
+    """
+    state = {} if state is None else state
+    known = bool(state)
+    tables: dict[int, str] = {}
+    current: Transaction | None = None
+    for n, path in enumerate(files):
+        for ev in read_events(path, 0):
+            if ev.type == GTID_LIST_EVENT and not known and n == 0:
+                state.update(state_of(ev.gtid_list))
+                known = True
+            if n == 0 and ev.offset < start:
+                if ev.gtid is not None:
+                    state[ev.gtid.domain] = ev.gtid
+                continue
+            if events:
+                yield ev
+            if ev.type == GTID_EVENT and ev.gtid is not None:
+                if current is not None:
+                    yield current
+                current = Transaction(
+                    path.name, ev.offset, ev.gtid, ev.flags, ev.timestamp, before=dict(state)
+                )
+                state[ev.gtid.domain] = ev.gtid
+            elif ev.type in _OUTSIDE:
+                if current is not None:
+                    yield current
+                    current = None
+                continue
+            if current is None:
+                continue
+            _add(current, ev, tables)
+            if current.complete:
+                yield current
+                current = None
+    if current is not None:
+        yield current
+
+
+def _add(txn: Transaction, ev: BodyEvent, tables: dict[int, str]) -> None:
+    txn.end, txn.end_file = ev.end, ev.file
+    txn.last_time = max(txn.last_time, ev.timestamp)
+    if ev.type == GTID_EVENT:
+        return
+    if ev.type in (QUERY_EVENT, QUERY_COMPRESSED_EVENT):
+        word = ev.text.strip().upper()
+        if word in _ENDS:
+            txn.complete = True
+            return
+        if word != "BEGIN" and not word.startswith("XA START") and not word.startswith("XA END"):
+            txn.statements.append(ev.text[:MAX_TEXT])
+            if ev.schema:
+                txn.schemas.add(ev.schema)
+        if txn.flags & FL_STANDALONE:
+            txn.complete = True  # a standalone group is one statement
+    elif ev.type == ANNOTATE_ROWS_EVENT:
+        txn.annotations.append(ev.text)
+    elif ev.type == TABLE_MAP_EVENT:
+        tables[ev.table_id] = f"{ev.schema}.{ev.table}"
+    elif ev.type in ROW_KINDS:
+        name = tables.get(ev.table_id, f"table#{ev.table_id}")
+        per = txn.rows.setdefault(name, {})
+        per[ROW_KINDS[ev.type]] = per.get(ROW_KINDS[ev.type], 0) + 1
+        txn.row_bytes += ev.end - ev.offset
+    elif ev.type in (XID_EVENT, XA_PREPARE_EVENT):
+        txn.complete = True

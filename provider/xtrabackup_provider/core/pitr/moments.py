@@ -1,0 +1,231 @@
+"""Find the moment to restore to: the shipped binlogs' transactions, one line each, with the
+`--to-gtid` and `--to-position` that stop right before it.
+
+The binlogs are read where they are stored (sha256-checked, decrypted, decompressed like a
+PITR fetch), one at a time into a private scratch directory and removed once listed, so the
+disk holds at most one binlog. Which binlogs: those of one server (the newest backup's, or the
+one named) whose manifests overlap the time window or GTID range asked for; without either,
+everything shipped after the newest backup. A transaction is listed when it matches every
+filter given: its time, its GTID, a schema or table it touched, a kind of statement (DROP,
+TRUNCATE, ALTER, DELETE, ...), a regular expression over its summary.
+
+"Stop right before it": the GTID state just before the transaction (every domain; tracked from
+the backup's GTID or the binlog's Gtid_list, never `seq - 1`: sequences can have gaps and a
+domain can change server) is the `--to-gtid`; the position of its GTID event is the
+`--to-position`. A `--to-time` of its second would also drop the transactions of that second
+committed before it (binlog times have one-second resolution).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ..binlog.catalog import BinlogCatalog, BinlogManifest, server_uuids
+from ..binlog.listing import Transaction, transactions
+from ..catalog.backups import Catalog
+from ..catalog.manifest import Manifest
+from ..common.tempdirs import private_dir
+from ..common.values import GtidPos, binlog_number, format_gtid_pos, parse_gtid_pos
+from .plan import PitrError, PitrTarget
+from .recover import PitrRequest, fetch_binlogs
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class MomentFilter:
+    since: datetime | None = None
+    until: datetime | None = None
+    gtid_from: GtidPos = field(default_factory=dict)  # per domain, inclusive
+    gtid_to: GtidPos = field(default_factory=dict)
+    schemas: set[str] = field(default_factory=set)
+    tables: set[str] = field(default_factory=set)  # "schema.table" or "table" (any schema)
+    kinds: set[str] = field(default_factory=set)  # DROP, TRUNCATE, ALTER, DELETE, INSERT, UPDATE, ...
+    grep: re.Pattern[str] | None = None
+
+    @property
+    def windowed(self) -> bool:
+        return bool(self.since or self.until or self.gtid_from or self.gtid_to)
+
+    def matches(self, txn: Transaction) -> bool:
+        when = datetime.fromtimestamp(txn.time, UTC)
+        if (self.since and when < self.since) or (self.until and when > self.until):
+            return False
+        g = txn.gtid
+        low, high = self.gtid_from.get(g.domain), self.gtid_to.get(g.domain)
+        if (self.gtid_from and (low is None or g.seq < low.seq)) or (high is not None and g.seq > high.seq):
+            return False
+        if self.kinds and not self.kinds & set(txn.kinds()):
+            return False
+        touched = txn.tables()
+        if self.schemas and not self.schemas & ({t.split(".", 1)[0] for t in touched} | txn.schemas):
+            return False
+        if self.tables and not any(_table_matches(want, touched) for want in self.tables):
+            return False
+        return not (
+            self.grep and not self.grep.search(" ".join(txn.statements + txn.annotations) + txn.summary())
+        )
+
+    def binlog_overlaps(self, m: BinlogManifest) -> bool:
+        """Whether a shipped binlog can hold a matching transaction (from its manifest alone)."""
+        first = m.first_event_time
+        last = m.covers_until or m.last_event_time
+        if self.since and last is not None and last < self.since:
+            return False
+        if self.until and first is not None and first > self.until:
+            return False
+        gfirst, glast = m.gtids()
+        for domain, low in self.gtid_from.items():
+            if domain in glast and glast[domain].seq < low.seq:
+                return False
+        for domain, high in self.gtid_to.items():
+            if domain in gfirst and gfirst[domain].seq > high.seq:
+                return False
+        return True
+
+
+def _table_matches(want: str, touched: set[str]) -> bool:
+    if "." in want:
+        return want in touched
+    return any(t.split(".", 1)[1] == want for t in touched if "." in t)
+
+
+@dataclass(frozen=True)
+class Moment:
+    time: datetime
+    gtid: str
+    file: str
+    position: int
+    kinds: list[str]
+    summary: str
+    complete: bool
+    to_gtid: str  # stops right before it ("" if its domain had no transaction before it)
+    to_position: str  # FILE:POS of its GTID event, which --to-position does not replay
+
+    def line(self) -> str:
+        stop = f"--to-gtid={self.to_gtid} | " if self.to_gtid else ""
+        return (
+            f"{self.time:%Y-%m-%d %H:%M:%S}  {self.gtid:<16} {self.file}:{self.position:<10} "
+            f"{'+'.join(self.kinds):<9} {self.summary}   [stop before: {stop}--to-position={self.to_position}]"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "time": self.time.isoformat(),
+            "gtid": self.gtid,
+            "file": self.file,
+            "position": self.position,
+            "kinds": self.kinds,
+            "summary": self.summary,
+            "complete": self.complete,
+            "to_gtid": self.to_gtid,
+            "to_position": self.to_position,
+        }
+
+
+@dataclass
+class MomentsRequest:
+    catalog: Catalog
+    filter: MomentFilter = field(default_factory=MomentFilter)
+    private_key: str | None = None
+    passphrase: str | None = field(default=None, repr=False)
+    server_uuid: str | None = None  # default: the newest backup's server
+    backup_id: str | None = None  # without a window: list from this backup's position on
+    scratch_dir: Path | None = None
+
+
+def choose_server(catalog: Catalog, server_uuid: str | None, newest: Manifest | None) -> str:
+    """The server whose binlogs are read: the one asked for, else the newest backup's."""
+    servers = server_uuids(catalog)
+    if server_uuid:
+        if server_uuid not in servers:
+            raise PitrError(
+                f"{catalog.describe()} holds no binlogs of server {server_uuid}; shipped: {', '.join(servers) or 'none'}"
+            )
+        return server_uuid
+    if newest is not None and newest.server_uuid in servers:
+        return newest.server_uuid
+    if len(servers) == 1:
+        return servers[0]
+    if not servers:
+        raise PitrError(f"no binlogs are shipped for {catalog.describe()}; ship them first (binlogs ship)")
+    raise PitrError(
+        f"{catalog.describe()} holds binlogs of several servers ({', '.join(servers)}) and no backup says which "
+        "is current; name one with --server"
+    )
+
+
+def list_moments(req: MomentsRequest) -> Iterator[Moment]:
+    """The matching transactions, oldest first (streaming: one binlog on disk at a time)."""
+    problems: list[str] = []
+    manifests = req.catalog.manifests(problems)
+    start = next((m for m in manifests if m.backup_id == req.backup_id), None) if req.backup_id else None
+    if req.backup_id and start is None:
+        raise PitrError(f"backup {req.backup_id} has no readable manifest in {req.catalog.describe()}")
+    newest = max(manifests, key=lambda m: m.backup_id) if manifests else None
+    server = choose_server(req.catalog, req.server_uuid or (start.server_uuid if start else None), newest)
+    index = BinlogCatalog(req.catalog, server).index()
+    shipped = index.shipped()
+    begin: tuple[str, int, str] | None = None
+    if not req.filter.windowed:
+        origin = start or max(
+            (m for m in manifests if m.server_uuid == server), key=lambda m: m.backup_id, default=None
+        )
+        if origin is not None and origin.binlog_file:
+            begin = (origin.binlog_file, origin.binlog_position or 4, origin.gtid or "")
+            base, first = binlog_number(origin.binlog_file)
+            shipped = [m for m in shipped if binlog_number(m.name)[0] == base and m.number >= first]
+    else:
+        shipped = [m for m in shipped if req.filter.binlog_overlaps(m)]
+    scratch = private_dir("moments", req.scratch_dir)  # 0700; swept if this run is killed
+    try:
+        yield from _read(req, shipped, begin, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _read(
+    req: MomentsRequest, shipped: list[BinlogManifest], begin: tuple[str, int, str] | None, scratch: Path
+) -> Iterator[Moment]:
+    fetch = PitrRequest(
+        req.catalog, scratch, PitrTarget("time"), private_key=req.private_key, passphrase=req.passphrase
+    )
+    state: GtidPos = {}
+    previous: tuple[str, int] | None = None
+    for n, m in enumerate(shipped):
+        here = binlog_number(m.name)
+        if previous is None or here != (previous[0], previous[1] + 1):
+            state = {}  # not the next binlog: its own Gtid_list says the state at its start
+        start = 4
+        if begin is not None and m.name == begin[0]:
+            start, state = begin[1], parse_gtid_pos(begin[2])
+        (path,) = fetch_binlogs(fetch, [m], scratch / str(n))
+        try:
+            for txn in transactions([path], start, state):
+                if isinstance(txn, Transaction) and req.filter.matches(txn):
+                    yield _moment(txn)
+        finally:
+            shutil.rmtree(scratch / str(n), ignore_errors=True)
+        previous = here
+
+
+def _moment(txn: Transaction) -> Moment:
+    before = dict(txn.before)
+    return Moment(
+        time=datetime.fromtimestamp(txn.time, UTC),
+        gtid=str(txn.gtid),
+        file=txn.file,
+        position=txn.offset,
+        kinds=txn.kinds(),
+        summary=txn.summary(),
+        complete=txn.complete,
+        to_gtid=format_gtid_pos(before) if txn.gtid.domain in before else "",
+        to_position=f"{txn.file}:{txn.offset}",
+    )

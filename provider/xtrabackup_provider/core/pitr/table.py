@@ -1,0 +1,503 @@
+"""Table-level restore: tables as they were at a point in time (or in a backup), put into a live
+server under new names with InnoDB transportable tablespaces, touching nothing else there.
+
+The steps (`restore_tables`):
+1. Live checks, before anything is restored: every new name is free and its schema exists,
+   `innodb_file_per_table` is ON, the account may skip the binlog (`sql_log_bin=0`), and the live
+   datadir is on this machine (the files are copied into it, so this runs on the database host).
+2. The whole backup chain (and the binlogs up to the target) is restored into a private scratch
+   datadir (core/restore/chain.py, core/pitr/recover.py); a socket-only sandbox starts on it.
+3. Sandbox: each table must exist and be InnoDB (others are refused by name: dump them from the
+   sandbox instead), without FULLTEXT indexes (an imported FTS tablespace is unusable and
+   rebuilding the index crashed 10.11) and without sub-partitions. `SHOW CREATE TABLE` gives the
+   copy's DDL (the live table may be altered or gone), a digest of every row the expected content;
+   `FLUSH TABLES ... FOR EXPORT` writes each tablespace's `.cfg`; `.ibd` + `.cfg` are staged;
+   `UNLOCK TABLES`. The page size must be the live server's.
+4. Live, one session with `sql_log_bin=0` (CREATE / DISCARD / IMPORT would reach the replicas,
+   which have no files to import: they stop) and `foreign_key_checks=0`: `CREATE TABLE` the new
+   name from the sandbox DDL (FOREIGN KEY clauses dropped: their names are schema-wide and they
+   would tie the copy to the live parent; ROW_FORMAT made explicit: the live default may differ),
+   `DISCARD TABLESPACE`, copy the files where the live server keeps the new tablespace (owner and
+   group of the schema directory, mode 0660), `IMPORT TABLESPACE`, remove the `.cfg`.
+   Partitioned tables (10.11 has no DISCARD for them, nor per-partition syntax): per partition a
+   plain table `CREATE ... LIKE` + `REMOVE PARTITIONING` takes the tablespace, then `EXCHANGE
+   PARTITION` moves it into the empty partitioned copy (10.11 validates every row doing so).
+   Then the copy's digest must equal the sandbox's.
+   On any failure every table this run created is dropped again and its files removed.
+
+The copies exist on the live server only (unlogged): a logged statement that touches them (an
+UPDATE, an ALTER, an `INSERT ... SELECT` in statement format) breaks the replicas; copy rows back
+with `SET SESSION binlog_format=ROW` (docs/RUNBOOK.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..catalog.backups import Catalog
+from ..common.tempdirs import private_dir
+from ..db.sandbox import SandboxServer, stop_orphans
+from ..db.server import MySQLTarget, connect
+from ..restore.chain import RestoreRequest, restore
+from .plan import PitrTarget
+from .recover import PitrRequest, point_in_time_restore
+
+log = logging.getLogger(__name__)
+
+SANDBOX_SERVER_ID = 4_100_000_001
+_NAME = re.compile(r"^[A-Za-z0-9_$]{1,64}$")
+_FOREIGN_KEY = re.compile(r",\s*CONSTRAINT\s+`(?:[^`]|``)*`\s+FOREIGN KEY[^\n]*", re.I)
+
+
+class TableRestoreError(RuntimeError):
+    """One line naming the table, host or file and what to do; the live server is as it was."""
+
+
+@dataclass(frozen=True)
+class TableName:
+    schema: str
+    table: str
+
+    @classmethod
+    def parse(cls, text: str, what: str) -> TableName:
+        schema, dot, table = text.partition(".")
+        if not dot or not _NAME.match(schema) or not _NAME.match(table):
+            raise TableRestoreError(
+                f"{what} {text!r}: give schema.table (letters, digits, _ and $ only, 64 at most each)"
+            )
+        return cls(schema, table)
+
+    def sql(self) -> str:
+        return f"`{self.schema}`.`{self.table}`"
+
+    def __str__(self) -> str:
+        return f"{self.schema}.{self.table}"
+
+
+@dataclass
+class TableRestoreRequest:
+    catalog: Catalog
+    live: MySQLTarget  # the account from the fleet config that creates the copies
+    tables: list[str]  # schema.table as in the backup
+    new_names: list[str] = field(default_factory=list)  # schema.table per table; default <table>_restored
+    target: PitrTarget | None = None  # None: the backup itself
+    backup_id: str | None = None  # None: the newest (before the target)
+    private_key: str | None = None
+    passphrase: str | None = None
+    binary: str | None = None
+    binlog_binary: str = "mariadb-binlog"
+    scratch_dir: Path | None = None  # holds a full restore of the server; default: the temp dir
+    replay: str = "applier"
+    replay_threads: int = 4
+    max_free_memory_pct: int = 50
+
+
+@dataclass
+class RestoredTable:
+    source: str  # schema.table in the backup
+    created: str  # schema.table on the live server
+    digest: str  # content_digest(), equal in the sandbox and on the live server
+    partitions: list[str] = field(default_factory=list)
+    dropped_foreign_keys: list[str] = field(default_factory=list)
+
+
+@dataclass
+class TableRestoreReport:
+    backup_id: str
+    target: str  # the point in time, or "backup <id>"
+    reached_gtid: str
+    live: str
+    tables: list[RestoredTable] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class _Export:
+    source: TableName
+    new: TableName
+    ddl: str
+    columns: list[str]
+    digest: str
+    partitions: list[str]
+    files: dict[str, Path]  # "" / "#P#p0" + ".ibd" / ".cfg" -> staged copy
+
+
+def restore_tables(req: TableRestoreRequest) -> TableRestoreReport:
+    pairs = _pairs(req)
+    t0 = time.monotonic()
+    live = _check_live(req.live, pairs)
+    report = TableRestoreReport("", "", "", req.live.address)
+    work = private_dir("tables", req.scratch_dir, on_sweep=stop_orphans)
+    try:
+        datadir = work / "data"
+        common: dict[str, Any] = {
+            "catalog": req.catalog,
+            "target_datadir": datadir,
+            "backup_id": req.backup_id,
+            "private_key": req.private_key,
+            "passphrase": req.passphrase,
+            "binary": req.binary,
+            "max_free_memory_pct": req.max_free_memory_pct,
+        }
+        if req.target is not None:
+            pitr = point_in_time_restore(
+                PitrRequest(
+                    target=req.target,
+                    binlog_binary=req.binlog_binary,
+                    replay=req.replay,
+                    replay_threads=req.replay_threads,
+                    **common,
+                )
+            )
+            report.backup_id, report.target, report.reached_gtid = (
+                pitr.backup_id,
+                pitr.target,
+                pitr.reached_gtid,
+            )
+        else:
+            restored = restore(RestoreRequest(**common))
+            report.backup_id, report.target = restored.backup_id, f"backup {restored.backup_id}"
+            report.reached_gtid = restored.gtid or ""
+        report.timings["restore"] = time.monotonic() - t0
+        t0 = time.monotonic()
+        exports = _export(datadir, work, pairs, live.page_size)
+        report.timings["export"] = time.monotonic() - t0
+        t0 = time.monotonic()
+        report.tables = _import(req.live, live, exports)
+        report.timings["import"] = time.monotonic() - t0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return report
+
+
+def _pairs(req: TableRestoreRequest) -> list[tuple[TableName, TableName]]:
+    sources = [TableName.parse(t, "table") for t in req.tables]
+    if not sources:
+        raise TableRestoreError("name at least one table (schema.table)")
+    if req.new_names and len(req.new_names) != len(sources):
+        raise TableRestoreError(
+            f"{len(sources)} table(s) but {len(req.new_names)} new name(s): give one new name per table, or none"
+        )
+    news = [TableName.parse(n, "new name") for n in req.new_names] or [
+        TableName(s.schema, f"{s.table}_restored") for s in sources
+    ]
+    for what, names in (("table", sources), ("new name", news)):
+        seen = {str(n).lower() for n in names}
+        if len(seen) != len(names):
+            raise TableRestoreError(f"a {what} is named twice: {', '.join(map(str, names))}")
+    clash = {str(n).lower() for n in news} & {str(s).lower() for s in sources}
+    if clash:
+        raise TableRestoreError(
+            f"{', '.join(sorted(clash))}: a new name must differ from the tables restored (nothing is written "
+            "into an existing table)"
+        )
+    return list(zip(sources, news, strict=True))
+
+
+@dataclass
+class _Live:
+    datadir: Path
+    page_size: int
+    owner: dict[str, tuple[int, int]]  # schema -> (uid, gid) of its directory
+
+
+def _check_live(target: MySQLTarget, pairs: list[tuple[TableName, TableName]]) -> _Live:
+    conn = connect(target)
+    try:
+        cur = conn.cursor()
+        cur.execute("SELECT @@datadir, @@innodb_page_size, @@innodb_file_per_table")
+        datadir, page_size, per_table = cur.fetchone()
+        if int(per_table) != 1:
+            raise TableRestoreError(
+                f"{target.address} runs with innodb_file_per_table=OFF: a new table would go into the system "
+                "tablespace, which cannot take an imported one. SET GLOBAL innodb_file_per_table=ON (and in its "
+                "config) first"
+            )
+        owner = {}
+        for _, new in pairs:
+            cur.execute("SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", (new.schema,))
+            if not cur.fetchone():
+                raise TableRestoreError(
+                    f"schema {new.schema} does not exist on {target.address}; create it or name another schema for "
+                    f"{new}"
+                )
+            cur.execute(
+                "SELECT table_type FROM information_schema.tables WHERE table_schema = %s AND table_name = %s",
+                (new.schema, new.table),
+            )
+            if cur.fetchone():
+                raise TableRestoreError(
+                    f"{new} already exists on {target.address}; a restore never writes into an existing table: "
+                    "give another name (--as)"
+                )
+            directory = Path(datadir) / new.schema
+            if not directory.is_dir():
+                raise TableRestoreError(
+                    f"the datadir of {target.address} ({datadir}) is not on this machine ({directory} missing): "
+                    "run the table restore on the database host"
+                )
+            if not os.access(directory, os.W_OK):
+                raise TableRestoreError(
+                    f"cannot write into {directory} (the datadir of {target.address}): run as the server's user "
+                    "or root"
+                )
+            st = directory.stat()
+            owner[new.schema] = (st.st_uid, st.st_gid)
+        try:
+            cur.execute("SET SESSION sql_log_bin = 0")
+        except Exception as exc:  # MySQLdb.OperationalError: the account lacks the privilege
+            raise TableRestoreError(
+                f"{target.user} on {target.address} may not SET sql_log_bin=0 ({exc.args[-1] if exc.args else exc}): "
+                "the copies must not reach the replicas; grant BINLOG ADMIN (or SUPER) to that account"
+            ) from None
+        return _Live(Path(datadir), int(page_size), owner)
+    finally:
+        conn.close()
+
+
+def _export(
+    datadir: Path, work: Path, pairs: list[tuple[TableName, TableName]], live_page: int
+) -> list[_Export]:
+    server = SandboxServer.on_datadir(datadir, work / "srv", server_id=SANDBOX_SERVER_ID, log_bin=False)
+    server.start()
+    try:
+        conn = server.connect()
+        try:
+            cur = conn.cursor()
+            cur.execute("SELECT @@innodb_page_size")
+            page = int(cur.fetchone()[0])
+            if page != live_page:
+                raise TableRestoreError(
+                    f"the backup has innodb_page_size={page}, the live server {live_page}: its tablespaces cannot "
+                    "be imported there; dump the tables from a restored copy instead"
+                )
+            exports = [_describe(cur, source, new) for source, new in pairs]
+            stage = work / "stage"
+            stage.mkdir()
+            cur.execute("FLUSH TABLES " + ", ".join(s.sql() for s, _ in pairs) + " FOR EXPORT")
+            try:
+                for ex in exports:
+                    _stage(cur, datadir, stage, ex)
+            finally:
+                cur.execute("UNLOCK TABLES")
+            return exports
+        except Exception as exc:
+            if _plain_failure(exc):
+                raise TableRestoreError(
+                    f"exporting from the restored copy failed: {_sql_error(exc)}; the live server was not touched"
+                ) from None
+            raise
+        finally:
+            conn.close()
+    finally:
+        server.stop()
+
+
+def _describe(cur: Any, source: TableName, new: TableName) -> _Export:
+    cur.execute(
+        "SELECT engine, row_format, table_type FROM information_schema.tables WHERE table_schema = %s "
+        "AND table_name = %s",
+        (source.schema, source.table),
+    )
+    row = cur.fetchone()
+    if row is None:
+        raise TableRestoreError(
+            f"{source} does not exist in the backup at that point; check the name (SHOW TABLES in {source.schema}) "
+            "or choose another point in time"
+        )
+    engine, row_format, table_type = row
+    if table_type != "BASE TABLE":
+        raise TableRestoreError(
+            f"{source} is a {table_type.lower()}, not a table: re-create it from its definition"
+        )
+    if engine != "InnoDB":
+        raise TableRestoreError(
+            f"{source} is {engine}: only InnoDB tables move as tablespaces; restore the backup to a scratch datadir "
+            "and copy it with mariadb-dump"
+        )
+    cur.execute(f"SHOW CREATE TABLE {source.sql()}")
+    ddl = cur.fetchone()[1]
+    if re.search(r"\bFULLTEXT\b", ddl, re.I):
+        raise TableRestoreError(
+            f"{source} has a FULLTEXT index: its tablespace cannot be imported usably; restore the backup to a "
+            "scratch datadir and copy the table with mariadb-dump"
+        )
+    cur.execute(
+        "SELECT partition_name, subpartition_name FROM information_schema.partitions WHERE table_schema = %s "
+        "AND table_name = %s AND partition_name IS NOT NULL ORDER BY partition_ordinal_position",
+        (source.schema, source.table),
+    )
+    parts = cur.fetchall()
+    if any(sub for _, sub in parts):
+        raise TableRestoreError(
+            f"{source} has sub-partitions, which this restore does not import; copy it with mariadb-dump from a "
+            "restored scratch datadir"
+        )
+    cur.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
+        "ORDER BY ordinal_position",
+        (source.schema, source.table),
+    )
+    columns = [r[0] for r in cur.fetchall()]
+    digest = content_digest(cur, source, columns)
+    ddl = copy_ddl(ddl, new, row_format)
+    return _Export(source, new, ddl, columns, digest, [p for p, _ in parts], {})
+
+
+def _stage(cur: Any, datadir: Path, stage: Path, ex: _Export) -> None:
+    prefix = f"{ex.source.schema}/{ex.source.table}"
+    cur.execute(
+        "SELECT name, filename FROM information_schema.innodb_sys_tablespaces WHERE name = %s OR name LIKE %s",
+        (prefix, f"{prefix}#P#%"),
+    )
+    for name, filename in cur.fetchall():
+        suffix = name[len(prefix) :].lower()  # "" or "#p#p0"
+        src = (datadir / filename).resolve()
+        for ext in (".ibd", ".cfg"):
+            path = src.with_suffix(ext)
+            if not path.is_file():
+                raise TableRestoreError(f"{path} is missing after FLUSH TABLES {ex.source} FOR EXPORT")
+            staged = stage / f"{len(list(stage.iterdir()))}{ext}"
+            shutil.copyfile(path, staged)
+            ex.files[suffix + ext] = staged
+
+
+def copy_ddl(ddl: str, new: TableName, row_format: str | None) -> str:
+    """SHOW CREATE TABLE of the restored table, for `new`: the name replaced, and ROW_FORMAT made
+    explicit (the imported tablespace has it; the live default may be another), at the end of the
+    table options, before any PARTITION BY."""
+    ddl = re.sub(r"^CREATE TABLE `(?:[^`]|``)*`", lambda _: f"CREATE TABLE {new.sql()}", ddl, count=1)
+    if row_format and not re.search(r"\bROW_FORMAT=", ddl):
+        ddl = re.sub(
+            r"^(\) ENGINE=.*)$",
+            lambda m: f"{m.group(1)} ROW_FORMAT={row_format.upper()}",
+            ddl,
+            count=1,
+            flags=re.M,
+        )
+    return ddl
+
+
+def content_digest(cur: Any, table: TableName, columns: list[str]) -> str:
+    """`rows:<N> sum:<S>`: S sums 60 bits of each row's MD5 over QUOTE() of every column (NULL
+    stays distinct from 'NULL'). Computed from values alone: CHECKSUM TABLE is not, it differed
+    between a table whose .frm has a FOREIGN KEY and its imported copy without one, rows equal."""
+    row = "CONCAT_WS(',', " + ", ".join("QUOTE(`" + c.replace("`", "``") + "`)" for c in columns) + ")"
+    cur.execute(
+        f"SELECT COUNT(*), SUM(CAST(CONV(LEFT(MD5({row}), 15), 16, 10) AS UNSIGNED)) FROM {table.sql()}"
+    )
+    count, total = cur.fetchone()
+    return f"rows:{count} sum:{total or 0}"
+
+
+def drop_foreign_keys(ddl: str) -> tuple[str, list[str]]:
+    """The DDL without its FOREIGN KEY clauses, and the names of those dropped."""
+    names = re.findall(r",\s*CONSTRAINT\s+`((?:[^`]|``)*)`\s+FOREIGN KEY", ddl, re.I)
+    return _FOREIGN_KEY.sub("", ddl), names
+
+
+def _import(target: MySQLTarget, live: _Live, exports: list[_Export]) -> list[RestoredTable]:
+    conn = connect(target)
+    cur = conn.cursor()
+    created: list[TableName] = []
+    placed: list[Path] = []
+    done: list[RestoredTable] = []
+    try:
+        cur.execute("SET SESSION sql_log_bin = 0")
+        cur.execute("SET SESSION foreign_key_checks = 0")
+        for ex in exports:
+            ddl, dropped = drop_foreign_keys(ex.ddl)
+            try:
+                cur.execute(ddl)
+            except Exception as exc:
+                raise TableRestoreError(
+                    f"creating {ex.new} on {target.address} failed: {_sql_error(exc)}"
+                ) from None
+            created.append(ex.new)
+            owner = live.owner[ex.new.schema]
+            if ex.partitions:
+                for n, part in enumerate(ex.partitions):
+                    plain = TableName(ex.new.schema, f"xbp_part{n}_{ex.new.table}"[:64])
+                    cur.execute(f"CREATE TABLE {plain.sql()} LIKE {ex.new.sql()}")
+                    created.append(plain)
+                    cur.execute(f"ALTER TABLE {plain.sql()} REMOVE PARTITIONING")
+                    files = {k[-4:]: v for k, v in ex.files.items() if k[:-4] == f"#p#{part.lower()}"}
+                    _import_into(cur, live, plain, files, owner, placed)
+                    cur.execute(
+                        f"ALTER TABLE {ex.new.sql()} EXCHANGE PARTITION `{part}` WITH TABLE {plain.sql()}"
+                    )
+                    cur.execute(f"DROP TABLE {plain.sql()}")
+                    created.remove(plain)
+            else:
+                _import_into(cur, live, ex.new, {k[-4:]: v for k, v in ex.files.items()}, owner, placed)
+            digest = content_digest(cur, ex.new, ex.columns)
+            if digest != ex.digest:
+                raise TableRestoreError(
+                    f"{ex.new} on {target.address} holds {digest}, the restored {ex.source} {ex.digest}: "
+                    "the import is not the restored table; it was dropped again"
+                )
+            done.append(RestoredTable(str(ex.source), str(ex.new), digest, ex.partitions, dropped))
+            log.info("restored %s as %s on %s (%s)", ex.source, ex.new, target.address, digest)
+    except BaseException as failure:
+        for name in reversed(created):
+            try:
+                cur.execute(f"DROP TABLE IF EXISTS {name.sql()}")
+            except Exception as exc:  # noqa: BLE001 - the original error is the one to report
+                log.error("could not drop %s on %s again: %s", name, target.address, exc)
+        for path in placed:
+            path.unlink(missing_ok=True)
+        if _plain_failure(failure):
+            raise TableRestoreError(
+                f"importing into {target.address} failed: {_sql_error(failure)}; the tables this run created were "
+                "dropped again"
+            ) from None
+        raise
+    finally:
+        for path in placed:
+            if path.suffix == ".cfg":
+                path.unlink(missing_ok=True)  # IMPORT leaves it behind
+        conn.close()
+    return done
+
+
+def _import_into(
+    cur: Any, live: _Live, name: TableName, files: dict[str, Path], owner: tuple[int, int], placed: list[Path]
+) -> None:
+    cur.execute(
+        "SELECT filename FROM information_schema.innodb_sys_tablespaces WHERE name = %s",
+        (f"{name.schema}/{name.table}",),
+    )
+    row = cur.fetchone()
+    if row is None:
+        raise TableRestoreError(
+            f"{name} has no tablespace of its own on the live server; nothing was imported"
+        )
+    ibd = (live.datadir / row[0]).resolve()
+    cur.execute(f"ALTER TABLE {name.sql()} DISCARD TABLESPACE")
+    for ext in (".ibd", ".cfg"):
+        dst = ibd.with_suffix(ext)
+        placed.append(dst)
+        shutil.copyfile(files[ext], dst)
+        os.chown(dst, *owner)
+        os.chmod(dst, 0o660)
+    try:
+        cur.execute(f"ALTER TABLE {name.sql()} IMPORT TABLESPACE")
+    except Exception as exc:
+        raise TableRestoreError(f"importing {name} failed: {_sql_error(exc)}") from None
+
+
+def _plain_failure(exc: BaseException) -> bool:
+    """A server or file error (to be said in one line), not one of ours or an interrupt."""
+    return isinstance(exc, OSError) or type(exc).__module__.startswith("MySQLdb")
+
+
+def _sql_error(exc: BaseException) -> str:
+    args: tuple[Any, ...] = getattr(exc, "args", ())
+    return f"{args[0]} {args[1]}" if len(args) == 2 else str(exc)
