@@ -19,10 +19,12 @@ by DDL while it runs.
 
 Beyond what `mbstream -x` checks, the framing check refuses paths that would escape the target
 directory, payloads whose offsets do not continue the file, files never closed by an 'E' chunk,
-and a stream without xtrabackup_checkpoints (it was cut short between two files).
+and a stream without xtrabackup_checkpoints (it was cut short between two files). The streams of a
+K-part backup (core/pipeline/split.py) are checked by their role: only part 0 holds the tool's
+metadata files, and the tail (renames and removes) is empty when no DDL ran during the backup.
 
-Run as `python -m xtrabackup_provider.core.engine.xbstream [--flavour F] < stream`: exit 0 and a
-JSON summary on stdout, or exit 1 with the first problem on stderr.
+Run as `python -m xtrabackup_provider.core.engine.xbstream [--flavour F] [--role R] < stream`: exit
+0 and a JSON summary on stdout, or exit 1 with the first problem on stderr.
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ MAX_HEAD = HEADER.size + MAX_PATH + LENGTH.size + MAX_PATH
 
 StreamFlavour = Literal["mariabackup", "xtrabackup"]
 FLAVOURS: tuple[StreamFlavour, ...] = ("mariabackup", "xtrabackup")
+# What a stream is: a one-stream backup, part 0 of K, another data part, or the tail.
+StreamRole = Literal["whole", "first-part", "part", "tail"]
+ROLES: tuple[StreamRole, ...] = ("whole", "first-part", "part", "tail")
 
 
 class XbstreamError(ValueError):
@@ -161,13 +166,16 @@ class XbstreamSummary:
 class XbstreamChecker:
     """Feed the stream in pieces of any size; `finish()` checks that it ended cleanly.
 
-    `flavour` says what 'S' means and whether 'R'/'D' exist. After `finish()`, `seen` holds every
-    path a chunk named (renamed-to names too)."""
+    `flavour` says what 'S' means and whether 'R'/'D' exist; `role` what the stream must hold
+    (ROLES). After `finish()`, `seen` holds every path a chunk named (renamed-to names too)."""
 
-    def __init__(self, flavour: StreamFlavour = "mariabackup") -> None:
+    def __init__(self, flavour: StreamFlavour = "mariabackup", role: StreamRole = "whole") -> None:
         if flavour not in FLAVOURS:
             raise ValueError(f"unknown xbstream flavour {flavour!r}; expected one of {', '.join(FLAVOURS)}")
+        if role not in ROLES:
+            raise ValueError(f"unknown xbstream role {role!r}; expected one of {', '.join(ROLES)}")
         self.flavour: StreamFlavour = flavour
+        self.role: StreamRole = role
         self.buf = bytearray()
         self.base = 0  # stream offset of buf[0]
         self.next_offset: dict[str, int] = {}  # open files: where their next payload must start
@@ -191,9 +199,9 @@ class XbstreamChecker:
             )
         if self.next_offset:
             raise XbstreamError(f"files never closed by an end-of-file chunk: {sorted(self.next_offset)[:5]}")
-        if self.summary.chunks == 0:
+        if self.summary.chunks == 0 and self.role != "tail":
             raise XbstreamError("the stream is empty")
-        if REQUIRED_FILE not in self.closed_with_data:
+        if self.role in ("whole", "first-part") and REQUIRED_FILE not in self.closed_with_data:
             # A lone end-of-file chunk names the file but holds none of it.
             raise XbstreamError(f"no {REQUIRED_FILE} (with its content) in the stream: it was cut short")
         self.summary.files = len(self.seen)
@@ -305,16 +313,17 @@ def check_stream(fd: int, chunk: int = 1 << 20, checker: XbstreamChecker | None 
     return checker.finish()
 
 
-def checker_args(flavour: StreamFlavour) -> list[str]:
+def checker_args(flavour: StreamFlavour, role: StreamRole = "whole") -> list[str]:
     """The arguments of `main` for a check of `flavour` (verify runs it as a pipeline stage)."""
-    return ["--flavour", flavour]
+    return ["--flavour", flavour, "--role", role]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m xtrabackup_provider.core.engine.xbstream")
     parser.add_argument("--flavour", choices=FLAVOURS, default="mariabackup")
+    parser.add_argument("--role", choices=ROLES, default="whole")
     args = parser.parse_args(argv)
-    checker = XbstreamChecker(args.flavour)
+    checker = XbstreamChecker(args.flavour, args.role)
     try:
         summary = check_stream(sys.stdin.fileno(), checker=checker)
     except XbstreamError as exc:
