@@ -16,6 +16,7 @@ import pytest
 from helpers import restore_with, root_target, unique_name
 from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
 from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.catalog.manifest import Manifest
 from xtrabackup_provider.core.db.sandbox import SandboxServer, table_checksums
 from xtrabackup_provider.core.restore.verify import VerifyRequest, verify
 from xtrabackup_provider.core.storage.local import LocalStore
@@ -71,7 +72,7 @@ class DdlOnce:
             self.server.execute_script(DDL, database=self.db)
 
 
-def _backup(server: SandboxServer, catalog: Catalog, keys, db: str, **request) -> object:
+def _backup(server: SandboxServer, catalog: Catalog, keys, db: str, **request) -> Manifest:
     ddl = DdlOnce(server, db)
     manifest = run_backup(
         BackupRequest(
@@ -93,10 +94,15 @@ def ddl_server(mariadb: SandboxServer) -> tuple[SandboxServer, str]:
     return mariadb, db
 
 
-def test_a_backup_with_ddl_during_it_passes_deep_verify_and_restores(ddl_server, gpg_keys, tmp_path: Path):
+@pytest.mark.parametrize("parts", [1, 2], ids=["one-stream", "two-parts"])
+def test_a_backup_with_ddl_during_it_passes_deep_verify_and_restores(
+    ddl_server, gpg_keys, tmp_path: Path, parts: int
+):
+    """With K parts the renames and removes go to the tail, extracted after the parts."""
     server, db = ddl_server
     catalog = Catalog(LocalStore(tmp_path / "store"), "backups", "c1", "db1")
-    manifest = _backup(server, catalog, gpg_keys, db)
+    manifest = _backup(server, catalog, gpg_keys, db, max_parts=parts, part_min_bytes=0)
+    assert len(manifest.objects) == (1 if parts == 1 else parts + 1)
     expected = table_checksums(server, [db])
 
     [report] = verify(

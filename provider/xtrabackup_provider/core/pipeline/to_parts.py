@@ -15,6 +15,7 @@ import hashlib
 import queue
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +39,12 @@ class _Part:
     """One part's zstd -> gpg -> writer, fed with `put` from the splitting thread."""
 
     def __init__(
-        self, name: str, sink: ObjectWriter, encrypt_argv: list[str] | None, compressor: Any
+        self,
+        name: str,
+        sink: ObjectWriter,
+        encrypt_argv: list[str] | None,
+        compressor: Any,
+        setup: Callable[[], None] | None = None,
     ) -> None:
         # `compressor` is this part's own: a ZstdCompressor's context is not shared between threads.
         self.name, self.sink = name, sink
@@ -50,7 +56,8 @@ class _Part:
             Proc(f"gpg --encrypt of {name}", encrypt_argv, stdin=subprocess.PIPE) if encrypt_argv else None
         )
         self.handoff = Handoff(self.gpg)
-        self.cobj = compressor.compressobj(size=-1)
+        self.setup = setup
+        self.context = compressor
         self.compressor = Worker(f"zstd {name}", self._compress)
         self.store = Worker(f"store {name}", self._store)
         self.compressor.start()
@@ -76,11 +83,14 @@ class _Part:
         self._send(EOF)
 
     def _compress(self) -> None:
+        if self.setup:
+            self.setup()  # first thing in this thread: the compressor's own workers inherit it
+        cobj = self.context.compressobj(size=-1)
         try:
             while (item := self.inbox.get()) is not EOF:
-                if out := self.cobj.compress(item):
+                if out := cobj.compress(item):
                     self.handoff.put(out)
-            self.handoff.put(self.cobj.flush())
+            self.handoff.put(cobj.flush())
         finally:
             self.handoff.close()
 
@@ -134,9 +144,14 @@ def stream_to_parts(
     producer_env: dict[str, str] | None = None,
     producer_name: str = "backup tool",
     progress: ProgressFn | None = None,
+    producer_watch: Callable[[Proc], None] | None = None,
+    compress_setup: Callable[[], None] | None = None,
 ) -> PartsResult:
     """Run the producer, split its stream into len(sinks) parts and a tail, and store each part as
-    its own zstd + gpg object; commit all of them only if everything succeeded."""
+    its own zstd + gpg object; commit all of them only if everything succeeded.
+
+    `producer_watch` and `compress_setup` are stream_to_store's (the latter runs first in each
+    part's compressor thread)."""
     import zstandard
 
     if len(sinks) < 2:
@@ -146,10 +161,13 @@ def stream_to_parts(
     parts: list[_Part] = []
     try:
         producer = Proc(producer_name, producer_argv, stdin=subprocess.DEVNULL, extra_env=producer_env)
+        if producer_watch:
+            producer_watch(producer)
         for i, sink in enumerate(sinks):
             compressor = zstandard.ZstdCompressor(level=level, threads=max(1, threads))
-            parts.append(_Part(f"part {i} of {len(sinks)}", sink, encrypt_argv, compressor))
-        parts.append(_Part("the tail", tail_sink, encrypt_argv, zstandard.ZstdCompressor(level=level)))
+            parts.append(_Part(f"part {i} of {len(sinks)}", sink, encrypt_argv, compressor, compress_setup))
+        tail = zstandard.ZstdCompressor(level=level)
+        parts.append(_Part("the tail", tail_sink, encrypt_argv, tail, compress_setup))
         splitter = Splitter([p.put for p in parts[:-1]], parts[-1].put, flavour, plan)
         raw = 0
         assert producer.popen.stdout is not None
