@@ -21,8 +21,10 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     ValidationError,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -68,6 +70,16 @@ class StoredObject(BaseModel):
     # K-part backups only (format_version 2): a data part (`part` 0..K-1) or the tail.
     role: Literal["part", "tail"] | None = None
     part: int | None = Field(None, ge=0, lt=MAX_PARTS)
+
+    @model_serializer(mode="wrap")
+    def _without_unset_parts(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A one-stream object is written without role and part: workers from before K parts
+        forbid unknown fields, so a format 1 manifest stays byte for byte what they read."""
+        data: dict[str, Any] = handler(self)
+        for name in ("role", "part"):
+            if data.get(name) is None:
+                data.pop(name, None)
+        return data
 
     @field_validator("recipients")
     @classmethod
@@ -188,8 +200,6 @@ class Manifest(BaseModel):
         return list(self.objects) if self.format_version == PARTS_FORMAT_VERSION else [self.objects[0]]
 
     def to_json(self) -> bytes:
-        if self.format_version == FORMAT_VERSION:  # byte for byte what workers before K parts read
-            return self.model_dump_json(indent=2, exclude={"objects": {"__all__": {"role", "part"}}}).encode()
         return self.model_dump_json(indent=2).encode()
 
 
