@@ -210,3 +210,28 @@ def test_a_dead_encryption_stage_fails_the_stream_by_name_and_commits_no_part(st
             flavour="mariabackup",
         )
     assert not list(store.list(PREFIX))
+
+
+def test_k_is_bounded_by_the_setting_the_size_the_cores_and_an_upload_cap(tmp_path):
+    from xtrabackup_provider.core.backup.impact import ImpactSettings
+    from xtrabackup_provider.core.backup.run import BackupRequest, choose_parts, usable_cores
+    from xtrabackup_provider.core.catalog.backups import Catalog
+    from xtrabackup_provider.core.db.server import MySQLTarget
+
+    datadir = tmp_path / "data"
+    (datadir / "db").mkdir(parents=True)
+    for name in ("a", "b", "c", "d"):
+        (datadir / "db" / f"{name}.ibd").write_bytes(b"x" * 100_000)
+
+    def k(**request) -> int:
+        req = BackupRequest(Catalog(LocalStore(tmp_path / "s"), "b", "c1", "db1"), MySQLTarget(), **request)
+        plan = choose_parts(req, str(datadir), incremental=False)
+        return 1 if plan is None else plan.parts
+
+    assert k() == 1  # max_parts defaults to 1: one stream, as before K parts
+    assert k(max_parts=4) == 1  # 400 kB of datadir is under one part_min_bytes (8 GiB)
+    assert k(max_parts=4, part_min_bytes=200_000) == min(2, usable_cores())
+    assert k(max_parts=4, part_min_bytes=0) == min(4, usable_cores())
+    # An upload cap bounds one writer: K writers would upload K times as fast.
+    capped = ImpactSettings(max_upload_bytes_per_second=1 << 20)
+    assert k(max_parts=4, part_min_bytes=0, impact=capped) == 1
