@@ -5,6 +5,7 @@ of the whole stream gives, and a failure commits no part."""
 from __future__ import annotations
 
 import hashlib
+import os
 import shlex
 import struct
 import subprocess
@@ -235,3 +236,43 @@ def test_k_is_bounded_by_the_setting_the_size_the_cores_and_an_upload_cap(tmp_pa
     # An upload cap bounds one writer: K writers would upload K times as fast.
     capped = ImpactSettings(max_upload_bytes_per_second=1 << 20)
     assert k(max_parts=4, part_min_bytes=0, impact=capped) == 1
+
+
+class _FailingWriter:
+    """An ObjectWriter whose store refuses the data after the first MiB (an S3 outage, a full disk)."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.written = inner, 0
+
+    def write(self, data: bytes) -> None:
+        self.written += len(data)
+        if self.written > 1 << 20:
+            raise OSError(28, "No space left on device")
+        self.inner.write(data)
+
+    def commit(self) -> int:
+        return self.inner.commit()
+
+    def abort(self) -> None:
+        self.inner.abort()
+
+
+def test_a_store_that_fails_mid_part_fails_the_stream_and_commits_no_part(stream, tmp_path):
+    """Without encryption the compressor hands its output to the store thread through a queue: a
+    dead store thread must not leave it (and the backup) waiting forever."""
+    store = LocalStore(tmp_path / "bucket")
+    src = tmp_path / "stream.xb"
+    # 24 MiB that do not compress, in the first file: part 0's output fills the queue
+    src.write_bytes(xbstream([("db/noise.ibd", os.urandom(24 << 20))]) + stream)
+    keys, writers = _writers(store, 2)
+    writers[0] = _FailingWriter(writers[0])
+    with pytest.raises(PipelineError, match="No space left on device"):
+        stream_to_parts(
+            ["cat", str(src)],
+            writers[:-1],
+            writers[-1],
+            encrypt_argv=None,
+            flavour="mariabackup",
+            level=1,
+        )
+    assert not list(store.list(PREFIX))

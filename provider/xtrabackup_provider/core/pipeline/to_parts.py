@@ -21,7 +21,7 @@ from typing import Any
 
 from ..engine.xbstream import StreamFlavour
 from ..storage.base import ObjectWriter
-from .process import EOF, Handoff, PipelineError, Proc, ProgressFn, Worker, read_chunks, release_worker
+from .process import EOF, Handoff, PipelineError, Proc, ProgressFn, Worker, read_chunks
 from .split import PartPlan, Splitter
 from .to_store import StreamResult
 
@@ -117,18 +117,32 @@ class _Part:
     def result(self) -> StreamResult:
         return StreamResult(self.raw, self.stored, self.digest.hexdigest(), time.monotonic() - self.started)
 
-    def release(self) -> None:
+    def release(self, timeout: float = 30) -> None:
+        """After a failure: let both threads end. A compressor may wait on its inbox or on the
+        hand-off to a store thread that died; the store thread on a hand-off nobody fills."""
         if self.gpg:
-            self.gpg.kill()
-        while self.compressor.is_alive():  # unblock a compressor waiting on its inbox
-            try:
-                self.inbox.put(EOF, timeout=0.05)
-            except queue.Full:
+            self.gpg.kill()  # its reader and writer threads then see EOF / EPIPE
+        deadline = time.monotonic() + timeout
+        while (self.compressor.is_alive() or self.store.is_alive()) and time.monotonic() < deadline:
+            if self.compressor.is_alive():
+                _drop_one(self.handoff.queue)
                 try:
-                    self.inbox.get_nowait()
-                except queue.Empty:
-                    pass
-        release_worker(self.store, self.handoff.queue)
+                    self.inbox.put_nowait(EOF)
+                except queue.Full:
+                    _drop_one(self.inbox)
+            else:
+                try:
+                    self.handoff.queue.put_nowait(EOF)
+                except queue.Full:
+                    _drop_one(self.handoff.queue)
+            time.sleep(0.01)
+
+
+def _drop_one(q: queue.Queue[Any]) -> None:
+    try:
+        q.get_nowait()
+    except queue.Empty:
+        pass
 
 
 def stream_to_parts(
