@@ -65,6 +65,8 @@ def _backup_args(config: FleetConfig, cluster: ClusterConfig) -> dict[str, Any]:
         compression_level=config.policy.compression_level,
         zstd_threads=config.policy.zstd_threads,
         parallel=config.policy.parallel,
+        max_parts=config.policy.max_parts,
+        part_min_gib=config.policy.part_min_gib,
         storage_classes=dict(config.storage.storage_class),
         sse=config.storage.sse,
         kms_key_id=config.storage.kms_key_id,

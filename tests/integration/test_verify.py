@@ -145,6 +145,58 @@ def test_the_framing_check_accepts_real_streams_and_names_what_is_wrong(real_str
         _check(real_stream + gap)
 
 
+def _mariadb_chunk(kind: bytes, path: bytes, rest: bytes = b"", flags: int = 0) -> bytes:
+    return b"XBSTCK01" + bytes([flags]) + kind + struct.pack("<I", len(path)) + path + rest
+
+
+def test_the_framing_check_reads_mariadbs_rename_remove_seek_and_rewrite_chunks(real_stream, tmp_path):
+    """mariabackup sends these when DDL runs during the backup; mbstream -x applies them, so the
+    framing check must accept what mbstream accepts (it called 'R' an unknown type)."""
+    rewrite = _chunk(b"db/v.frm", b"second copy")
+    rewrite = rewrite[:8] + bytes([0x02]) + rewrite[9:]  # flag 0x02: opened with truncation
+    ddl = (
+        _chunk(b"db/a.MAD", b"aria data")
+        + _chunk(b"db/a.MAD", b"", kind=b"E")
+        + _mariadb_chunk(b"R", b"db/a.MAD", struct.pack("<I", 8) + b"db/b.MAD")
+        + _chunk(b"db/gone.frm", b"x")
+        + _chunk(b"db/gone.frm", b"", kind=b"E")
+        + _mariadb_chunk(b"D", b"db/gone.frm")
+        + _chunk(b"db/v.frm", b"first copy")
+        + _chunk(b"db/v.frm", b"", kind=b"E")
+        + rewrite
+        + _chunk(b"db/v.frm", b"", kind=b"E")
+        + _chunk(b"db/s.ibd", b"head")
+        + _mariadb_chunk(b"S", b"db/s.ibd", struct.pack("<Q", 4096))
+        + _chunk(b"db/s.ibd", b"tail", offset=4096)
+        + _chunk(b"db/s.ibd", b"", kind=b"E")
+    )
+    stream = real_stream + ddl
+    out = tmp_path / "x"
+    out.mkdir()
+    done = subprocess.run(["mbstream", "-x", "-C", str(out)], input=stream, capture_output=True)
+    assert done.returncode == 0 and not done.stderr, done.stderr
+    assert (out / "db/b.MAD").read_bytes() == b"aria data" and not (out / "db/a.MAD").exists()
+    assert not (out / "db/gone.frm").exists() and (out / "db/v.frm").read_bytes() == b"second copy"
+    _check(stream)  # what mbstream applied, the check accepts
+    with pytest.raises(XbstreamError, match="unknown type 0x51 for mariabackup"):
+        _check(real_stream + _mariadb_chunk(b"Q", b"db/x"))
+    # Sent again without the rewrite flag, mbstream cannot create the file, says so and exits 0:
+    # the first copy is what a restore would get. The check refuses such a stream.
+    again = _chunk(b"db/w.frm", b"old") + _chunk(b"db/w.frm", b"", kind=b"E") + _chunk(b"db/w.frm", b"new")
+    with pytest.raises(XbstreamError, match=r"db/w.frm\): sent again without the rewrite flag"):
+        _check(real_stream + again + _chunk(b"db/w.frm", b"", kind=b"E"))
+    # mbstream applies neither rename nor remove to a file still open (and exits 0).
+    rename_open = _chunk(b"db/o.MAD", b"x") + _mariadb_chunk(
+        b"R", b"db/o.MAD", struct.pack("<I", 8) + b"db/p.MAD"
+    )
+    with pytest.raises(XbstreamError, match=r"db/o.MAD\): a rename chunk for a file still open"):
+        _check(real_stream + rename_open + _chunk(b"db/p.MAD", b"", kind=b"E"))
+    # The rewrite flag does not let a still open file start over: mbstream says out-of-order chunk.
+    reopen = _chunk(b"db/w.frm", b"old") + rewrite.replace(b"db/v.frm", b"db/w.frm")
+    with pytest.raises(XbstreamError, match="offset 0 does not continue the file"):
+        _check(real_stream + reopen + _chunk(b"db/w.frm", b"", kind=b"E"))
+
+
 def test_deep_verify_runs_the_framing_check_on_the_decompressed_stream(s3_server, bucket, real_stream):
     """sha256 matches (the stream was bad before it was stored), so only the framing check can tell."""
     store = S3Store(make_s3_client(s3_server.endpoint_url, "us-east-1"), bucket)

@@ -388,3 +388,57 @@ def test_get_refuses_manifest_naming_another_hosts_object(store, catalog):
     store.put_bytes(catalog.manifest_key(bid), m.to_json())
     with pytest.raises(CatalogError):
         catalog.get(bid)
+
+
+# -- K-part manifests (format_version 2) ----------------------------------------------------------------
+
+
+def _parts_manifest(roles: list[tuple[str | None, int | None]], version: int = 2) -> dict:
+    m = json.loads(make_manifest("20261101T103000Z-full").to_json())
+    obj = m["objects"][0]
+    names = {("tail", None): "backup.tail.xbstream.zst"}
+    m["format_version"] = version
+    m["objects"] = [
+        {
+            **obj,
+            "key": obj["key"].replace(
+                "backup.xbstream.zst", names.get((r, p), f"backup.p{p}of2.xbstream.zst")
+            ),
+            "role": r,
+            "part": p,
+        }
+        for r, p in roles
+    ]
+    return m
+
+
+def test_a_k_part_manifest_lists_its_parts_in_order_then_its_tail():
+    good = parse_manifest(
+        json.dumps(_parts_manifest([("part", 0), ("part", 1), ("tail", None)])).encode(), "m"
+    )
+    assert [o.key.rsplit("/", 1)[-1] for o in good.streams] == [
+        "backup.p0of2.xbstream.zst",
+        "backup.p1of2.xbstream.zst",
+        "backup.tail.xbstream.zst",
+    ]
+    assert json.loads(good.to_json())["objects"][2]["role"] == "tail"
+    for bad in (
+        [("part", 0), ("tail", None)],  # one part is a format 1 backup
+        [("part", 1), ("part", 0), ("tail", None)],  # out of order
+        [("part", 0), ("part", 1)],  # no tail
+        [("part", 0), ("part", 2), ("tail", None)],  # a part missing from the numbering
+    ):
+        with pytest.raises(CatalogError, match="lists its data parts 0..K-1"):
+            parse_manifest(json.dumps(_parts_manifest(bad)).encode(), "m.json")
+    with pytest.raises(CatalogError, match="format_version 1 manifest have no role or part"):
+        parse_manifest(
+            json.dumps(_parts_manifest([("part", 0), ("part", 1), ("tail", None)], 1)).encode(), "m"
+        )
+
+
+def test_a_one_stream_manifest_is_written_as_before_k_parts():
+    """Workers from before K parts forbid unknown fields: a format 1 manifest must not grow any."""
+    m = make_manifest("20261101T103000Z-full")
+    on_disk = json.loads(m.to_json())
+    assert on_disk["format_version"] == 1 and not {"role", "part"} & set(on_disk["objects"][0])
+    assert m.streams == m.objects

@@ -196,6 +196,8 @@ def cmd_backup(args: argparse.Namespace, config: FleetConfig) -> int:
             compression_level=policy.compression_level,
             zstd_threads=policy.zstd_threads,
             parallel=policy.parallel,
+            max_parts=policy.max_parts,
+            part_min_bytes=int(policy.part_min_gib * (1 << 30)),
             storage_classes=dict(config.storage.storage_class),
             sse=config.storage.sse,
             kms_key_id=config.storage.kms_key_id,

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ..catalog.backups import Catalog
 from ..catalog.lock import HostLock
 from ..catalog.manifest import (
     BACKUP_OBJECT_NAME,
+    FORMAT_VERSION,
+    PARTS_FORMAT_VERSION,
     CatalogError,
     GateResult,
     Manifest,
@@ -39,7 +42,9 @@ from ..engine.argv import BackupOptions, backup_argv
 from ..engine.metadata import read_binlog_position, read_checkpoints, read_info
 from ..engine.tools import Flavour, ToolVersion, detect_tool
 from ..pipeline.gpg import GpgHome
-from ..pipeline.to_store import stream_to_store
+from ..pipeline.split import PartPlan, plan_parts
+from ..pipeline.to_parts import stream_to_parts
+from ..pipeline.to_store import StreamResult, stream_to_store
 from ..storage.base import ARCHIVE_TAGGING, PutOptions
 from .decide import ChainPolicy, Decision, decide
 from .impact import AppliedImpact, ImpactSettings, LockWatch, apply_settings
@@ -47,6 +52,8 @@ from .lineage import ServerLineage, describe_break, lineage_problems
 from .option_files import save_option_files
 
 log = logging.getLogger(__name__)
+# What one stored stream became: key, its put options, the stream's result, its role and part number.
+Placed = tuple[str, PutOptions, StreamResult, Literal["part", "tail"] | None, int | None]
 
 
 class BackupError(RuntimeError):
@@ -68,6 +75,10 @@ class BackupRequest:
     compression_level: int = 3
     zstd_threads: int = 0  # 0 = one per core
     parallel: int = 2
+    # K parts (core/pipeline/split.py): at most this many, one per usable core, one per
+    # part_min_bytes of datadir, and only as many as still shrink the largest part. 1: one stream.
+    max_parts: int = 1
+    part_min_bytes: int = 8 << 30
     storage_classes: dict[str, str] = field(
         default_factory=lambda: {"full": "STANDARD", "incremental": "STANDARD"}
     )
@@ -163,6 +174,7 @@ def _run_locked(req: BackupRequest, now: datetime | None, lock: HostLock) -> Man
         before = _shape_before(req.target)
         stored = _stream(req, tool, decision, work, datadir, backup_id, gpg, recipients, applied, watch)
         shape = _shape_after(req.target, before)
+        parts_version = len(stored) > 1
         option_files = _option_files(req, backup_id, work, gpg, recipients, where)
         lsn_dir = work / "lsn"
         checkpoints = read_checkpoints(lsn_dir)
@@ -200,9 +212,10 @@ def _run_locked(req: BackupRequest, now: datetime | None, lock: HostLock) -> Man
         gtid=binlog.gtid,
         started_at=started,
         finished_at=datetime.now(UTC),
-        objects=[stored],
-        raw_bytes=stored.raw_size,
-        stored_bytes=stored.size,
+        format_version=PARTS_FORMAT_VERSION if parts_version else FORMAT_VERSION,
+        objects=stored,
+        raw_bytes=sum(o.raw_size for o in stored),
+        stored_bytes=sum(o.size for o in stored),
         gates=req.gates,
         estimate_memory=tool.capabilities.estimate_memory,
         extra=canary,
@@ -322,6 +335,29 @@ def _recipients(gpg: GpgHome, req: BackupRequest) -> list[str]:
     return fprs
 
 
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def choose_parts(req: BackupRequest, datadir: str, incremental: bool) -> PartPlan | None:
+    """The K-part plan for this backup, or None for one stream (K=1: today's object and manifest)."""
+    if req.max_parts <= 1:
+        return None
+    if req.impact.max_upload_bytes_per_second:
+        log.info("one stream: an upload cap (max_upload_bytes_per_second) bounds one writer, not K of them")
+        return None
+    size = directory_size(datadir) or 0
+    by_size = size // req.part_min_bytes if req.part_min_bytes > 0 else req.max_parts
+    k = min(req.max_parts, usable_cores(), by_size)
+    if k < 2:
+        return None
+    plan = plan_parts(datadir, k, incremental=incremental)
+    return plan if plan.parts > 1 else None
+
+
 def _stream(
     req: BackupRequest,
     tool: ToolVersion,
@@ -333,14 +369,13 @@ def _stream(
     recipients: list[str],
     applied: AppliedImpact,
     watch: LockWatch,
-) -> StoredObject:
+) -> list[StoredObject]:
     lsn_dir, scratch = work / "lsn", work / "scratch"
     lsn_dir.mkdir()
     scratch.mkdir()
-    name = BACKUP_OBJECT_NAME + ".zst" + (".gpg" if recipients else "")
-    key = req.catalog.object_key(backup_id, name)
+    suffix = ".zst" + (".gpg" if recipients else "")
     storage_class = req.storage_classes.get(decision.kind, "STANDARD")
-    options = _put_options(req, storage_class, directory_size(datadir))
+    plan = choose_parts(req, datadir, incremental=decision.parent is not None)
     opts = BackupOptions(
         datadir=datadir,
         lsn_dir=str(lsn_dir),
@@ -351,46 +386,127 @@ def _stream(
         open_files_limit=raise_open_files_limit(),
         extra_args=tuple(applied.tool_args()),
     )
+    encrypt_argv = applied.wrap_gpg(gpg.encrypt_argv(recipients) if recipients else None)
     t0 = time.monotonic()
     # Percona XtraBackup is a MySQL 8 client: its TLS options are spelled as MySQL's (ssl-mode).
     with defaults_file(req.target, "mysql" if tool.flavour == "xtrabackup" else "mariadb") as creds:
         argv = applied.wrap_tool(backup_argv(tool, creds, opts))
-        log.info(
-            "streaming %s -> zstd(level %d) -> %s -> %s/%s",
-            tool.flavour,
-            req.compression_level,
-            "gpg" if recipients else "no encryption",
-            req.catalog.store.location,
-            key,
-        )
-        writer = applied.cap_upload(req.catalog.store.open_writer(key, options))
-        result = stream_to_store(
-            argv,
-            writer,
-            encrypt_argv=applied.wrap_gpg(gpg.encrypt_argv(recipients) if recipients else None),
-            level=req.compression_level,
-            threads=req.zstd_threads,
-            producer_name=f"{tool.flavour} --backup",
-            progress=req.progress,
-            producer_watch=watch.attach,
-            compress_setup=applied.compress_setup(),
-        )
+        if plan is None:
+            key = req.catalog.object_key(backup_id, BACKUP_OBJECT_NAME + suffix)
+            options = _put_options(req, storage_class, directory_size(datadir))
+            log.info(
+                "streaming %s -> zstd(level %d) -> %s -> %s/%s",
+                tool.flavour,
+                req.compression_level,
+                "gpg" if recipients else "no encryption",
+                req.catalog.store.location,
+                key,
+            )
+            writer = applied.cap_upload(req.catalog.store.open_writer(key, options))
+            result = stream_to_store(
+                argv,
+                writer,
+                encrypt_argv=encrypt_argv,
+                level=req.compression_level,
+                threads=req.zstd_threads,
+                producer_name=f"{tool.flavour} --backup",
+                progress=req.progress,
+                producer_watch=watch.attach,
+                compress_setup=applied.compress_setup(),
+            )
+            placed: list[Placed] = [(key, options, result, None, None)]
+        else:
+            placed = _stream_parts(
+                req, tool, plan, argv, backup_id, suffix, storage_class, encrypt_argv, applied, watch
+            )
     shutil.rmtree(scratch, ignore_errors=True)
-    log.info("streamed %d bytes in %.1fs", result.raw_bytes, time.monotonic() - t0)
-    return StoredObject(
-        key=key,
-        size=result.stored_bytes,
-        sha256=result.sha256,
-        raw_size=result.raw_bytes,
-        compression="zstd",
-        encryption="gpg" if recipients else "none",
-        recipients=recipients,
-        storage_class=storage_class,
-        sse=req.sse,
-        kms_key_id=req.kms_key_id if req.sse == "aws:kms" else None,
-        object_lock_mode=options.lock_mode,
-        object_lock_until=options.lock_until,
+    log.info("streamed %d bytes in %.1fs", sum(p[2].raw_bytes for p in placed), time.monotonic() - t0)
+    return [
+        StoredObject(
+            key=key,
+            size=result.stored_bytes,
+            sha256=result.sha256,
+            raw_size=result.raw_bytes,
+            compression="zstd",
+            encryption="gpg" if recipients else "none",
+            recipients=recipients,
+            storage_class=storage_class,
+            sse=req.sse,
+            kms_key_id=req.kms_key_id if req.sse == "aws:kms" else None,
+            object_lock_mode=options.lock_mode,
+            object_lock_until=options.lock_until,
+            role=role,
+            part=part,
+        )
+        for key, options, result, role, part in placed
+    ]
+
+
+def part_object_names(parts: int, suffix: str) -> list[str]:
+    """The object names of a K-part backup: the data parts in order, then the tail."""
+    stem = BACKUP_OBJECT_NAME.removesuffix(".xbstream")
+    return [f"{stem}.p{i}of{parts}.xbstream{suffix}" for i in range(parts)] + [
+        f"{stem}.tail.xbstream{suffix}"
+    ]
+
+
+def _stream_parts(
+    req: BackupRequest,
+    tool: ToolVersion,
+    plan: PartPlan,
+    argv: list[str],
+    backup_id: str,
+    suffix: str,
+    storage_class: str,
+    encrypt_argv: list[str] | None,
+    applied: AppliedImpact,
+    watch: LockWatch,
+) -> list[Placed]:
+    keys = [req.catalog.object_key(backup_id, name) for name in part_object_names(plan.parts, suffix)]
+    options = [_put_options(req, storage_class, size) for size in plan.expected] + [
+        _put_options(req, storage_class, None)
+    ]
+    log.info(
+        "streaming %s -> %d parts (largest %.0f%% of the data) -> zstd(level %d) -> %s -> %s/%s",
+        tool.flavour,
+        plan.parts,
+        100 * plan.largest_share,
+        req.compression_level,
+        "gpg" if encrypt_argv else "no encryption",
+        req.catalog.store.location,
+        keys[0].rsplit("/", 1)[0],
     )
+    writers = []
+    try:
+        for key, opt in zip(keys, options, strict=True):
+            writers.append(req.catalog.store.open_writer(key, opt))
+    except BaseException:
+        for writer in writers:
+            writer.abort()
+        raise
+    threads = req.zstd_threads or max(1, usable_cores() // plan.parts)
+    result = stream_to_parts(
+        argv,
+        writers[:-1],
+        writers[-1],
+        encrypt_argv=encrypt_argv,
+        flavour=tool.flavour,
+        plan=plan,
+        level=req.compression_level,
+        threads=threads,
+        producer_name=f"{tool.flavour} --backup",
+        progress=req.progress,
+        producer_watch=watch.attach,
+        compress_setup=applied.compress_setup(),
+    )
+    results = [*result.parts, result.tail]
+    roles: list[tuple[Literal["part", "tail"], int | None]] = [("part", i) for i in range(plan.parts)] + [
+        ("tail", None)
+    ]
+    return [
+        (key, opt, res, role, part)
+        for key, opt, res, (role, part) in zip(keys, options, results, roles, strict=True)
+    ]
 
 
 def _option_files(

@@ -1,7 +1,10 @@
 """Backup manifests: versioned JSON, the commit marker of a backup.
 
 Layout: <prefix>/<cluster>/<host>/backups/<backup_id>/{backup.xbstream.zst.gpg, manifest.json}.
-A backup exists only when its manifest exists. Manifests hold no secrets, so listing, chain
+A K-part backup (format_version 2) stores backup.p<i>of<K>.xbstream.zst.gpg for each data part and
+backup.tail.xbstream.zst.gpg instead (core/pipeline/split.py); a one-stream backup is version 1,
+which older workers read, and a worker that only knows version 1 refuses version 2 by name instead
+of restoring part 0 alone. A backup exists only when its manifest exists. Manifests hold no secrets, so listing, chain
 validation and retention never need keys.
 """
 
@@ -18,8 +21,10 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     ValidationError,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -29,6 +34,8 @@ from .records import BackupImpact, CopyOrigin
 from .shape import SourceShape
 
 FORMAT_VERSION = 1
+PARTS_FORMAT_VERSION = 2  # a K-part backup: objects are its data parts in order, then its tail
+MAX_PARTS = 64
 MANIFEST_NAME = "manifest.json"
 BACKUP_OBJECT_NAME = "backup.xbstream"
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
@@ -60,6 +67,19 @@ class StoredObject(BaseModel):
     kms_key_id: str | None = None  # with sse aws:kms: the key that encrypts the object at rest
     object_lock_mode: Literal["GOVERNANCE", "COMPLIANCE"] | None = None
     object_lock_until: AwareDatetime | None = None
+    # K-part backups only (format_version 2): a data part (`part` 0..K-1) or the tail.
+    role: Literal["part", "tail"] | None = None
+    part: int | None = Field(None, ge=0, lt=MAX_PARTS)
+
+    @model_serializer(mode="wrap")
+    def _without_unset_parts(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A one-stream object is written without role and part: workers from before K parts
+        forbid unknown fields, so a format 1 manifest stays byte for byte what they read."""
+        data: dict[str, Any] = handler(self)
+        for name in ("role", "part"):
+            if data.get(name) is None:
+                data.pop(name, None)
+        return data
 
     @field_validator("recipients")
     @classmethod
@@ -96,7 +116,7 @@ class GateResult(BaseModel):
 class Manifest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    format_version: Literal[1] = 1
+    format_version: Literal[1, 2] = 1
     backup_id: str = Field(pattern=BACKUP_ID_RE.pattern)
     cluster: str = Field(pattern=NAME_RE)
     host: str = Field(pattern=NAME_RE)
@@ -148,16 +168,36 @@ class Manifest(BaseModel):
                 raise ValueError(
                     f"object key {obj.key!r} is outside this backup's directory {self.backup_id}/"
                 )
+        self._check_parts()
         return self
+
+    def _check_parts(self) -> None:
+        roles = [(o.role, o.part) for o in self.objects]
+        if self.format_version == FORMAT_VERSION:
+            if any(r != (None, None) for r in roles):
+                raise ValueError("objects of a format_version 1 manifest have no role or part")
+            return
+        k = len(self.objects) - 1
+        if k < 2 or roles != [*(("part", i) for i in range(k)), ("tail", None)]:
+            raise ValueError(
+                f"a format_version {PARTS_FORMAT_VERSION} manifest lists its data parts 0..K-1 (K >= 2) "
+                f"in order, then its tail; it lists {roles}"
+            )
 
     @property
     def backup_object(self) -> StoredObject:
+        """The one stream (version 1), or part 0 (version 2; its encryption is every part's)."""
         return self.objects[0]
 
     @property
     def stored_objects(self) -> list[StoredObject]:
         """Every object the manifest names: the data objects, then the side objects."""
         return [*self.objects, *([self.option_files.object] if self.option_files else [])]
+
+    @property
+    def streams(self) -> list[StoredObject]:
+        """What a restore extracts: the one stream, or the data parts (at once) then the tail."""
+        return list(self.objects) if self.format_version == PARTS_FORMAT_VERSION else [self.objects[0]]
 
     def to_json(self) -> bytes:
         return self.model_dump_json(indent=2).encode()

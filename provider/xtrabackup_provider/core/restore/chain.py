@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..catalog.backups import Catalog
 from ..catalog.lease import ReadLease
-from ..catalog.manifest import Manifest
+from ..catalog.manifest import Manifest, StoredObject
 from ..common import children
 from ..common.progress import ProgressLogger
 from ..common.tempdirs import private_dir
@@ -296,11 +296,51 @@ def fetch_one(
     gpg: GpgHome,
     progress_seconds: float = 10.0,
 ) -> tuple[int, int]:
-    """Stream one backup object through sha256 check, gpg, zstd and the extractor into `dest`."""
-    obj = m.backup_object
-    progress = ProgressLogger(
-        log, f"fetch of {m.backup_id}", obj.size, progress_seconds, "the manifest's size"
-    )
+    """Stream one backup into `dest` (sha256 check, gpg, zstd, the extractor): its one object, or
+    its K data parts at once (one per core) and then its tail. Returns (stored, raw) bytes."""
+    streams = m.streams
+    if len(streams) == 1:
+        stored, raw = _fetch_stream(catalog, m, streams[0], tool, dest, gpg, progress_seconds)
+    else:
+        data, tail = streams[:-1], streams[-1]
+        workers = min(len(data), default_parallel_downloads())
+        with ThreadPoolExecutor(workers, thread_name_prefix=f"fetch-{m.backup_id}") as pool:
+            futures = [
+                pool.submit(_fetch_stream, catalog, m, obj, tool, dest, gpg, progress_seconds) for obj in data
+            ]
+            done = [f.result() for f in futures]  # the first failure, once every part has stopped
+        # The tail renames and removes what the parts extracted: only after all of them.
+        done.append(_fetch_stream(catalog, m, tail, tool, dest, gpg, progress_seconds))
+        stored = sum(s for s, _ in done)
+        raw = -1 if any(r < 0 for _, r in done) else sum(r for _, r in done)
+        try:
+            _require_checkpoints(tool, dest)  # part 0 holds the tool's metadata files
+        except PipelineError as exc:
+            raise PipelineError(
+                f"backup {m.backup_id}: {data[0].key}: {exc}; {sha256_verdict(catalog.store, data[0])}"
+            ) from exc
+    return stored, raw
+
+
+def _require_checkpoints(tool: ToolVersion, dest: Path) -> None:
+    if find_metadata(dest, CHECKPOINT_FILES) is None:
+        raise PipelineError(
+            f"{tool.stream_tool()} -x extracted no {' or '.join(CHECKPOINT_FILES)} into {dest}: "
+            "the stream is not a whole backup"
+        )
+
+
+def _fetch_stream(
+    catalog: Catalog,
+    m: Manifest,
+    obj: StoredObject,
+    tool: ToolVersion,
+    dest: Path,
+    gpg: GpgHome,
+    progress_seconds: float,
+) -> tuple[int, int]:
+    what = m.backup_id if obj.role is None else f"{m.backup_id} ({obj.key.rsplit('/', 1)[-1]})"
+    progress = ProgressLogger(log, f"fetch of {what}", obj.size, progress_seconds, "the manifest's size")
     fd = passphrase_pipe(gpg.passphrase) if obj.encryption == "gpg" and gpg.passphrase is not None else None
     try:
         result = stream_from_store(
@@ -314,11 +354,8 @@ def fetch_one(
             progress=progress,
             quiet_consumer=True,
         )
-        if find_metadata(dest, CHECKPOINT_FILES) is None:
-            raise PipelineError(
-                f"{tool.stream_tool()} -x extracted no {' or '.join(CHECKPOINT_FILES)} into {dest}: "
-                "the stream is not a whole backup"
-            )
+        if obj.role is None:
+            _require_checkpoints(tool, dest)
     except ChecksumMismatch:
         raise
     except PipelineError as exc:

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from ..catalog.backups import Catalog
 from ..catalog.chain import resolve_chain
 from ..catalog.manifest import CatalogError, Manifest, StoredObject
+from ..engine.xbstream import StreamFlavour, StreamRole, checker_args
 from ..pipeline.from_store import stream_from_store
 from ..pipeline.gpg import GpgError, GpgHome, passphrase_pipe
 from ..pipeline.process import ChecksumMismatch, PipelineError
@@ -148,11 +149,21 @@ def _check_backup(
         if state.state == "archived" or state.state == "restoring":
             report.notes.append(f"{obj.key} is in {state.storage_class} ({state.state})")
         if not problems and gpg is not None:
-            problems = deep_problems(catalog, obj, state.state, gpg, key_problem, row)
+            problems = deep_problems(
+                catalog, obj, state.state, gpg, key_problem, row, manifest.engine_flavour, _role(obj)
+            )
         report.problems += problems
     if manifest.option_files:  # the side object: present at its size (it is a tar, not a stream)
         side = manifest.option_files.object
         report.problems += quick_problems(side, catalog.store.head(side.key))
+
+
+def _role(obj: StoredObject) -> StreamRole:
+    if obj.role is None:
+        return "whole"
+    if obj.role == "tail":
+        return "tail"
+    return "first-part" if obj.part == 0 else "part"
 
 
 def quick_problems(obj: StoredObject, info: ObjectInfo | None) -> list[str]:
@@ -189,8 +200,11 @@ def deep_problems(
     gpg: GpgHome,
     key_problem: str | None,
     row: dict[str, Any],
+    flavour: StreamFlavour = "mariabackup",
+    role: StreamRole = "whole",
 ) -> list[str]:
-    """Stream the object through sha256, gpg, zstd and the xbstream framing check."""
+    """Stream the object through sha256, gpg, zstd and the xbstream framing check (of `flavour`'s
+    chunk grammar: the tools differ)."""
     if state in ("archived", "restoring"):
         return [f"{obj.key}: archived and not restored; run glacier-restore before a deep verify"]
     if obj.encryption == "gpg":
@@ -209,7 +223,7 @@ def deep_problems(
     try:
         result = stream_from_store(
             catalog.store.read_chunks(obj.key),
-            CHECKER_ARGV,
+            [*CHECKER_ARGV, *checker_args(flavour, role)],
             decrypt_argv=gpg.decrypt_argv(fd) if obj.encryption == "gpg" else None,
             pass_fds=(fd,) if fd is not None else (),
             expected_sha256=obj.sha256,
