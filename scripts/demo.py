@@ -243,6 +243,7 @@ def main() -> int:
         env_pass = {"XTRABACKUP_GPG_PASSPHRASE": passphrase}
         os.environ.update(env_pass)
         target = WORK / "restored" / "data"
+        target.parent.mkdir()  # the CLI refuses a missing parent (a typo) unless --create-parents
         print(
             cli(
                 "restore",
