@@ -24,6 +24,9 @@ def test_backup_dag_copies_to_every_target_and_one_that_is_down_does_not_fail_th
     server, catalog = fleet
     seed_database(server, unique_name("dagcopies"), rows=200)
     config = yaml.safe_load(Path(os.environ["XTRABACKUP_FLEET_CONFIG"]).read_text())  # the fixture's
+    # A DAG id of its own: the session's metadata db holds mysql_backup_dagtest without copy tasks,
+    # and Airflow 3.1's dag.test() runs tasks against that serialized shape.
+    config["clusters"][0]["name"] = "dagcopies"
     config["copies"] = [
         {"name": "vault", "local_path": str(tmp_path / "vault"), "retention": {"keep_last_chains": 5}},
         {"name": "down", "bucket": "nowhere", "aws_conn_id": "aws_down", "copy_attempts": 1},
@@ -38,7 +41,7 @@ def test_backup_dag_copies_to_every_target_and_one_that_is_down_does_not_fail_th
             {"conn_type": "aws", "login": "testing", "password": "testing", "extra": {"endpoint_url": dead}}
         ),
     )
-    dag = load_dag_module("mysql_backup").mysql_backup_dagtest
+    dag = load_dag_module("mysql_backup").mysql_backup_dagcopies
     dagrun = dag.test(run_conf={"kind": "full"})
     states = task_states(dagrun, dag)
     assert dagrun.state == "success", states
@@ -46,8 +49,8 @@ def test_backup_dag_copies_to_every_target_and_one_that_is_down_does_not_fail_th
     assert states["db1.copy_vault"] == states["db1.retention_vault"] == "success"
     # Left behind, not failed: the unreachable target's copy and its retention show as skipped.
     assert states["db1.copy_down"] == states["db1.retention_down"] == "skipped"
-    (bid,) = catalog.backup_ids()
-    vault = Catalog(LocalStore(tmp_path / "vault"), "backups", "dagtest", "db1")
+    (bid,) = Catalog(catalog.store, "backups", "dagcopies", "db1").backup_ids()
+    vault = Catalog(LocalStore(tmp_path / "vault"), "backups", "dagcopies", "db1")
     assert vault.backup_ids() == [bid] and vault.get(bid).copy_of is not None
 
 

@@ -237,7 +237,7 @@ def test_the_shipped_dags_on_a_celery_deployment(deployment, tmp_path):
     mark("REST-triggered restore test success")
     assert stack.rest("GET", f"/api/v2/dags/{RESTORE}/dagRuns/{run}")["state"] == "success"
     log = stack.task_log(RESTORE, run, "restore_latest_chain")
-    assert re.search(r"restore test of db2/\S+-inc PASS", log), log[-3000:]
+    assert re.search(rf"restore test of {CLUSTER}/db2 \S+-inc \(full\) passed", log), log[-3000:]
 
     # The chain the deployment stored restores to the rows written.
     for host in HOSTS:
