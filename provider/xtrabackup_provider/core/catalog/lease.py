@@ -127,8 +127,14 @@ class ReadLease:
 
 def live_leases(catalog: Catalog) -> list[LeaseInfo]:
     """Every lease of the host that is still renewed (by the store's clock)."""
+    return scan_leases(catalog)[0]
+
+
+def scan_leases(catalog: Catalog) -> tuple[list[LeaseInfo], list[str]]:
+    """(the live leases, the keys of dead ones): a lease not renewed for longer than its length
+    plus STORE_CLOCK_MARGIN (the store's clock) belongs to a reader that is gone."""
     prefix = f"{catalog.host_prefix}/{LEASES_DIR}/"
-    out = []
+    live, dead = [], []
     for info in catalog.store.list(prefix):
         current = catalog.store.get_versioned(info.key)
         if current is None:
@@ -140,9 +146,10 @@ def live_leases(catalog: Catalog) -> list[LeaseInfo]:
             log.warning("ignoring the unreadable read lease %s", info.key)
             continue
         if current.age is not None and current.age > lease + STORE_CLOCK_MARGIN:
-            continue  # its holder is gone
+            dead.append(info.key)  # its holder is gone
+            continue
         with contextlib.suppress(TypeError, ValueError):
-            out.append(
+            live.append(
                 LeaseInfo(
                     info.key,
                     str(raw.get("purpose", "restore")),
@@ -152,7 +159,17 @@ def live_leases(catalog: Catalog) -> list[LeaseInfo]:
                     str(raw.get("written", "?")),
                 )
             )
-    return out
+    return live, dead
+
+
+def remove_dead_leases(catalog: Catalog) -> list[str]:
+    """Delete the leases of readers that are gone (a killed restore never deletes its own):
+    retention already ignores them, so this only keeps the leases folder from growing."""
+    dead = scan_leases(catalog)[1]
+    if dead:
+        catalog.store.delete(dead)
+        log.info("removed %d expired read lease(s) of readers that are gone", len(dead))
+    return dead
 
 
 def leased_items(catalog: Catalog) -> dict[str, str]:

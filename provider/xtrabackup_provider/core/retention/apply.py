@@ -17,6 +17,7 @@ confirmed (fencing) before each round of deletions: a run that lost it stops del
 Read leases (core/catalog/lease.py): what a running restore, PITR or standby update reads is
 kept and named in the plan; after step 1 the leases are read again, and the data of an item
 leased since planning is kept (its manifest is gone, so it becomes debris once the lease ends).
+The lease files of readers that are gone (killed without deleting theirs) are removed.
 
 On a versioned bucket every version of a deleted key goes (core/storage/s3.py); `freed_bytes`
 is what the store really freed, and versions Object Lock still keeps are named in `retained`.
@@ -32,7 +33,7 @@ from typing import Any
 
 from ..binlog.catalog import BinlogCatalog, server_uuids
 from ..catalog.backups import Catalog
-from ..catalog.lease import leased_items
+from ..catalog.lease import leased_items, remove_dead_leases
 from ..catalog.lock import HostLock, HostLockBusy
 from ..catalog.manifest import CatalogError, Manifest
 from ..catalog.reports import REPORT_NAME, read_report
@@ -91,6 +92,7 @@ class ApplyReport:
     freed_bytes: int = 0  # what the store freed (every version, on a versioned bucket)
     retained: list[str] = field(default_factory=list)  # versions still under Object Lock, named
     kept_leased: list[str] = field(default_factory=list)  # leased after planning: data kept
+    expired_leases: list[str] = field(default_factory=list)  # lease files of gone readers, removed
     plan: dict[str, Any] = field(default_factory=dict)  # Plan.summary()
 
     def summary(self, max_names: int = 50) -> dict[str, Any]:
@@ -103,6 +105,7 @@ class ApplyReport:
             "freed_bytes": self.freed_bytes,
             "retained": self.retained[:max_names],
             "kept_leased": self.kept_leased[:max_names],
+            "expired_leases": len(self.expired_leases),
             "deleted": self.deleted[:max_names],
             "plan": self.plan,
         }
@@ -186,6 +189,7 @@ def apply_plan(catalog: Catalog, plan: Plan, *, confirm: bool = False) -> ApplyR
         log.info("dry run: %d item(s) would be deleted; nothing was deleted", len(deletes))
         return report
     _check_scope(catalog, deletes)
+    report.expired_leases = remove_dead_leases(catalog)
     if not deletes:
         return report
     lock = HostLock(catalog, purpose="retention")
