@@ -1,7 +1,7 @@
 """K-part backups (issue #19): backup and restore throughput with K = 1, 2 (4), CPU per GiB, peak
 RSS, and the per-core cost of a restore against `gpg -d | zstd -d | mbstream -x` by hand.
 
-    .venv/bin/python bench/parts.py [--size-mb 1024] [--repeats 3] [--ks 1,2] [--keep] [--write-docs]
+    .venv/bin/python bench/parts.py [--size-mb 1024] [--repeats 3] [--ks 1,2] [--partitions 8] [--keep] [--write-docs]
 
 One sandbox MariaDB holding at least ``--size-mb`` MiB of InnoDB data (the dataset of ``_common``),
 a throwaway GPG key pair, a LocalStore (fsync'd files) per backup. In one invocation:
@@ -300,6 +300,25 @@ def report(
     )
 
 
+def partition(server: SandboxServer, partitions: int) -> None:
+    """The split balances whole files: three tables cannot make four parts, partitions can."""
+    if partitions <= 1:
+        return
+    for (table,) in server.query(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (DATABASE,)
+    ):
+        (have,) = server.query(
+            "SELECT COUNT(*) FROM information_schema.partitions WHERE table_schema = %s AND table_name = %s"
+            " AND partition_name IS NOT NULL",
+            (DATABASE, table),
+        )[0]
+        if have != partitions:
+            C.log(f"  partitioning {table} into {partitions} (KEY(id))")
+            server.execute_script(
+                f"ALTER TABLE `{table}` PARTITION BY KEY(id) PARTITIONS {partitions}", DATABASE
+            )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size-mb", type=int, default=1024, help="MiB of InnoDB data (default 1024)")
@@ -309,6 +328,12 @@ def main(argv: list[str] | None = None) -> int:
         default="1,2",
         help="the methods: numbers of parts, the first is the baseline; a 't' suffix gives each part zstd "
         "threads = cores instead of cores / K (default 1,2)",
+    )
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=8,
+        help="hash-partition each table into this many files (default 8): K parts need more files than K",
     )
     parser.add_argument("--no-pinned", action="store_true", help="skip the one-core section")
     parser.add_argument("--keep", action="store_true", help="keep (and reuse) the dataset in bench/out/parts")
@@ -325,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
             dataset,
         ),
     ):
+        partition(server, args.partitions)
         global SERVER_PID
         SERVER_PID = server.pid
         passphrase = secrets.token_urlsafe(24)
