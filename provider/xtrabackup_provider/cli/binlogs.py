@@ -10,7 +10,7 @@ from typing import Any
 
 from ..core.config.schema import BinlogConfig, FleetConfig
 from ..core.config.wiring import cli_target, make_catalog, read_private_key, read_public_keys
-from .options import add_common, seconds, utc_time
+from .options import add_common, output, seconds, utc_time
 
 
 def add_parsers(sub: Any) -> None:
@@ -70,6 +70,57 @@ def add_parsers(sub: Any) -> None:
     )
     ev.add_argument("--scratch-dir", help="where one binlog at a time is decrypted (default: the temp dir)")
     ev.add_argument("--json", action="store_true", help="one JSON object per line")
+
+
+def add_promote_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "promote",
+        help="make a server restored to a point in time the new primary: its GTID state and a new timeline",
+    )
+    add_common(p)
+    p.add_argument("--socket", help="the restored server's unix socket (without a config)")
+    p.add_argument("--defaults-file", help="client option file with the credentials (without a config)")
+    p.add_argument(
+        "--parent",
+        metavar="SERVER_UUID",
+        help="the old timeline (default: the server of the backup PITR used)",
+    )
+    p.add_argument(
+        "--reached-gtid",
+        help="the GTID the data holds (default: the server's gtid_slave_pos, left by the PITR)",
+    )
+    p.add_argument(
+        "--margin",
+        type=int,
+        default=1_000_000,
+        help="the new GTIDs start above the old timeline's highest, rounded up to a multiple of this",
+    )
+    p.add_argument("--json", action="store_true")
+
+
+def cmd_promote(args: argparse.Namespace, config: FleetConfig) -> int:
+    from ..core.pitr.promote import PromoteRequest, promote
+
+    report = promote(
+        PromoteRequest(
+            catalog=make_catalog(config, args.cluster, args.host),
+            target=cli_target(config.find_host(args.cluster, args.host), config.source),
+            parent=args.parent,
+            reached_gtid=args.reached_gtid,
+            margin=args.margin,
+        )
+    )
+    t = report.timeline
+    lines = [
+        f"{'already promoted' if report.already else 'promoted'}: {t.server_uuid} (server_id {t.server_id}) "
+        f"is a new timeline forked from {t.parent_server_uuid} at {t.fork_gtid}",
+        f"gtid_binlog_state={t.binlog_state}",
+        f"replicas of the new primary start at: SET GLOBAL gtid_slave_pos='{t.start_gtid}'; "
+        "CHANGE MASTER TO ... MASTER_USE_GTID=slave_pos",
+        "next: binlogs ship, then a full backup (the first backup of a new timeline is always full)",
+    ]
+    output(args.json, report.summary(), lines)
+    return 0
 
 
 def add_restore_targets(p: argparse.ArgumentParser) -> None:
@@ -249,4 +300,4 @@ def cmd_pitr_restore(args: argparse.Namespace, config: FleetConfig, target: Any)
     return 0
 
 
-COMMANDS = {"binlogs": cmd_binlogs}
+COMMANDS = {"binlogs": cmd_binlogs, "promote": cmd_promote}

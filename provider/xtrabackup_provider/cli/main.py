@@ -49,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     backups.add_parsers(sub)
     binlogs.add_parsers(sub)
+    binlogs.add_promote_parser(sub)
     fleet.add_parsers(sub)
     monitor.add_parsers(sub)
     replicas.add_parsers(sub)

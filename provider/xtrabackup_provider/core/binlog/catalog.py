@@ -455,8 +455,9 @@ def check_not_reset(index: BinlogIndex, server_logs: list[tuple[str, int]], wher
         return
     raise BinlogError(
         f"{where}: {found} (server {index.server_uuid}); the server's binlogs were reset (RESET MASTER?) "
-        "or another server reports the same identity. Point-in-time recovery across this is impossible: "
-        "take a new full backup and move the old binlogs aside"
+        "or another server reports the same identity (a server restored into the old one's place needs a "
+        "server_id of its own and `xtrabackup-provider promote`, then a full backup). Point-in-time recovery "
+        "across this is impossible: take a new full backup and move the old binlogs aside"
     )
 
 

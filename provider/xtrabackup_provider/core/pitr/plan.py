@@ -128,6 +128,13 @@ def choose_backup(manifests: list[Manifest], target: PitrTarget, backup_id: str 
             raise PitrError(f"backup {backup_id} was taken after {target.describe()}; pick an older one")
         return chosen
     before = [m for m in usable if _before(m, target)]
+    servers = sorted({m.server_uuid for m in before})
+    if target.kind == "position" and len(servers) > 1:
+        # Binlog names restart on a new timeline (core/binlog/timeline.py): FILE:POS alone is ambiguous.
+        raise PitrError(
+            f"{target.describe()} names a binlog of more than one server timeline ({', '.join(servers)}); "
+            "add --backup-id of a backup of the one you mean, or target a GTID"
+        )
     if not before:
         oldest = min(usable, key=lambda m: m.backup_id).backup_id if usable else "none"
         raise PitrError(

@@ -1,0 +1,263 @@
+"""Promoting a point-in-time restored server to be the new primary (issue 18, item 5).
+
+The old primary writes, a table is dropped by mistake, more writes follow, binlogs are shipped.
+The host is restored to just before the DROP, put in the old server's place, promoted with a
+server_id of its own, written to; its binlogs are shipped and a full backup is taken on the new
+timeline; a PITR on the new timeline and one on the old timeline are both exact.
+
+Before promotion existed, the same steps with the old server_id gave (kept in the report): the
+first write reused the old timeline's GTID, shipping refused ("... was already shipped closed"),
+the new full backup did not cure it, and the PITR replayed the OLD timeline's binlog from the new
+backup's position (error 1594, relay log read failure).
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from helpers import commit_known, root_target, unique_name
+from xtrabackup_provider.cli import main as cli_main
+from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
+from xtrabackup_provider.core.binlog.ship import ShipRequest, ship_binlogs
+from xtrabackup_provider.core.binlog.timeline import timelines
+from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.db.sandbox import SandboxServer
+from xtrabackup_provider.core.pitr.plan import PitrError, PitrTarget, make_plan
+from xtrabackup_provider.core.pitr.recover import PitrRequest, point_in_time_restore
+from xtrabackup_provider.core.storage.s3 import S3Store, make_s3_client
+
+
+@dataclass
+class Old:
+    """The old primary's history: a full backup, writes, a DROP TABLE, more writes, all shipped."""
+
+    server: SandboxServer
+    catalog: Catalog
+    db: str
+    before_drop: str  # the GTID just before the DROP
+    rows_before_drop: set[int]
+    old_gtids: set[str]  # every GTID the old timeline wrote
+
+
+def _gtids(server: SandboxServer) -> set[str]:
+    out: set[str] = set()
+    for name, _size in server.query("SHOW BINARY LOGS"):
+        for e in server.query(f"SHOW BINLOG EVENTS IN '{name}'"):
+            if e[2] == "Gtid":
+                out.add(str(e[5]).split()[-1] if "GTID" in str(e[5]) else str(e[5]))
+    return out
+
+
+@pytest.fixture(scope="module")
+def old(mariadb_factory, s3_server, gpg_keys) -> Old:
+    server = mariadb_factory("promote-old", root_password=secrets.token_urlsafe(16))
+    bucket = s3_server.make_bucket(f"xbp-promote-{secrets.token_hex(6)}")
+    catalog = Catalog(
+        S3Store(make_s3_client(s3_server.endpoint_url, "us-east-1"), bucket), "backups", "c1", "db1"
+    )
+    db = unique_name("promote")
+    server.query(f"CREATE DATABASE `{db}`")
+    server.query(f"CREATE TABLE `{db}`.t (id INT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(64)) ENGINE=InnoDB")
+    server.query(f"CREATE TABLE `{db}`.victim (id INT PRIMARY KEY) ENGINE=InnoDB")
+    server.query(f"INSERT INTO `{db}`.victim SELECT seq FROM seq_1_to_50", database=db)
+    server.query(f"INSERT INTO `{db}`.t (v) SELECT 'before' FROM seq_1_to_100", database=db)
+    run_backup(
+        BackupRequest(
+            kind="full", catalog=catalog, target=root_target(server), public_keys=[gpg_keys.public_key]
+        )
+    )
+    commit_known(server, db, "A")
+    server.query("FLUSH BINARY LOGS")
+    point = commit_known(server, db, "B")
+    server.query(f"DROP TABLE `{db}`.victim")
+    for label in ("after 1", "after 2", "after 3"):
+        commit_known(server, db, label)
+    ship_binlogs(
+        ShipRequest(
+            catalog=catalog, target=root_target(server), public_keys=[gpg_keys.public_key], flush=True
+        )
+    )
+    return Old(server, catalog, db, point.gtid, set(point.rows), _gtids(server))
+
+
+def _restore_before_drop(old: Old, gpg_keys, datadir: Path) -> None:
+    point_in_time_restore(
+        PitrRequest(
+            catalog=old.catalog,
+            target_datadir=datadir,
+            target=PitrTarget.at_gtid(old.before_drop),
+            private_key=gpg_keys.private_key,
+            passphrase=gpg_keys.passphrase,
+        )
+    )
+
+
+def _promote_cli(
+    old: Old, server_socket: Path, password: str, tmp_path: Path, *more: str
+) -> tuple[int, str, str]:
+    store = old.catalog.store
+    assert isinstance(store, S3Store)
+    creds = tmp_path / f"client-{secrets.token_hex(3)}.cnf"
+    creds.write_text(f"[client]\nuser=root\npassword={password}\nsocket={server_socket}\n")
+    creds.chmod(0o600)
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = cli_main(
+            [
+                "promote",
+                *("--cluster", "c1", "--host", "db1", "--bucket", store.bucket),
+                *("--endpoint-url", store.client.meta.endpoint_url, "--defaults-file", str(creds)),
+                *more,
+            ]
+        )
+    return rc, out.getvalue(), err.getvalue()
+
+
+def _one_line_error(rc: int, err: str) -> str:
+    assert rc == 2
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def _write(server: SandboxServer, db: str, value: str) -> str:
+    conn = server.connect()
+    try:
+        cur = conn.cursor()
+        cur.execute(f"INSERT INTO `{db}`.t (v) VALUES (%s)", (value,))
+        cur.execute("SELECT @@last_gtid")
+        return str(cur.fetchone()[0])
+    finally:
+        conn.close()
+
+
+def _ids(server: SandboxServer, db: str) -> set[int]:
+    return {r[0] for r in server.query(f"SELECT id FROM `{db}`.t")}
+
+
+def test_bad_input_is_one_line_and_changes_nothing(old, tmp_path, monkeypatch):
+    monkeypatch.delenv("XTRABACKUP_FLEET_CONFIG", raising=False)
+    password = old.server.root_password
+    # A server that answers nobody.
+    rc, _, err = _promote_cli(old, tmp_path / "no-such.sock", password, tmp_path)
+    line = _one_line_error(rc, err)
+    assert "cannot connect" in line and ".cnf" in line, line  # names where the server was looked for
+    # The old primary itself: it has written transactions of its own.
+    state = old.server.query("SELECT @@gtid_binlog_state")[0][0]
+    rc, _, err = _promote_cli(old, old.server.socket, password, tmp_path)
+    line = _one_line_error(rc, err)
+    assert "has binlogged transactions of its own" in line, line
+    assert old.server.query("SELECT @@gtid_binlog_state")[0][0] == state
+    assert timelines(old.catalog) == []
+
+
+def test_promoted_server_gets_a_new_timeline_that_ships_backs_up_and_restores(
+    old, gpg_keys, tmp_path, monkeypatch
+):
+    monkeypatch.delenv("XTRABACKUP_FLEET_CONFIG", raising=False)
+    datadir = tmp_path / "restored" / "data"
+    _restore_before_drop(old, gpg_keys, datadir)
+    old.server.stop()  # the old primary is gone; the restored copy takes its place
+    password = old.server.root_password
+
+    def start(server_id: int) -> SandboxServer:
+        s = SandboxServer.on_datadir(
+            datadir,
+            tmp_path / "sb",
+            server_id=server_id,
+            port=old.server.port,
+            skip_grant_tables=False,
+            root_password=password,
+        )
+        s.start()
+        return s
+
+    # Same host, port and server_id as the old primary: refused, nothing changed.
+    same = start(old.server.server_id)
+    try:
+        rc, _, err = _promote_cli(old, same.socket, password, tmp_path)
+        line = _one_line_error(rc, err)
+        assert f"server_id {old.server.server_id} is the old timeline's" in line, line
+        assert "--server-id=" in line
+        assert same.query("SELECT @@gtid_binlog_state, @@gtid_slave_pos")[0] == ("", old.before_drop)
+    finally:
+        same.stop()
+    assert timelines(old.catalog) == []
+
+    new_id = old.server.server_id + 500
+    new = start(new_id)
+    try:
+        rc, out, err = _promote_cli(old, new.socket, password, tmp_path)
+        assert rc == 0, err
+        print(out)
+        [timeline] = timelines(old.catalog)
+        assert timeline.server_id == new_id and timeline.fork_gtid == old.before_drop
+        assert timeline.parent_server_uuid.endswith(f"-{old.server.server_id}")
+        assert f"gtid_slave_pos='{timeline.start_gtid}'" in out
+        # Again: reported as done, nothing changed.
+        rc, out2, _ = _promote_cli(old, new.socket, password, tmp_path)
+        assert rc == 0 and out2.startswith("already promoted"), out2
+
+        # The new timeline's writes never reuse a GTID of the old one.
+        first = _write(new, old.db, "new 1")
+        assert first not in old.old_gtids
+        assert first == f"0-{new_id}-{int(timeline.start_gtid.split('-')[2]) + 1}"
+        keys = dict(catalog=old.catalog, target=root_target(new), public_keys=[gpg_keys.public_key])
+        shipped = ship_binlogs(ShipRequest(**keys, flush=True))
+        assert shipped.server_uuid == timeline.server_uuid
+        backup = run_backup(BackupRequest(kind="full", **keys))
+        assert backup.server_uuid == timeline.server_uuid
+        _write(new, old.db, "new 2")
+        last = commit_known(new, old.db, "new 3")
+        ship_binlogs(ShipRequest(**keys, flush=True))
+        new_gtids = _gtids(new)
+        assert not new_gtids & old.old_gtids
+        rows_new = _ids(new, old.db)
+    finally:
+        new.stop()
+
+    # PITR on the new timeline, to its last write.
+    r1 = tmp_path / "r1" / "data"
+    report = point_in_time_restore(
+        PitrRequest(
+            catalog=old.catalog,
+            target_datadir=r1,
+            target=PitrTarget.at_gtid(last.gtid),
+            private_key=gpg_keys.private_key,
+            passphrase=gpg_keys.passphrase,
+        )
+    )
+    assert report.backup_id == backup.backup_id
+    assert report.reached_gtid == last.gtid
+    with SandboxServer.on_datadir(r1, tmp_path / "r1sb", server_id=977) as s:
+        s.start()
+        assert _ids(s, old.db) == rows_new == set(last.rows)
+        assert s.query(f"SHOW TABLES FROM `{old.db}` LIKE 'victim'") != []
+
+    # PITR on the old timeline, before the DROP, from the old backups and binlogs: still exact.
+    r2 = tmp_path / "r2" / "data"
+    report = point_in_time_restore(
+        PitrRequest(
+            catalog=old.catalog,
+            target_datadir=r2,
+            target=PitrTarget.at_gtid(old.before_drop),
+            private_key=gpg_keys.private_key,
+            passphrase=gpg_keys.passphrase,
+        )
+    )
+    assert report.backup_id != backup.backup_id
+    with SandboxServer.on_datadir(r2, tmp_path / "r2sb", server_id=978) as s:
+        s.start()
+        assert _ids(s, old.db) == old.rows_before_drop
+        assert s.query(f"SELECT COUNT(*) FROM `{old.db}`.victim")[0][0] == 50
+
+    # Binlog names restart on the new timeline: a FILE:POS alone is ambiguous and refused.
+    with pytest.raises(PitrError, match="more than one server timeline"):
+        make_plan(old.catalog, PitrTarget.at_position("mysql-bin.000009:4"))
