@@ -9,7 +9,11 @@ accident under new names, and leaves every existing table, and the live binlog, 
 
 from __future__ import annotations
 
+import os
 import secrets
+import shutil
+import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -238,3 +242,70 @@ def test_bad_input_is_one_line_and_nothing_is_created(live, gpg_keys, tmp_path, 
     assert "Traceback" not in out.err
     assert _state(live) == before
     assert not list(tmp_path.glob("xbp-tables-*")), "the scratch restore was left behind"
+
+
+@pytest.fixture
+def small_fs(tmp_path) -> Iterator[Path]:
+    """A 40 MiB ext4 filesystem, loop-mounted (root only): a sandbox with too little disk."""
+    if os.geteuid() != 0 or not (shutil.which("mkfs.ext4") and shutil.which("mount")):
+        pytest.skip("a loop-mounted filesystem needs root, mkfs.ext4 and mount")
+    image, mnt = tmp_path / "small.img", tmp_path / "small"
+    with open(image, "wb") as f:
+        f.truncate(40 * 1024 * 1024)
+    mnt.mkdir()
+    made = subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], capture_output=True, text=True)
+    mounted = made.returncode == 0 and (
+        subprocess.run(["mount", "-o", "loop", str(image), str(mnt)], capture_output=True).returncode == 0
+    )
+    if not mounted:
+        pytest.skip(f"cannot loop-mount a filesystem here: {made.stderr.strip() or 'mount failed'}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_a_sandbox_that_runs_out_of_disk_is_one_line_and_nothing_changes(
+    live, gpg_keys, tmp_path, small_fs, monkeypatch, capsys
+):
+    before = _state(live)
+    config = _fleet(live, gpg_keys, tmp_path)
+    monkeypatch.setenv("XTRABACKUP_GPG_PASSPHRASE", gpg_keys.passphrase)
+    rc = cli_main(
+        [
+            "restore-table",
+            *("--config", str(config), "--cluster", "c1", "--host", "db1"),
+            *("--table", f"{live.db}.t", "--to-gtid", live.before_gtid, "--scratch-dir", str(small_fs)),
+        ]
+    )
+    out = capsys.readouterr()
+    assert rc == 2 and out.out == ""
+    last = out.err.strip().splitlines()[-1]
+    with capsys.disabled():
+        print(last)
+    assert "Traceback" not in out.err
+    assert last.startswith("error: ") and str(small_fs) in last and "--scratch-dir" in last, last
+    assert "space" in last or "disk" in last, last
+    assert _state(live) == before, "the live server is as it was: no table created, nothing logged"
+    assert list(small_fs.iterdir()) == [small_fs / "lost+found"], "the sandbox was removed"
+
+    # Less room than the backup needs at all: refused before anything is restored.
+    filler = small_fs / "filler"
+    with open(filler, "wb") as f:
+        f.write(b"\0" * max(0, shutil.disk_usage(small_fs).free - 2 * 1024 * 1024))
+    rc = cli_main(
+        [
+            "restore-table",
+            *("--config", str(config), "--cluster", "c1", "--host", "db1"),
+            *("--table", f"{live.db}.t", "--to-gtid", live.before_gtid, "--scratch-dir", str(small_fs)),
+        ]
+    )
+    out = capsys.readouterr()
+    last = out.err.strip().splitlines()[-1]
+    with capsys.disabled():
+        print(last)
+    assert rc == 2 and out.out == "" and "Traceback" not in out.err
+    assert str(small_fs) in last and "free" in last and "nothing was restored" in last, last
+    filler.unlink()
+    assert _state(live) == before
+    assert list(small_fs.iterdir()) == [small_fs / "lost+found"]

@@ -41,6 +41,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+SANDBOX_REDO_BYTES = 48 * 1024 * 1024  # every sandbox's redo log (a restored datadir gets one of this size)
+
+
 class SandboxError(RuntimeError):
     """A sandbox server failed; the message names the datadir and ends with the error log tail."""
 
@@ -160,7 +163,7 @@ class SandboxServer:
             "--auth-root-authentication-method=normal",
             "--skip-test-db",
             # Same redo size as start() so the first start does not resize the log.
-            "--innodb-log-file-size=48M",
+            f"--innodb-log-file-size={SANDBOX_REDO_BYTES}",
         ]
         proc = children.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True)
         if proc.returncode != 0:
@@ -217,7 +220,7 @@ class SandboxServer:
             # Host-independent relay log names so a copied datadir still finds them.
             "--relay-log=relay-bin",
             "--innodb-buffer-pool-size=64M",
-            "--innodb-log-file-size=48M",
+            f"--innodb-log-file-size={SANDBOX_REDO_BYTES}",
             f"--tmpdir={self.tmpdir}",
         ]
         if self.log_bin:

@@ -32,6 +32,7 @@ with `SET SESSION binlog_format=ROW` (docs/RUNBOOK.md).
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -43,10 +44,10 @@ from typing import Any
 
 from ..catalog.backups import Catalog
 from ..common.tempdirs import private_dir
-from ..db.sandbox import SandboxServer, stop_orphans
+from ..db.sandbox import SANDBOX_REDO_BYTES, SandboxServer, stop_orphans
 from ..db.server import MySQLTarget, connect
-from ..restore.chain import RestoreRequest, restore
-from .plan import PitrTarget
+from ..restore.chain import RestoreRequest, plan_chain, restore
+from .plan import PitrTarget, make_plan
 from .recover import PitrRequest, point_in_time_restore
 
 log = logging.getLogger(__name__)
@@ -131,50 +132,111 @@ class _Export:
 
 def restore_tables(req: TableRestoreRequest) -> TableRestoreReport:
     pairs = _pairs(req)
-    t0 = time.monotonic()
     live = _check_live(req.live, pairs)
     report = TableRestoreReport("", "", "", req.live.address)
     work = private_dir("tables", req.scratch_dir, on_sweep=stop_orphans)
     try:
-        datadir = work / "data"
-        common: dict[str, Any] = {
-            "catalog": req.catalog,
-            "target_datadir": datadir,
-            "backup_id": req.backup_id,
-            "private_key": req.private_key,
-            "passphrase": req.passphrase,
-            "binary": req.binary,
-            "max_free_memory_pct": req.max_free_memory_pct,
-        }
-        if req.target is not None:
-            pitr = point_in_time_restore(
-                PitrRequest(
-                    target=req.target,
-                    binlog_binary=req.binlog_binary,
-                    replay=req.replay,
-                    replay_threads=req.replay_threads,
-                    **common,
-                )
-            )
-            report.backup_id, report.target, report.reached_gtid = (
-                pitr.backup_id,
-                pitr.target,
-                pitr.reached_gtid,
-            )
-        else:
-            restored = restore(RestoreRequest(**common))
-            report.backup_id, report.target = restored.backup_id, f"backup {restored.backup_id}"
-            report.reached_gtid = restored.gtid or ""
-        report.timings["restore"] = time.monotonic() - t0
-        t0 = time.monotonic()
-        exports = _export(datadir, work, pairs, live.page_size)
-        report.timings["export"] = time.monotonic() - t0
+        need, free = _check_room(req, work)
+        try:
+            exports = _restore_and_export(req, work, pairs, live.page_size, report)
+        except Exception as exc:
+            if not _out_of_disk(exc):
+                raise
+            raise TableRestoreError(
+                f"the sandbox {work} ran out of disk: it had {_size(free)} free, the restore needs the backup and "
+                f"binlogs (about {_size(need)}) plus the replay server's {_size(SANDBOX_REDO_BYTES)} redo log and "
+                "room to prepare: give --scratch-dir a directory on a filesystem with more free space; the live "
+                "server was not touched"
+            ) from exc
         t0 = time.monotonic()
         report.tables = _import(req.live, live, exports)
         report.timings["import"] = time.monotonic() - t0
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return report
+
+
+_NO_SPACE = re.compile(r"No space left on device|\berror 28\b|Errcode: 28|errno 28", re.IGNORECASE)
+
+
+def _out_of_disk(exc: BaseException) -> bool:
+    """True when the failure, or one it came from, is a full filesystem (ENOSPC, the server's error 28)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno == errno.ENOSPC:
+            return True
+        if _NO_SPACE.search(str(seen)):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:.0f} MiB" if n < 2**30 else f"{n / 2**30:.1f} GiB"
+
+
+def _check_room(req: TableRestoreRequest, work: Path) -> tuple[int, int]:
+    """Refuse before restoring when the sandbox's filesystem cannot even hold the chain and binlogs
+    (their uncompressed sizes: a floor; the replay server's redo log and the prepare need more, and
+    running out later is named too). Returns that floor and the free bytes."""
+    if req.target is not None:
+        plan = make_plan(req.catalog, req.target, req.backup_id)
+        chain = plan_chain(req.catalog, plan.backup.backup_id)
+        need = sum(m.raw_bytes for m in chain) + sum(b.size for b in plan.binlogs)
+    else:
+        need = sum(m.raw_bytes for m in plan_chain(req.catalog, req.backup_id))
+    free = shutil.disk_usage(work).free
+    if free < need:
+        raise TableRestoreError(
+            f"the sandbox {work} has {_size(free)} free, the backup and binlogs restore to about {_size(need)}: "
+            "give --scratch-dir a directory on a filesystem with more free space (nothing was restored)"
+        )
+    return need, free
+
+
+def _restore_and_export(
+    req: TableRestoreRequest,
+    work: Path,
+    pairs: list[tuple[TableName, TableName]],
+    page_size: int,
+    report: TableRestoreReport,
+) -> list[_Export]:
+    """Steps 2 and 3 (the sandbox only): restore into `work`, export the tables' files."""
+    t0 = time.monotonic()
+    datadir = work / "data"
+    common: dict[str, Any] = {
+        "catalog": req.catalog,
+        "target_datadir": datadir,
+        "backup_id": req.backup_id,
+        "private_key": req.private_key,
+        "passphrase": req.passphrase,
+        "binary": req.binary,
+        "max_free_memory_pct": req.max_free_memory_pct,
+    }
+    if req.target is not None:
+        pitr = point_in_time_restore(
+            PitrRequest(
+                target=req.target,
+                binlog_binary=req.binlog_binary,
+                replay=req.replay,
+                replay_threads=req.replay_threads,
+                **common,
+            )
+        )
+        report.backup_id, report.target, report.reached_gtid = (
+            pitr.backup_id,
+            pitr.target,
+            pitr.reached_gtid,
+        )
+    else:
+        restored = restore(RestoreRequest(**common))
+        report.backup_id, report.target = restored.backup_id, f"backup {restored.backup_id}"
+        report.reached_gtid = restored.gtid or ""
+    report.timings["restore"] = time.monotonic() - t0
+    t0 = time.monotonic()
+    exports = _export(datadir, work, pairs, page_size)
+    report.timings["export"] = time.monotonic() - t0
+    return exports
 
 
 def _pairs(req: TableRestoreRequest) -> list[tuple[TableName, TableName]]:
