@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import commit_known, root_target, unique_name
+from helpers import commit_known, root_target, start_replication, unique_name, wait_caught_up
 from xtrabackup_provider.cli import main as cli_main
 from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
 from xtrabackup_provider.core.binlog.ship import ShipRequest, ship_binlogs
@@ -220,6 +220,21 @@ def test_promoted_server_gets_a_new_timeline_that_ships_backs_up_and_restores(
         new_gtids = _gtids(new)
         assert not new_gtids & old.old_gtids
         rows_new = _ids(new, old.db)
+
+        # A replica of the new primary: another copy restored to the fork, started where promote said.
+        rdir = tmp_path / "replica" / "data"
+        _restore_before_drop(old, gpg_keys, rdir)
+        replica = SandboxServer.on_datadir(
+            rdir, tmp_path / "rsb", server_id=new_id + 1, skip_grant_tables=False, root_password=password
+        )
+        replica.start()
+        try:
+            replica.query("SET GLOBAL gtid_slave_pos = %s", (timeline.start_gtid,))
+            start_replication(new, replica)
+            wait_caught_up(new, replica)
+            assert _ids(replica, old.db) == rows_new
+        finally:
+            replica.stop()
     finally:
         new.stop()
 
