@@ -167,7 +167,7 @@ def test_promoted_server_gets_a_new_timeline_that_ships_backs_up_and_restores(
     old.server.stop()  # the old primary is gone; the restored copy takes its place
     password = old.server.root_password
 
-    def start(server_id: int) -> SandboxServer:
+    def start(server_id: int, *args: str) -> SandboxServer:
         s = SandboxServer.on_datadir(
             datadir,
             tmp_path / "sb",
@@ -175,6 +175,7 @@ def test_promoted_server_gets_a_new_timeline_that_ships_backs_up_and_restores(
             port=old.server.port,
             skip_grant_tables=False,
             root_password=password,
+            extra_args=list(args),
         )
         s.start()
         return s
@@ -189,9 +190,16 @@ def test_promoted_server_gets_a_new_timeline_that_ships_backs_up_and_restores(
         assert same.query("SELECT @@gtid_binlog_state, @@gtid_slave_pos")[0] == ("", old.before_drop)
     finally:
         same.stop()
+    new_id = old.server.server_id + 500
+    # Without networking its port reads 0: the identity would change in service. Refused.
+    closed = start(new_id, "--skip-networking")
+    try:
+        rc, _, err = _promote_cli(old, closed.socket, password, tmp_path)
+        assert "runs without networking (port 0)" in _one_line_error(rc, err)
+    finally:
+        closed.stop()
     assert timelines(old.catalog) == []
 
-    new_id = old.server.server_id + 500
     new = start(new_id)
     try:
         rc, out, err = _promote_cli(old, new.socket, password, tmp_path)

@@ -1,5 +1,6 @@
-"""The binlog commands: `binlogs ship|list|events`, and the point-in-time targets of `restore`
-(`--to-time|--to-gtid|--to-position`) and how its binlogs are replayed (`--replay`)."""
+"""The binlog commands: `binlogs ship|list|events`, the point-in-time targets of `restore`
+(`--to-time|--to-gtid|--to-position`) and how its binlogs are replayed (`--replay`), and
+`promote` (the restored server becomes the new primary, on a new timeline)."""
 
 from __future__ import annotations
 
@@ -78,8 +79,11 @@ def add_promote_parser(sub: Any) -> None:
         help="make a server restored to a point in time the new primary: its GTID state and a new timeline",
     )
     add_common(p)
-    p.add_argument("--socket", help="the restored server's unix socket (without a config)")
-    p.add_argument("--defaults-file", help="client option file with the credentials (without a config)")
+    p.add_argument("--socket", help="the restored server's unix socket (instead of the config's host)")
+    p.add_argument(
+        "--defaults-file",
+        help="client option file reaching the restored server (instead of the config's host)",
+    )
     p.add_argument(
         "--parent",
         metavar="SERVER_UUID",
@@ -101,10 +105,15 @@ def add_promote_parser(sub: Any) -> None:
 def cmd_promote(args: argparse.Namespace, config: FleetConfig) -> int:
     from ..core.pitr.promote import PromoteRequest, promote
 
+    host = config.find_host(args.cluster, args.host)
+    if args.socket or args.defaults_file:  # the restored server, wherever it runs for now
+        host = host.model_copy(
+            update={"socket": args.socket, "defaults_file": args.defaults_file, "host": None}
+        )
     report = promote(
         PromoteRequest(
             catalog=make_catalog(config, args.cluster, args.host),
-            target=cli_target(config.find_host(args.cluster, args.host), config.source),
+            target=cli_target(host, config.source),
             parent=args.parent,
             reached_gtid=args.reached_gtid,
             margin=args.margin,

@@ -83,8 +83,10 @@ def _state(target: MySQLTarget) -> dict[str, Any]:
     conn = connect(target)
     try:
         cur = conn.cursor()
-        cur.execute("SELECT @@log_bin, @@gtid_binlog_state, @@gtid_slave_pos, @@gtid_domain_id, @@server_id")
-        log_bin, binlog_state, slave_pos, domain, server_id = cur.fetchone()
+        cur.execute(
+            "SELECT @@log_bin, @@gtid_binlog_state, @@gtid_slave_pos, @@gtid_domain_id, @@server_id, @@port"
+        )
+        log_bin, binlog_state, slave_pos, domain, server_id, port = cur.fetchone()
         cur.execute("SHOW ALL SLAVES STATUS")
         names = [d[0] for d in cur.description]
         slaves = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
@@ -98,6 +100,7 @@ def _state(target: MySQLTarget) -> dict[str, Any]:
         "slave_pos": str(slave_pos or ""),
         "domain": int(domain),
         "server_id": int(server_id),
+        "port": int(port),
         "sources": [f"{s.get('Master_Host')}:{s.get('Master_Port')}" for s in slaves],
     }
 
@@ -145,6 +148,11 @@ def promote(req: PromoteRequest) -> PromoteReport:
     if not facts.is_mariadb:
         raise PromoteError(f"{where} is not MariaDB ({facts.version}): promotion sets MariaDB GTID state")
     state = _state(req.target)
+    if state["port"] == 0:
+        raise PromoteError(
+            f"{where} runs without networking (port 0), so its identity would change when it starts in service; "
+            "start it with its service port (--port, and --bind-address=127.0.0.1 to keep clients away)"
+        )
     if not state["log_bin"]:
         raise PromoteError(
             f"{where}: binary logging is off; start it with --log-bin (a primary ships binlogs) and promote again"
