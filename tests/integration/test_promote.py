@@ -27,7 +27,7 @@ from xtrabackup_provider.core.binlog.timeline import timelines
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.db.sandbox import SandboxServer
 from xtrabackup_provider.core.pitr.plan import PitrError, PitrTarget, make_plan
-from xtrabackup_provider.core.pitr.recover import PitrRequest, point_in_time_restore
+from xtrabackup_provider.core.pitr.recover import PitrReport, PitrRequest, point_in_time_restore
 from xtrabackup_provider.core.storage.s3 import S3Store, make_s3_client
 
 
@@ -84,12 +84,13 @@ def old(mariadb_factory, s3_server, gpg_keys) -> Old:
     return Old(server, catalog, db, point.gtid, set(point.rows), _gtids(server))
 
 
-def _restore_before_drop(old: Old, gpg_keys, datadir: Path) -> None:
-    point_in_time_restore(
+def _pitr(old: Old, gpg_keys, datadir: Path, gtid: str | None = None) -> PitrReport:
+    """Point-in-time restore of the host to `gtid` (default: just before the DROP)."""
+    return point_in_time_restore(
         PitrRequest(
             catalog=old.catalog,
             target_datadir=datadir,
-            target=PitrTarget.at_gtid(old.before_drop),
+            target=PitrTarget.at_gtid(gtid or old.before_drop),
             private_key=gpg_keys.private_key,
             passphrase=gpg_keys.passphrase,
         )
@@ -163,7 +164,7 @@ def test_promoted_server_gets_a_new_timeline_that_ships_backs_up_and_restores(
 ):
     monkeypatch.delenv("XTRABACKUP_FLEET_CONFIG", raising=False)
     datadir = tmp_path / "restored" / "data"
-    _restore_before_drop(old, gpg_keys, datadir)
+    _pitr(old, gpg_keys, datadir)
     old.server.stop()  # the old primary is gone; the restored copy takes its place
     password = old.server.root_password
 
@@ -220,6 +221,8 @@ def test_promoted_server_gets_a_new_timeline_that_ships_backs_up_and_restores(
         keys = dict(catalog=old.catalog, target=root_target(new), public_keys=[gpg_keys.public_key])
         shipped = ship_binlogs(ShipRequest(**keys, flush=True))
         assert shipped.server_uuid == timeline.server_uuid
+        with pytest.raises(PitrError, match="starts from its first full backup"):
+            make_plan(old.catalog, PitrTarget.at_gtid(first))  # the old backups cannot reach it
         backup = run_backup(BackupRequest(kind="full", **keys))
         assert backup.server_uuid == timeline.server_uuid
         _write(new, old.db, "new 2")
@@ -231,7 +234,7 @@ def test_promoted_server_gets_a_new_timeline_that_ships_backs_up_and_restores(
 
         # A replica of the new primary: another copy restored to the fork, started where promote said.
         rdir = tmp_path / "replica" / "data"
-        _restore_before_drop(old, gpg_keys, rdir)
+        _pitr(old, gpg_keys, rdir)
         replica = SandboxServer.on_datadir(
             rdir, tmp_path / "rsb", server_id=new_id + 1, skip_grant_tables=False, root_password=password
         )
@@ -248,15 +251,7 @@ def test_promoted_server_gets_a_new_timeline_that_ships_backs_up_and_restores(
 
     # PITR on the new timeline, to its last write.
     r1 = tmp_path / "r1" / "data"
-    report = point_in_time_restore(
-        PitrRequest(
-            catalog=old.catalog,
-            target_datadir=r1,
-            target=PitrTarget.at_gtid(last.gtid),
-            private_key=gpg_keys.private_key,
-            passphrase=gpg_keys.passphrase,
-        )
-    )
+    report = _pitr(old, gpg_keys, r1, last.gtid)
     assert report.backup_id == backup.backup_id
     assert report.reached_gtid == last.gtid
     with SandboxServer.on_datadir(r1, tmp_path / "r1sb", server_id=977) as s:
@@ -266,15 +261,7 @@ def test_promoted_server_gets_a_new_timeline_that_ships_backs_up_and_restores(
 
     # PITR on the old timeline, before the DROP, from the old backups and binlogs: still exact.
     r2 = tmp_path / "r2" / "data"
-    report = point_in_time_restore(
-        PitrRequest(
-            catalog=old.catalog,
-            target_datadir=r2,
-            target=PitrTarget.at_gtid(old.before_drop),
-            private_key=gpg_keys.private_key,
-            passphrase=gpg_keys.passphrase,
-        )
-    )
+    report = _pitr(old, gpg_keys, r2)
     assert report.backup_id != backup.backup_id
     with SandboxServer.on_datadir(r2, tmp_path / "r2sb", server_id=978) as s:
         s.start()

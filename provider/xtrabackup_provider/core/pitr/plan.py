@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from ..binlog.catalog import BinlogCatalog, BinlogIndex, BinlogManifest
+from ..binlog.timeline import timelines
 from ..catalog.backups import Catalog
 from ..catalog.manifest import Manifest
 from ..common.values import GtidPos, binlog_number, format_gtid_pos, gtid_reached, parse_gtid_pos, parse_utc
@@ -204,6 +205,21 @@ def _check_reach(
             )
 
 
+def _check_timeline(catalog: Catalog, backup: Manifest, target: PitrTarget) -> None:
+    """A GTID written by a promoted server (core/binlog/timeline.py) is reached from that
+    timeline's own backups only: never from the parent's, whose binlogs do not hold it."""
+    if target.kind != "gtid":
+        return
+    ids = {g.server_id for g in target.gtid_pos().values()}
+    for timeline in timelines(catalog):
+        if timeline.server_id in ids and backup.server_uuid != timeline.server_uuid:
+            raise PitrError(
+                f"{target.describe()} is on the timeline of {timeline.server_uuid} (promoted "
+                f"{timeline.promoted_at:%Y-%m-%d %H:%M:%S} UTC, forked at {timeline.fork_gtid}), which has no backup "
+                "before it: point-in-time recovery on a new timeline starts from its first full backup"
+            )
+
+
 def make_plan(catalog: Catalog, target: PitrTarget, backup_id: str | None = None) -> PitrPlan:
     now = datetime.now(UTC)
     if target.time is not None and target.time > now:
@@ -217,6 +233,7 @@ def make_plan(catalog: Catalog, target: PitrTarget, backup_id: str | None = None
         # Like a plain restore: a bad manifest elsewhere does not block this one; plan_chain below
         # names it if it is on the chosen backup's own chain.
         log.warning("ignoring unreadable manifest: %s", problem)
+    _check_timeline(catalog, backup, target)
     if backup.engine_flavour != "mariabackup":
         raise PitrError(
             f"backup {backup.backup_id} was taken with {backup.engine_flavour}: the replay runs in a MariaDB "
