@@ -22,7 +22,7 @@ import pytest
 from helpers import commit_known, root_target, start_replication, unique_name, wait_caught_up
 from xtrabackup_provider.cli import main as cli_main
 from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
-from xtrabackup_provider.core.binlog.ship import ShipRequest, ship_binlogs
+from xtrabackup_provider.core.binlog.ship import ShipRequest, list_binlogs, ship_binlogs
 from xtrabackup_provider.core.binlog.timeline import timelines
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.db.sandbox import SandboxServer
@@ -228,6 +228,9 @@ def test_promoted_server_gets_a_new_timeline_that_ships_backs_up_and_restores(
         _write(new, old.db, "new 2")
         last = commit_known(new, old.db, "new 3")
         ship_binlogs(ShipRequest(**keys, flush=True))
+        listed = {s["server_uuid"]: s["timeline"] for s in list_binlogs(old.catalog)["servers"]}
+        assert listed[timeline.server_uuid]["parent_server_uuid"] == timeline.parent_server_uuid
+        assert listed[timeline.parent_server_uuid] is None
         new_gtids = _gtids(new)
         assert not new_gtids & old.old_gtids
         rows_new = _ids(new, old.db)

@@ -235,7 +235,13 @@ def _print_listing(listing: dict[str, Any], as_json: bool) -> int:
         print(json.dumps(listing, indent=2))
         return 1 if problems else 0
     for server in listing["servers"]:
-        print(f"server {server['server_uuid']}")
+        t = server.get("timeline")
+        fork = (
+            f" (promoted {t['promoted_at'][:19]}: forked from {t['parent_server_uuid']} at {t['fork_gtid']})"
+            if t
+            else ""
+        )
+        print(f"server {server['server_uuid']}{fork}")
         print(f"  {'BINLOG':24} {'STATE':8} {'SIZE':>12} {'STORED':>12}  LAST EVENT           GTIDS")
         for b in server["binlogs"]:
             state = "complete" if b["complete"] else "open"

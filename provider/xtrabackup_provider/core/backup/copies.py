@@ -9,8 +9,8 @@ retention and `restore` work on a copy exactly as on the first target.
 
 What is copied: every backup of the source newer than the oldest one on the target (all of them
 when the target is empty), so a target whose own retention keeps fewer backups is not refilled
-with what it deleted; closed binlogs and gap markers likewise. An incremental is copied only after
-its parent. An object that is damaged on the source is not copied (the source's manifest names its
+with what it deleted; closed binlogs and gap markers likewise, and the timeline records of promoted
+servers. An incremental is copied only after its parent. An object that is damaged on the source is not copied (the source's manifest names its
 sha256), and is named. A target that cannot be reached is retried `attempts` times, then left
 behind with one line; the next run catches up, oldest first. Nothing here ever fails the backup
 on the first target: it is registered before a copy starts.
@@ -27,6 +27,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from ..binlog.catalog import BinlogCatalog, BinlogError, BinlogManifest, server_uuids
+from ..binlog.timeline import read_timeline, timelines, write_timeline
 from ..catalog.backups import Catalog
 from ..catalog.lock import HostLock, HostLockBusy
 from ..catalog.manifest import CatalogError, Manifest, StoredObject
@@ -320,6 +321,16 @@ def _reported(catalog: Catalog) -> set[str]:
 
 
 def _copy_binlogs(src: Catalog, dest: Catalog, target: CopyTarget, report: CopyReport) -> None:
+    # Timeline records first (core/binlog/timeline.py): promote and PITR on the target must know
+    # which identity continues which, as on the source.
+    try:
+        records = timelines(src)
+    except BinlogError as exc:
+        _problem(report, f"timeline records: {exc}; not copied")
+        records = []
+    for record in records:
+        if read_timeline(dest, record.server_uuid) is None:
+            write_timeline(dest, record)
     for uuid in server_uuids(src):
         s_cat, d_cat = BinlogCatalog(src, uuid), BinlogCatalog(dest, uuid)
         s_index, d_index = s_cat.index(), d_cat.index()

@@ -52,6 +52,7 @@ from .catalog import (
     server_uuids,
 )
 from .events import BinlogSummary, summarize
+from .timeline import read_timeline
 
 log = logging.getLogger(__name__)
 
@@ -470,5 +471,23 @@ def list_binlogs(catalog: Catalog) -> dict[str, Any]:
             for m in index.shipped()
         ]
         gaps = [g.describe() for g in index.gaps]
-        servers.append({"server_uuid": uuid, "binlogs": rows, "gaps": gaps, "problems": index.problems})
+        try:
+            record = read_timeline(catalog, uuid)
+        except BinlogError as exc:
+            record, index.problems = None, [*index.problems, str(exc)]
+        timeline = (
+            {"parent_server_uuid": record.parent_server_uuid, "fork_gtid": record.fork_gtid}
+            | {"start_gtid": record.start_gtid, "promoted_at": record.promoted_at.isoformat()}
+            if record
+            else None
+        )
+        servers.append(
+            {
+                "server_uuid": uuid,
+                "timeline": timeline,
+                "binlogs": rows,
+                "gaps": gaps,
+                "problems": index.problems,
+            }
+        )
     return {"servers": servers}
