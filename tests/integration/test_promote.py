@@ -98,12 +98,12 @@ def _pitr(old: Old, gpg_keys, datadir: Path, gtid: str | None = None) -> PitrRep
 
 
 def _promote_cli(
-    old: Old, server_socket: Path, password: str, tmp_path: Path, *more: str
+    old: Old, server_socket: Path, password: str, tmp_path: Path, *more: str, user: str = "root"
 ) -> tuple[int, str, str]:
     store = old.catalog.store
     assert isinstance(store, S3Store)
     creds = tmp_path / f"client-{secrets.token_hex(3)}.cnf"
-    creds.write_text(f"[client]\nuser=root\npassword={password}\nsocket={server_socket}\n")
+    creds.write_text(f"[client]\nuser={user}\npassword={password}\nsocket={server_socket}\n")
     creds.chmod(0o600)
     import contextlib
     import io
@@ -203,6 +203,22 @@ def test_promoted_server_gets_a_new_timeline_that_ships_backs_up_and_restores(
 
     new = start(new_id)
     try:
+        # An account that may read the state but not RESET MASTER: refused, the server and the
+        # catalog as they were (the timeline record written first is taken back).
+        conn = new.connect()
+        try:
+            cur = conn.cursor()
+            cur.execute("SET SESSION sql_log_bin = 0")  # not a write of the server's own
+            cur.execute("CREATE USER weak@localhost IDENTIFIED BY 'weak-pw'")
+            cur.execute("GRANT SLAVE MONITOR ON *.* TO weak@localhost")
+        finally:
+            conn.close()
+        rc, _, err = _promote_cli(old, new.socket, "weak-pw", tmp_path, user="weak")
+        line = _one_line_error(rc, err)
+        assert "RESET MASTER failed" in line and "nothing was changed" in line, line
+        assert new.query("SELECT @@gtid_binlog_state, @@gtid_slave_pos")[0] == ("", old.before_drop)
+        assert timelines(old.catalog) == []
+
         rc, out, err = _promote_cli(old, new.socket, password, tmp_path)
         assert rc == 0, err
         print(out)

@@ -44,6 +44,10 @@ class PromoteError(RuntimeError):
     """The server cannot be promoted (nothing was changed unless the message says so)."""
 
 
+class _NothingChanged(PromoteError):
+    """The first change was refused: the server is as it was."""
+
+
 @dataclass
 class PromoteRequest:
     catalog: Catalog
@@ -218,8 +222,14 @@ def promote(req: PromoteRequest) -> PromoteReport:
         parent_shipped_until=parent_last,
         promoted_at=datetime.now(UTC),
     )
-    write_timeline(req.catalog, timeline)  # first: a server promoted without its record would be unexplained
-    _set_state(req.target, where, timeline)
+    key = write_timeline(
+        req.catalog, timeline
+    )  # first: a server promoted without its record would be unexplained
+    try:
+        _set_state(req.target, where, timeline)
+    except _NothingChanged as exc:
+        req.catalog.store.delete([key])  # the server is as it was: no timeline began
+        raise PromoteError(str(exc)) from exc.__cause__
     log.info("promoted %s: %s", where, timeline.describe())
     return PromoteReport(timeline)
 
@@ -272,8 +282,13 @@ def _set_state(target: MySQLTarget, where: str, timeline: Timeline) -> None:
         cur.execute("SELECT @@gtid_binlog_state, @@gtid_slave_pos")
         have_state, have_slave = (str(v or "") for v in cur.fetchone())
     except MySQLdb.Error as exc:
+        if not done:
+            raise _NothingChanged(
+                f"{where}: RESET MASTER failed: {exc}; nothing was changed (the account needs the RELOAD and "
+                "BINLOG ADMIN privileges, or SUPER)"
+            ) from exc
         raise PromoteError(
-            f"{where} is HALF-PROMOTED: done {', '.join(done) or 'nothing'}, then {exc}; keep writes away "
+            f"{where} is HALF-PROMOTED: done {', '.join(done)}, then {exc}; keep writes away "
             "and run promote again (it repeats every step)"
         ) from exc
     finally:
