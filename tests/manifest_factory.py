@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from xtrabackup_provider.core.binlog.timeline import Timeline
 from xtrabackup_provider.core.catalog.manifest import Manifest
 
 PREFIX = "backups-prod"
@@ -68,3 +69,19 @@ def make_manifest(
     }
     fields.update(over)
     return Manifest.model_validate(fields)
+
+
+def make_timeline(**over: Any) -> Timeline:
+    """A valid timeline record: mariadb-h-3306-2 promoted from mariadb-h-3306-1 at 0-1-14."""
+    fields: dict[str, Any] = {
+        "cluster": CLUSTER,
+        "host": HOST,
+        "server_uuid": "mariadb-h-3306-2",
+        "server_id": 2,
+        "parent_server_uuid": "mariadb-h-3306-1",
+        "fork_gtid": "0-1-14",
+        "binlog_state": "0-1-14,0-2-1000000",
+        "start_gtid": "0-2-1000000",
+        "promoted_at": datetime(2026, 12, 1, tzinfo=UTC),
+    }
+    return Timeline(**(fields | over))

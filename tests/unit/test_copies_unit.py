@@ -132,22 +132,10 @@ def test_a_side_object_outside_the_backups_directory_is_refused():
 
 
 def test_timeline_records_are_copied_with_the_binlogs(source, tmp_path):
-    from datetime import UTC, datetime
+    from manifest_factory import make_timeline
+    from xtrabackup_provider.core.binlog.timeline import timelines, write_timeline
 
-    from xtrabackup_provider.core.binlog.timeline import Timeline, timelines, write_timeline
-
-    record = Timeline(
-        cluster=CLUSTER,
-        host=HOST,
-        server_uuid="mariadb-h-3306-2",
-        server_id=2,
-        parent_server_uuid="mariadb-h-3306-1",
-        fork_gtid="0-1-14",
-        binlog_state="0-1-14,0-2-1000000",
-        start_gtid="0-2-1000000",
-        promoted_at=datetime(2026, 12, 1, tzinfo=UTC),
-    )
-    write_timeline(source, record)
+    write_timeline(source, make_timeline())
     assert copy_host(source, target(tmp_path / "vault")).ok
     dest = Catalog(LocalStore(tmp_path / "vault"), "copies", CLUSTER, HOST)
-    assert timelines(dest) == [record]
+    assert timelines(dest) == [make_timeline()]

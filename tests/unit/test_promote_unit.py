@@ -2,52 +2,31 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import pytest
 
-from manifest_factory import make_manifest
+from manifest_factory import make_manifest, make_timeline
 from xtrabackup_provider.core.binlog.catalog import BinlogError
-from xtrabackup_provider.core.binlog.timeline import (
-    Timeline,
-    read_timeline,
-    timeline_key,
-    timelines,
-    write_timeline,
-)
+from xtrabackup_provider.core.binlog.timeline import read_timeline, timeline_key, timelines, write_timeline
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.pitr.plan import PitrError, PitrTarget, choose_backup
 from xtrabackup_provider.core.pitr.promote import _continues, _server_id_of
 from xtrabackup_provider.core.storage.local import LocalStore
 
 
-def _timeline(**over) -> Timeline:
-    fields = dict(
-        cluster="c1",
-        host="db1",
-        server_uuid="mariadb-h-3306-2",
-        server_id=2,
-        parent_server_uuid="mariadb-h-3306-1",
-        fork_gtid="0-1-14",
-        binlog_state="0-1-14,0-2-1000000",
-        start_gtid="0-2-1000000",
-        promoted_at=datetime(2026, 12, 1, tzinfo=UTC),
-    )
-    return Timeline(**(fields | over))
-
-
 def test_a_timeline_record_round_trips_and_a_copied_one_is_refused(tmp_path):
     catalog = Catalog(LocalStore(tmp_path / "store"), "backups", "c1", "db1")
     assert timelines(catalog) == [] and read_timeline(catalog, "mariadb-h-3306-2") is None
-    write_timeline(catalog, _timeline())
-    assert timelines(catalog) == [_timeline()]
+    write_timeline(catalog, make_timeline())
+    assert timelines(catalog) == [make_timeline()]
     # The record of another host copied into this one's directory.
     other = Catalog(catalog.store, "backups", "c1", "db2")
-    catalog.store.put_bytes(timeline_key(other, "mariadb-h-3306-2"), _timeline().model_dump_json().encode())
+    catalog.store.put_bytes(
+        timeline_key(other, "mariadb-h-3306-2"), make_timeline().model_dump_json().encode()
+    )
     with pytest.raises(BinlogError, match="describes c1/db1/mariadb-h-3306-2; it was copied"):
         read_timeline(other, "mariadb-h-3306-2")
     with pytest.raises(ValueError):
-        _timeline(fork_gtid="0-1")
+        make_timeline(fork_gtid="0-1")
 
 
 def test_the_promoted_state_is_recognised_with_later_writes_and_nothing_else():
