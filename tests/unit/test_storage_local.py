@@ -1,4 +1,4 @@
-"""storage.py (part sizing, key checks, LocalStore) and mysql.py's private defaults file."""
+"""storage.py (key checks, LocalStore; part sizing is tests/unit/test_partplan.py) and mysql.py's private defaults file."""
 
 from __future__ import annotations
 
@@ -8,46 +8,10 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from xtrabackup_provider.core.db.server import MySQLTarget, ServerError, defaults_file
-from xtrabackup_provider.core.storage.base import MAX_PARTS, MiB, StorageError, check_key, choose_part_size
+from xtrabackup_provider.core.storage.base import MiB, StorageError, check_key
 from xtrabackup_provider.core.storage.local import LocalStore
-
-TiB = 1024**4
-
-# ---------------------------------------------------------------------------------------------
-# part size
-
-
-@given(st.integers(min_value=0, max_value=5 * TiB))
-def test_ten_thousand_parts_always_suffice(size):
-    part = choose_part_size(size)
-    assert part * MAX_PARTS >= size
-    assert part >= 8 * MiB
-    assert part % MiB == 0
-
-
-@given(st.integers(min_value=1, max_value=5 * TiB))
-def test_part_size_leaves_room_for_a_larger_than_expected_stream(size):
-    # zstd+gpg output can exceed the estimate; 25% more must still fit in 10,000 parts
-    assert choose_part_size(size) * MAX_PARTS >= size * 1.25
-
-
-def test_unknown_size_gets_a_default_part():
-    assert choose_part_size(None) == choose_part_size(0) == 64 * MiB
-
-
-def test_small_objects_use_the_minimum_part():
-    assert choose_part_size(1) == 8 * MiB
-    assert choose_part_size(50 * 1024**3) == 8 * MiB
-
-
-@pytest.mark.parametrize("size", [10**15, 2**63])
-def test_absurd_size_is_refused(size):
-    with pytest.raises(StorageError, match="cannot fit in 10,000 parts"):
-        choose_part_size(size)
 
 
 # ---------------------------------------------------------------------------------------------

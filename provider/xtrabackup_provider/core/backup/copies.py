@@ -30,11 +30,11 @@ from ..binlog.catalog import BinlogCatalog, BinlogError, BinlogManifest, server_
 from ..binlog.timeline import read_timeline, timelines, write_timeline
 from ..catalog.backups import Catalog
 from ..catalog.lock import HostLock, HostLockBusy
-from ..catalog.manifest import CatalogError, Manifest, StoredObject
+from ..catalog.manifest import CatalogError, Manifest, Segment, StoredObject, read_stored, stored_segments
 from ..catalog.records import CopyOrigin
 from ..catalog.reports import REPORT_NAME
 from ..common.values import binlog_number
-from ..storage.base import ARCHIVE_TAGGING, ObjectStore, PutOptions, StorageError
+from ..storage.base import ARCHIVE_TAGGING, ObjectStore, PutOptions, StorageError, segment_key
 
 log = logging.getLogger(__name__)
 
@@ -241,10 +241,12 @@ def copy_backup(
         key = _rekey(obj.key, src.backup_dir(m.backup_id), dest.backup_dir(m.backup_id))
         klass = storage_class if archive else "STANDARD"
         options = target.put_options(klass, obj.size, archive=archive)
-        copied += copy_object(src.store, obj, dest.store, key, options, f"backup {m.backup_id}")
+        size, segments = copy_object(src.store, obj, dest.store, key, options, f"backup {m.backup_id}")
+        copied += size
         return obj.model_copy(
             update={
                 "key": key,
+                "segments": segments,  # as the target stored it (its own part plan)
                 "storage_class": klass,
                 "sse": options.sse,
                 "kms_key_id": options.kms_key_id,
@@ -273,13 +275,14 @@ def _rekey(key: str, src_dir: str, dest_dir: str) -> str:
 
 def copy_object(
     src: ObjectStore, obj: StoredObject, dest: ObjectStore, key: str, options: PutOptions, what: str
-) -> int:
-    """Stream one object from `src` to `dest`; commit only if its bytes have the manifest's size and
-    sha256 (otherwise CopyError naming it: it is damaged on the source)."""
+) -> tuple[int, list[Segment] | None]:
+    """Stream one object (every segment of it) from `src` to `dest`; commit only if its bytes have
+    the manifest's size and sha256 (otherwise CopyError naming it: it is damaged on the source).
+    Returns the size and the segments `dest` stored it as (None: one object)."""
     writer = dest.open_writer(key, options)
     digest, size = hashlib.sha256(), 0
     try:
-        for chunk in src.read_chunks(obj.key):
+        for chunk in read_stored(src, obj):
             digest.update(chunk)
             size += len(chunk)
             writer.write(chunk)
@@ -293,7 +296,7 @@ def copy_object(
     except BaseException:
         writer.abort()
         raise
-    return size
+    return size, stored_segments(writer)
 
 
 def _copy_reports(src: Catalog, dest: Catalog, present: set[str]) -> int:
@@ -370,7 +373,14 @@ def copy_binlog(src: BinlogCatalog, dest: BinlogCatalog, m: BinlogManifest, targ
             raise CopyError(f"binlog {m.name}: {obj.key} is outside {src.prefix}/; not copied")
         key = dest.prefix + obj.key[len(src.prefix) :]
         options = target.put_options(obj.storage_class, obj.size, archive=False)
-        copied += copy_object(src.store, obj, dest.store, key, options, f"binlog {m.name}")
+        size, pieces = copy_object(src.store, obj, dest.store, key, options, f"binlog {m.name}")
+        if pieces:  # a binlog object is recorded as one object: never keep its first segment alone
+            dest.store.delete([segment_key(key, i) for i in range(len(pieces))])
+            raise CopyError(
+                f"binlog {m.name}: {dest.store.location} stored {key} as {len(pieces)} segments; binlog "
+                "objects must fit one object: raise the target's upload memory"
+            )
+        copied += size
         stored: dict[str, Any] = {"key": key, "sse": options.sse, "kms_key_id": options.kms_key_id}
         stored |= {"object_lock_mode": options.lock_mode, "object_lock_until": options.lock_until}
         segments.append(seg.model_copy(update={"object": obj.model_copy(update=stored)}))

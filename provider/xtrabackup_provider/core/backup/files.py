@@ -23,6 +23,7 @@ from ..catalog.manifest import MANIFEST_NAME, StoredObject
 from ..common import children
 from ..pipeline.gpg import GpgError, GpgHome
 from ..storage.base import ObjectStore, PutOptions, check_key
+from ..storage.segments import one_object
 
 log = logging.getLogger(__name__)
 
@@ -188,6 +189,7 @@ def _upload_file(
         if count != size:
             raise UploadError(f"{path} changed size while it was read ({size} -> {count} bytes)")
         writer.commit()
+        one_object(req.store, writer, key)
     except BaseException:
         writer.abort()
         raise

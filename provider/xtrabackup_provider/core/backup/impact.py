@@ -28,7 +28,7 @@ from typing import Any
 from ..catalog.records import BLOCKED, BackupImpact, Blocked, LockPhase
 from ..common import children
 from ..engine.tools import ToolVersion
-from ..storage.base import ObjectWriter
+from ..storage.base import ObjectWriter, WrittenSegment
 
 log = logging.getLogger(__name__)
 
@@ -200,6 +200,10 @@ class CappedWriter:
 
     def commit(self) -> int:
         return self.writer.commit()
+
+    @property
+    def segments(self) -> list[WrittenSegment]:
+        return self.writer.segments
 
     def abort(self) -> None:
         self.writer.abort()

@@ -21,6 +21,7 @@ from ..catalog.backups import Catalog
 from ..catalog.manifest import OptionFiles, StoredObject
 from ..pipeline.to_store import stream_to_store
 from ..storage.base import PutOptions
+from ..storage.segments import one_object
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,7 @@ def save_option_files(
         level=level,
         producer_name="read the option files",
     )
+    one_object(catalog.store, writer, key)
     tar.unlink()
     log.info(
         "%s: saved %d option file(s) with the backup: %s",

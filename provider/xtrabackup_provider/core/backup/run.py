@@ -22,8 +22,10 @@ from ..catalog.manifest import (
     GateResult,
     Manifest,
     OptionFiles,
+    Segment,
     StoredObject,
     new_backup_id,
+    stored_segments,
 )
 from ..catalog.shape import SourceShape
 from ..common.children import raise_open_files_limit, require_open_files
@@ -53,7 +55,10 @@ from .option_files import save_option_files
 
 log = logging.getLogger(__name__)
 # What one stored stream became: key, its put options, the stream's result, its role and part number.
-Placed = tuple[str, PutOptions, StreamResult, Literal["part", "tail"] | None, int | None]
+# key, options, result, role, part, the segments the store wrote it as (None: one object)
+Placed = tuple[
+    str, PutOptions, StreamResult, Literal["part", "tail"] | None, int | None, list[Segment] | None
+]
 
 
 class BackupError(RuntimeError):
@@ -414,7 +419,7 @@ def _stream(
                 producer_watch=watch.attach,
                 compress_setup=applied.compress_setup(),
             )
-            placed: list[Placed] = [(key, options, result, None, None)]
+            placed: list[Placed] = [(key, options, result, None, None, stored_segments(writer))]
         else:
             placed = _stream_parts(
                 req, tool, plan, argv, backup_id, suffix, storage_class, encrypt_argv, applied, watch
@@ -437,8 +442,9 @@ def _stream(
             object_lock_until=options.lock_until,
             role=role,
             part=part,
+            segments=segments,
         )
-        for key, options, result, role, part in placed
+        for key, options, result, role, part, segments in placed
     ]
 
 
@@ -504,8 +510,8 @@ def _stream_parts(
         ("tail", None)
     ]
     return [
-        (key, opt, res, role, part)
-        for key, opt, res, (role, part) in zip(keys, options, results, roles, strict=True)
+        (key, opt, res, role, part, stored_segments(writer))
+        for key, opt, res, (role, part), writer in zip(keys, options, results, roles, writers, strict=True)
     ]
 
 

@@ -38,7 +38,8 @@ from ..db.server import (
 )
 from ..pipeline.gpg import GpgHome
 from ..pipeline.to_store import stream_to_store
-from ..storage.base import ObjectStore, ObjectWriter, PutOptions
+from ..storage.base import ObjectStore, ObjectWriter, PutOptions, WrittenSegment
+from ..storage.segments import one_object
 from .catalog import (
     BinlogCatalog,
     BinlogError,
@@ -326,6 +327,7 @@ class BinlogShipper:
             level=req.compression_level,
             producer_name=f"read {path.name}",
         )
+        one_object(self.bcat.store, writer, key)
         if result.raw_bytes != size:
             raise BinlogError(f"{key}: read {result.raw_bytes} bytes of {path.name}, expected {size}")
         self.report.raw_bytes += size
@@ -386,6 +388,7 @@ class _SmallWriter:
     def __init__(self, store: ObjectStore, key: str, options: PutOptions) -> None:
         self.store, self.key, self.options = store, key, options
         self.buffer = bytearray()
+        self.segments: list[WrittenSegment] = []  # one PUT: one object
 
     def write(self, data: bytes) -> None:
         self.buffer += data

@@ -98,12 +98,12 @@ class Catalog:
     def write(self, manifest: Manifest) -> None:
         """Write the manifest last, after checking every object it names is stored at its size."""
         self._check_object_keys(manifest)
-        for obj in manifest.stored_objects:
-            info = self.store.head(obj.key)
-            if info is None or info.size != obj.size:
+        for piece in (p for obj in manifest.stored_objects for p in obj.pieces()):
+            info = self.store.head(piece.key)
+            if info is None or info.size != piece.size:
                 found = "missing" if info is None else f"{info.size} bytes"
                 raise CatalogError(
-                    f"refusing to register {manifest.backup_id}: {obj.key} is {found}, expected {obj.size}"
+                    f"refusing to register {manifest.backup_id}: {piece.key} is {found}, expected {piece.size}"
                 )
         self.store.put_bytes(self.manifest_key(manifest.backup_id), manifest.to_json())
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -29,7 +29,8 @@ from pydantic import (
 )
 
 from ..common.values import BINLOG_NAME, check_mysql_gtid_set, parse_gtid_pos
-from ..storage.base import StorageError, check_key
+from ..storage.base import ObjectStore, ObjectWriter, StorageError, WrittenSegment, check_key, segment_key
+from ..storage.segments import read_segments
 from .records import BackupImpact, CopyOrigin
 from .shape import SourceShape
 
@@ -52,6 +53,16 @@ class CatalogError(RuntimeError):
     """A manifest is missing, unreadable or inconsistent; the message names the key or link."""
 
 
+class Segment(BaseModel):
+    """One of the consecutive objects `KEY`, `KEY.s001`, ... that hold a stream too long for one
+    object (core/storage/segments.py); its key follows from its place."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    size: int = Field(ge=0, le=2**63)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
 class StoredObject(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -70,16 +81,41 @@ class StoredObject(BaseModel):
     # K-part backups only (format_version 2): a data part (`part` 0..K-1) or the tail.
     role: Literal["part", "tail"] | None = None
     part: int | None = Field(None, ge=0, lt=MAX_PARTS)
+    # A stream stored as several objects (segment 0 is `key`): None when `key` holds it all.
+    # Workers from before segments forbid this field, so they refuse such a manifest by name
+    # instead of reading segment 0 alone.
+    segments: list[Segment] | None = Field(None, min_length=2, max_length=100_000)
 
     @model_serializer(mode="wrap")
     def _without_unset_parts(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """A one-stream object is written without role and part: workers from before K parts
-        forbid unknown fields, so a format 1 manifest stays byte for byte what they read."""
+        """A one-stream object is written without role, part and segments: workers from before K
+        parts forbid unknown fields, so a format 1 manifest stays byte for byte what they read."""
         data: dict[str, Any] = handler(self)
-        for name in ("role", "part"):
+        for name in ("role", "part", "segments"):
             if data.get(name) is None:
                 data.pop(name, None)
         return data
+
+    @model_validator(mode="after")
+    def _segments_add_up(self) -> StoredObject:
+        if self.segments and sum(s.size for s in self.segments) != self.size:
+            raise ValueError(
+                f"the segments of {self.key} hold {sum(s.size for s in self.segments)} bytes, the object {self.size}"
+            )
+        return self
+
+    def pieces(self) -> list[WrittenSegment]:
+        """The objects that hold this stream, in order: its segments, or the one object at `key`."""
+        if not self.segments:
+            return [WrittenSegment(self.key, self.size, self.sha256)]
+        return [
+            WrittenSegment(segment_key(self.key, i), s.size, s.sha256) for i, s in enumerate(self.segments)
+        ]
+
+    @property
+    def keys(self) -> list[str]:
+        """Every key this stream is stored under (what retention deletes, copies copy, locks hold)."""
+        return [p.key for p in self.pieces()]
 
     @field_validator("recipients")
     @classmethod
@@ -256,3 +292,14 @@ def manifest_summary(manifests: Iterable[Manifest]) -> list[dict[str, Any]]:
 
 def dumps(obj: Any) -> str:
     return json.dumps(obj, indent=2, default=str)
+
+
+def read_stored(store: ObjectStore, obj: StoredObject) -> Iterator[bytes]:
+    """The stored stream's bytes: the one object as it always was, or each segment in order, every
+    segment checked present first and each one's sha256 as it ends (refused by its key)."""
+    return read_segments(store, obj.pieces()) if obj.segments else store.read_chunks(obj.key)
+
+
+def stored_segments(writer: ObjectWriter) -> list[Segment] | None:
+    """What a committed writer stored, for StoredObject.segments (None: one object)."""
+    return [Segment(size=s.size, sha256=s.sha256) for s in writer.segments] or None

@@ -104,6 +104,9 @@ class StorageConfig(_Model):
         600, ge=1, le=DAY_SECONDS, allow_inf_nan=False
     )  # GlacierRestoreSensor / trigger poll interval
     pool: PoolConfig | None = None  # caps concurrent uploads to this storage target, across clusters
+    # Buffers one upload stream may hold (the part being filled + those in flight); sizes the
+    # multipart parts, and a stream past what one object holds continues in segments (S3 only).
+    upload_memory_mib: int = Field(512, ge=32, le=65536)
 
     @field_validator("prefix")
     @classmethod

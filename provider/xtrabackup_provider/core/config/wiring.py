@@ -11,8 +11,9 @@ from ..backup.impact import ImpactSettings
 from ..catalog.backups import Catalog
 from ..db.server import MySQLTarget
 from ..restore.sources import Source
-from ..storage.base import ObjectStore
+from ..storage.base import MiB, ObjectStore
 from ..storage.local import LocalStore
+from ..storage.partplan import PartLimits
 from ..storage.s3 import S3Store, make_s3_client
 from .schema import CopyTargetConfig, FleetConfig, HostConfig, PolicyConfig, StorageConfig
 
@@ -25,7 +26,11 @@ def make_store(storage: StorageConfig, client: object | None = None) -> ObjectSt
     if storage.local_path:
         return LocalStore(storage.local_path)
     assert storage.bucket is not None
-    return S3Store(client or make_s3_client(storage.endpoint_url, storage.region), storage.bucket)
+    return S3Store(
+        client or make_s3_client(storage.endpoint_url, storage.region),
+        storage.bucket,
+        part_limits=PartLimits(memory=storage.upload_memory_mib * MiB),
+    )
 
 
 def make_catalog(

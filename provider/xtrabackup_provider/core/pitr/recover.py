@@ -42,7 +42,7 @@ from ..binlog.catalog import BinlogManifest
 from ..binlog.events import replay_end
 from ..catalog.backups import Catalog
 from ..catalog.lease import ReadLease
-from ..catalog.manifest import StoredObject
+from ..catalog.manifest import StoredObject, read_stored
 from ..common.files import sha256_range
 from ..common.values import format_gtid_pos, gtid_reached, parse_gtid_pos
 from ..pipeline.from_store import stream_from_store
@@ -229,7 +229,7 @@ def _fetch_segment(catalog: Catalog, obj: StoredObject, path: Path, gpg: GpgHome
     fd = passphrase_pipe(gpg.passphrase) if encrypted and gpg.passphrase is not None else None
     try:
         stream_from_store(
-            catalog.store.read_chunks(obj.key),
+            read_stored(catalog.store, obj),
             ["dd", f"of={path}", "oflag=append", "conv=notrunc", "bs=1M", "status=none"],
             decrypt_argv=gpg.decrypt_argv(fd) if encrypted else None,
             pass_fds=(fd,) if fd is not None else (),

@@ -176,9 +176,9 @@ def _unrestorable(m: Manifest, by_id: dict[str, Manifest], catalogs: list[tuple[
     except CatalogError as exc:
         return str(exc)
     for link in chain:
-        for obj in link.objects:
-            if not any(_stored(c, link, obj.key, obj.size) for _, c in catalogs):
-                return f"{obj.key} is missing on every target"
+        for piece in (p for obj in link.objects for p in obj.pieces()):
+            if not any(_stored(c, link, piece.key, piece.size) for _, c in catalogs):
+                return f"{piece.key} is missing on every target"
     return None
 
 

@@ -8,7 +8,7 @@ from ..storage.glacier import ObjectState, key_states
 
 
 def chain_keys(chain: list[Manifest]) -> list[str]:
-    return [obj.key for m in chain for obj in m.objects]
+    return [key for m in chain for obj in m.objects for key in obj.keys]
 
 
 def chain_states(catalog: Catalog, backup_id: str | None) -> list[ObjectState]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..catalog.backups import Catalog
 from ..catalog.lease import ReadLease
-from ..catalog.manifest import Manifest, StoredObject
+from ..catalog.manifest import Manifest, StoredObject, read_stored
 from ..common import children
 from ..common.progress import ProgressLogger
 from ..common.tempdirs import private_dir
@@ -210,7 +210,7 @@ def _check_not_archived(catalog: Catalog, chain: list[Manifest], others: bool = 
     """Before anything is downloaded: no object is archived, and (unless other targets can stand
     in: core/restore/sources.py) every object is stored at its size."""
     for m in chain:
-        for obj in m.objects:
+        for obj in (p for o in m.objects for p in o.pieces()):  # every segment of every object
             info = catalog.store.head(obj.key)
             if others and (info is None or info.size != obj.size):
                 continue
@@ -344,7 +344,7 @@ def _fetch_stream(
     fd = passphrase_pipe(gpg.passphrase) if obj.encryption == "gpg" and gpg.passphrase is not None else None
     try:
         result = stream_from_store(
-            catalog.store.read_chunks(obj.key),
+            read_stored(catalog.store, obj),
             extract_argv(tool, str(dest)),
             decrypt_argv=gpg.decrypt_argv(fd) if obj.encryption == "gpg" else None,
             pass_fds=(fd,) if fd is not None else (),

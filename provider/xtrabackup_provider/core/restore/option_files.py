@@ -14,7 +14,7 @@ import tarfile
 from pathlib import Path
 
 from ..catalog.backups import Catalog
-from ..catalog.manifest import Manifest
+from ..catalog.manifest import Manifest, read_stored
 from ..common.tempdirs import private_workdir
 from ..pipeline.from_store import stream_from_store
 from ..pipeline.gpg import GpgHome, passphrase_pipe
@@ -75,7 +75,7 @@ def _fetch_and_write(
         fd = passphrase_pipe(gpg.passphrase) if gpg.passphrase is not None else None
         try:
             stream_from_store(
-                catalog.store.read_chunks(obj.key),
+                read_stored(catalog.store, obj),
                 ["dd", f"of={tar}", "bs=1M", "status=none"],
                 decrypt_argv=gpg.decrypt_argv(fd) if obj.encryption == "gpg" else None,
                 pass_fds=(fd,) if fd is not None else (),

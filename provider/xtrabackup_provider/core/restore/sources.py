@@ -75,14 +75,15 @@ def fetch_from_sources(
         if here is None:
             continue
         key = here.backup_object.key
+        first = here.backup_object.pieces()[0]  # the object, or its first segment (its own size)
         where = f"{source.catalog.store.location}/{key}"
         try:
             info = source.catalog.store.head(key)
         except StorageError as exc:
             failures.append(f"{source.name}: {exc}")
             continue
-        if info is None or info.size != obj.size:
-            found = "missing" if info is None else f"{info.size} bytes, not {obj.size}"
+        if info is None or info.size != first.size:
+            found = "missing" if info is None else f"{info.size} bytes, not {first.size}"
             failures.append(f"{source.name}: {where} is {found}")
             continue
         try:

@@ -19,12 +19,12 @@ from typing import Any, Literal
 
 from ..catalog.backups import Catalog
 from ..catalog.chain import resolve_chain
-from ..catalog.manifest import CatalogError, Manifest, StoredObject
+from ..catalog.manifest import CatalogError, Manifest, StoredObject, read_stored
 from ..engine.xbstream import StreamFlavour, StreamRole, checker_args
 from ..pipeline.from_store import stream_from_store
 from ..pipeline.gpg import GpgError, GpgHome, passphrase_pipe
 from ..pipeline.process import ChecksumMismatch, PipelineError
-from ..storage.base import STORAGE_CLASSES, ObjectInfo, ObjectStore, StorageError
+from ..storage.base import STORAGE_CLASSES, ObjectInfo, ObjectStore, StorageError, WrittenSegment
 from ..storage.glacier import object_state
 
 log = logging.getLogger(__name__)
@@ -142,12 +142,17 @@ def _check_backup(
     for obj in manifest.objects:
         row: dict[str, Any] = {"key": obj.key, "size": obj.size, "storage_class": obj.storage_class}
         report.objects.append(row)
-        info = catalog.store.head(obj.key)
-        problems = quick_problems(obj, info)
-        state = object_state(obj.key, info)
+        problems, states = [], []
+        for piece in obj.pieces():  # each segment of a stream stored as several objects
+            info = catalog.store.head(piece.key)
+            problems += quick_problems(obj, info, piece)
+            states.append(object_state(piece.key, info))
+            if states[-1].state == "archived" or states[-1].state == "restoring":
+                report.notes.append(f"{piece.key} is in {states[-1].storage_class} ({states[-1].state})")
+        if obj.segments:
+            row["segments"] = len(obj.segments)
+        state = next((s for s in states if s.state != "readable"), states[0])
         row["state"] = state.state
-        if state.state == "archived" or state.state == "restoring":
-            report.notes.append(f"{obj.key} is in {state.storage_class} ({state.state})")
         if not problems and gpg is not None:
             problems = deep_problems(
                 catalog, obj, state.state, gpg, key_problem, row, manifest.engine_flavour, _role(obj)
@@ -166,28 +171,33 @@ def _role(obj: StoredObject) -> StreamRole:
     return "first-part" if obj.part == 0 else "part"
 
 
-def quick_problems(obj: StoredObject, info: ObjectInfo | None) -> list[str]:
-    """What HEAD shows is wrong with an object, compared with its manifest entry."""
+def quick_problems(
+    obj: StoredObject, info: ObjectInfo | None, piece: WrittenSegment | None = None
+) -> list[str]:
+    """What HEAD shows is wrong with an object (or with `piece`, one of its segments), compared with
+    its manifest entry."""
+    key, size = (piece.key, piece.size) if piece else (obj.key, obj.size)
     if info is None:
-        return [f"{obj.key}: missing"]
+        return [
+            f"{key}: missing"
+            + (f" (segment of a {len(obj.segments)}-segment stream)" if obj.segments else "")
+        ]
     problems = []
-    if info.size != obj.size:
-        problems.append(f"{obj.key}: {info.size} bytes stored, the manifest says {obj.size}")
+    if info.size != size:
+        problems.append(f"{key}: {info.size} bytes stored, the manifest says {size}")
     if info.storage_class not in STORAGE_CLASSES:
-        problems.append(f"{obj.key}: unknown storage class {info.storage_class!r}")
+        problems.append(f"{key}: unknown storage class {info.storage_class!r}")
     if obj.sse and info.sse != obj.sse:
-        problems.append(
-            f"{obj.key}: server-side encryption is {info.sse or 'off'}, the manifest says {obj.sse}"
-        )
+        problems.append(f"{key}: server-side encryption is {info.sse or 'off'}, the manifest says {obj.sse}")
     if obj.kms_key_id and info.kms_key_id and obj.kms_key_id not in info.kms_key_id:
         problems.append(
-            f"{obj.key}: encrypted with KMS key {info.kms_key_id}, the manifest says {obj.kms_key_id}"
+            f"{key}: encrypted with KMS key {info.kms_key_id}, the manifest says {obj.kms_key_id}"
         )
     if obj.object_lock_until:
         until = obj.object_lock_until.replace(microsecond=0)
         if info.lock_mode != obj.object_lock_mode or info.lock_until is None or info.lock_until < until:
             problems.append(
-                f"{obj.key}: Object Lock is {info.lock_mode or 'off'} until {info.lock_until or '-'}, the manifest "
+                f"{key}: Object Lock is {info.lock_mode or 'off'} until {info.lock_until or '-'}, the manifest "
                 f"says {obj.object_lock_mode} until {obj.object_lock_until.isoformat()}"
             )
     return problems
@@ -222,7 +232,7 @@ def deep_problems(
     fd = passphrase_pipe(gpg.passphrase) if obj.encryption == "gpg" and gpg.passphrase is not None else None
     try:
         result = stream_from_store(
-            catalog.store.read_chunks(obj.key),
+            read_stored(catalog.store, obj),
             [*CHECKER_ARGV, *checker_args(flavour, role)],
             decrypt_argv=gpg.decrypt_argv(fd) if obj.encryption == "gpg" else None,
             pass_fds=(fd,) if fd is not None else (),
@@ -254,7 +264,7 @@ def sha256_verdict(store: ObjectStore, obj: StoredObject) -> str:
     it changed after the backup stored it (restore, PITR and verify --deep name it so)."""
     digest = hashlib.sha256()
     try:
-        for chunk in store.read_chunks(obj.key):
+        for chunk in read_stored(store, obj):
             digest.update(chunk)
     except StorageError as exc:
         return f"could not re-read it to check its sha256: {exc}"

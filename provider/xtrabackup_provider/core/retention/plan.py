@@ -184,9 +184,10 @@ class _Backups:
         directory = key[: key.rindex("/")]
         if prefix and directory != prefix + bid:
             raise ValueError(f"manifest {bid} names {key}, outside {prefix}")
-        keys = [directory + _MANIFEST_SUFFIX, *(o.key for o in objects)]
+        pieces = [(p, o.storage_class) for o in objects for p in o.pieces()]  # every segment's object
+        keys = [directory + _MANIFEST_SUFFIX, *(p.key for p, _ in pieces)]
         declared = set(keys)
-        size, aged, extra, unlisted = 0, [], [], {o.key: o for o in objects}
+        size, aged, extra, unlisted = 0, [], [], {p.key: (p, k) for p, k in pieces}
         for info in self.ctx.dirs.get(bid, ()):  # one pass: this runs for every backup of a real plan
             size += info.size
             if info.key == key:
@@ -196,10 +197,10 @@ class _Backups:
             unlisted.pop(info.key, None)
             if info.storage_class in MIN_STORAGE:
                 aged.append((info.storage_class, info.size, utc(info.last_modified or finished)))
-        for o in unlisted.values():  # not listed: as the manifest says
-            size += o.size
-            if o.storage_class in MIN_STORAGE:
-                aged.append((o.storage_class, o.size, finished))
+        for p, storage_class in unlisted.values():  # not listed: as the manifest says
+            size += p.size
+            if storage_class in MIN_STORAGE:
+                aged.append((storage_class, p.size, finished))
         return tuple(keys + sorted(extra)), size, klass, aged
 
     def keep(self, bid: str, reason: str) -> None:

@@ -10,7 +10,6 @@ are protocol members that the others answer with "not supported", so callers nev
 from __future__ import annotations
 
 import builtins
-import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -114,10 +113,28 @@ class Versioned:
     age: timedelta | None  # None: the store did not say
 
 
+def segment_key(key: str, index: int) -> str:
+    """The key of segment `index` of a stream stored at `key` (segment 0 is `key` itself;
+    core/storage/segments.py)."""
+    return key if index == 0 else f"{key}.s{index:03d}"
+
+
+@dataclass(frozen=True)
+class WrittenSegment:
+    key: str
+    size: int
+    sha256: str
+
+
 class ObjectWriter(Protocol):
     def write(self, data: bytes) -> None: ...
     def commit(self) -> int: ...
     def abort(self) -> None: ...
+
+    # After commit: the objects that hold the stream when it needed more than one (segments, in
+    # order; the first is the writer's key); empty when the one object at the key holds it all.
+    @property
+    def segments(self) -> list[WrittenSegment]: ...
 
 
 LEGAL_HOLD = datetime.max.replace(tzinfo=UTC)  # an Object Lock legal hold: retained until released
@@ -156,14 +173,3 @@ def check_key(key: str) -> str:
     if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\x00" in key:
         raise StorageError(f"unsafe object key {key!r}: keys are relative paths without '.', '..' or '//'")
     return key
-
-
-def choose_part_size(expected_size: int | None) -> int:
-    """Smallest part size (whole MiB, >= 8 MiB) for which 10,000 parts hold the object with 25% slack."""
-    if not expected_size:
-        return 64 * MiB
-    needed = math.ceil(expected_size * 1.25 / MAX_PARTS)
-    size = max(MIN_PART_SIZE, math.ceil(needed / MiB) * MiB)
-    if size > MAX_PART_SIZE:
-        raise StorageError(f"an object of {expected_size} bytes cannot fit in 10,000 parts of at most 5 GiB")
-    return size

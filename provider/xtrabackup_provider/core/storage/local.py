@@ -20,7 +20,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from ..common.files import fsync_dir, make_dirs
-from .base import Deleted, LockReader, MiB, ObjectInfo, PutOptions, StorageError, Versioned, check_key
+from .base import (
+    Deleted,
+    LockReader,
+    MiB,
+    ObjectInfo,
+    PutOptions,
+    StorageError,
+    Versioned,
+    WrittenSegment,
+    check_key,
+)
 
 
 class LocalStore:
@@ -153,6 +163,7 @@ class _LocalWriter:
         self.tmp = path.with_name(f"{path.name}.partial-{uuid.uuid4().hex[:8]}")
         self.fh = self.tmp.open("wb")
         self.size = 0
+        self.segments: list[WrittenSegment] = []  # a file holds any stream whole
 
     def write(self, data: bytes) -> None:
         self.fh.write(data)

@@ -1,11 +1,15 @@
-"""S3Store: multipart upload with bounded memory, storage class, SSE, Object Lock, ranged
+"""S3Store: multipart upload with bounded memory (core/storage/partplan.py; segments past one
+object's capacity, core/storage/segments.py), storage class, SSE, Object Lock, ranged
 parallel GET, and botocore errors turned into one line naming the endpoint, bucket and key.
 """
 
 from __future__ import annotations
 
+import bisect
 import builtins
 import contextlib
+import hashlib
+import io
 import logging
 import threading
 from collections import deque
@@ -24,9 +28,11 @@ from .base import (
     PutOptions,
     StorageError,
     Versioned,
+    WrittenSegment,
     check_key,
-    choose_part_size,
+    segment_key,
 )
+from .partplan import PartLimits, PartSizer
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -107,7 +113,7 @@ def make_s3_client(
 class S3Store:
     client: Any
     bucket: str
-    max_inflight_parts: int = 4
+    part_limits: PartLimits = field(default_factory=PartLimits)  # the multipart plan's bounds
     read_chunk: int = 8 * MiB
     read_parallel: int = 4
     location: str = field(init=False)
@@ -477,62 +483,152 @@ def _locked(info: ObjectInfo | None, options: PutOptions) -> bool:
     return info.lock_mode == options.lock_mode and info.lock_until >= wanted
 
 
+class PartBody(io.RawIOBase):
+    """A part as botocore reads it: a seekable, read-only file over the buffers the pipeline handed
+    over, never joined into one copy (botocore reads it in blocks to sign, checksum and send it, and
+    seeks back to retry)."""
+
+    def __init__(self, views: builtins.list[memoryview]) -> None:
+        super().__init__()
+        self.views = views
+        self.starts: builtins.list[int] = []
+        at = 0
+        for view in views:
+            self.starts.append(at)
+            at += len(view)
+        self.size = at
+        self.pos = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
+        self.pos = max(0, min(self.size, base + offset))
+        return self.pos
+
+    def readinto(self, buffer: Any) -> int:
+        out = memoryview(buffer).cast("B")
+        done = 0
+        index = max(0, bisect.bisect_right(self.starts, self.pos) - 1)
+        while done < len(out) and self.pos < self.size:
+            view, offset = self.views[index], self.pos - self.starts[index]
+            take = min(len(out) - done, len(view) - offset)
+            out[done : done + take] = view[offset : offset + take]
+            done += take
+            self.pos += take
+            index += 1
+        return done
+
+
+@dataclass
+class _Segment:
+    key: str
+    upload_id: str | None = None
+    etags: dict[int, str] = field(default_factory=dict)
+    parts: int = 0
+    size: int = 0
+    digest: Any = field(default_factory=hashlib.sha256)
+    completed: bool = False
+
+
 class _S3MultipartWriter:
-    """Buffers one part, uploads up to `max_inflight_parts` concurrently: memory is bounded."""
+    """One stream as multipart uploads that follow the part plan (core/storage/partplan.py): the
+    part being filled plus the parts in flight stay within the store's `part_limits.memory`, parts
+    are the written buffers themselves (no copy), and a stream too long for one object continues
+    in the next segment (core/storage/segments.py). Every segment's upload stays open until
+    `commit()`, so nothing is visible before the stream succeeded; `abort()` aborts them all."""
 
     def __init__(self, store: S3Store, key: str, options: PutOptions) -> None:
         self.store, self.key, self.options = store, key, options
-        self.part_size = choose_part_size(options.expected_size)
-        self.upload_id: str | None = None
-        self.buffer = bytearray()
-        self.parts: dict[int, str] = {}
-        self.futures: list[Future[None]] = []
-        self.slots = threading.Semaphore(store.max_inflight_parts)
-        self.pool = ThreadPoolExecutor(store.max_inflight_parts, thread_name_prefix="s3put")
+        self.sizer = PartSizer(store.part_limits, options.expected_size)
+        self.step = self.sizer.next()
+        self.opened: builtins.list[_Segment] = [_Segment(key)]
+        self.pending: builtins.list[memoryview] = []
+        self.pending_bytes = 0
         self.size = 0
-
-    def _start(self) -> None:
-        resp = self.store._call(
-            "create multipart upload",
-            self.key,
-            self.store.client.create_multipart_upload,
-            Bucket=self.store.bucket,
-            Key=self.key,
-            **self.options.s3_args(),
-        )
-        self.upload_id = resp["UploadId"]
+        self.cond = threading.Condition()
+        self.inflight = 0
+        self.inflight_bytes = 0
+        self.peak_held = 0  # the most this writer held at once (pending + in flight), in bytes
+        self.futures: builtins.list[Future[None]] = []
+        self.pool = ThreadPoolExecutor(store.part_limits.max_inflight, thread_name_prefix="s3put")
+        self.segments: builtins.list[WrittenSegment] = []  # after commit()
 
     def write(self, data: bytes) -> None:
-        self.buffer += data
-        self.size += len(data)
-        while len(self.buffer) >= self.part_size:
-            part = bytes(self.buffer[: self.part_size])
-            del self.buffer[: self.part_size]
-            self._submit(part)
+        # A part keeps views of the written buffers: copy only a buffer its owner may reuse.
+        view = memoryview(data if isinstance(data, bytes) else bytes(data))
+        self.size += len(view)
+        while view:
+            take = min(len(view), self.step.size - self.pending_bytes)
+            self.pending.append(view[:take])
+            self.pending_bytes += take
+            view = view[take:]
+            self.peak_held = max(self.peak_held, self.pending_bytes + self.inflight_bytes)
+            if self.pending_bytes == self.step.size:
+                self._submit()
+                self.step = self.sizer.next()
 
-    def _submit(self, part: bytes) -> None:
-        if self.upload_id is None:
-            self._start()
-        self._raise_failed()
-        self.slots.acquire()
-        number = len(self.futures) + 1
-        self.futures.append(self.pool.submit(self._upload, number, part))
+    def _submit(self) -> None:
+        if self.step.new_segment and self.opened[-1].parts:
+            self.opened.append(_Segment(segment_key(self.key, len(self.opened))))
+        views, size = self.pending, self.pending_bytes
+        self.pending, self.pending_bytes = [], 0
+        seg = self.opened[-1]
+        if seg.upload_id is None:
+            seg.upload_id = self._start(seg.key)
+        for view in views:
+            seg.digest.update(view)
+        seg.parts += 1
+        seg.size += size
+        self.sizer.sent(size)
+        with self.cond:
+            while self.inflight >= self.step.inflight:
+                self.cond.wait()
+            self._raise_failed()
+            self.inflight += 1
+            self.inflight_bytes += size
+        self.futures.append(self.pool.submit(self._upload, seg, seg.parts, views, size))
 
-    def _upload(self, number: int, body: bytes) -> None:
+    def _start(self, key: str) -> str:
+        resp = self.store._call(
+            "create multipart upload",
+            key,
+            self.store.client.create_multipart_upload,
+            Bucket=self.store.bucket,
+            Key=key,
+            **self.options.s3_args(),
+        )
+        return str(resp["UploadId"])
+
+    def _upload(self, seg: _Segment, number: int, views: builtins.list[memoryview], size: int) -> None:
         try:
             resp = self.store._call(
                 f"upload part {number}",
-                self.key,
+                seg.key,
                 self.store.client.upload_part,
                 Bucket=self.store.bucket,
-                Key=self.key,
-                UploadId=self.upload_id,
+                Key=seg.key,
+                UploadId=seg.upload_id,
                 PartNumber=number,
-                Body=body,
+                Body=PartBody(views),
+                ContentLength=size,
             )
-            self.parts[number] = resp["ETag"]
+            seg.etags[number] = resp["ETag"]
         finally:
-            self.slots.release()
+            with self.cond:
+                self.inflight -= 1
+                self.inflight_bytes -= size
+                self.cond.notify_all()
 
     def _raise_failed(self) -> None:
         for fut in self.futures:
@@ -540,50 +636,62 @@ class _S3MultipartWriter:
                 raise fut.exception()  # type: ignore[misc]
 
     def commit(self) -> int:
-        if self.buffer or not self.futures:
-            self._submit(bytes(self.buffer))
-            self.buffer.clear()
         try:
+            if self.pending_bytes or not self.opened[-1].parts:
+                self._submit()
             for fut in self.futures:
                 fut.result()
-            parts = [{"PartNumber": n, "ETag": self.parts[n]} for n in sorted(self.parts)]
-            self.store._call(
-                "complete multipart upload",
-                self.key,
-                self.store.client.complete_multipart_upload,
-                Bucket=self.store.bucket,
-                Key=self.key,
-                UploadId=self.upload_id,
-                MultipartUpload={"Parts": parts},
-            )
-            self.upload_id = None  # completed: nothing left to abort
-            self.store.ensure_retention(self.key, self.options)
+            for seg in self.opened:
+                parts = [{"PartNumber": n, "ETag": seg.etags[n]} for n in sorted(seg.etags)]
+                self.store._call(
+                    "complete multipart upload",
+                    seg.key,
+                    self.store.client.complete_multipart_upload,
+                    Bucket=self.store.bucket,
+                    Key=seg.key,
+                    UploadId=seg.upload_id,
+                    MultipartUpload={"Parts": parts},
+                )
+                seg.upload_id, seg.completed = None, True  # nothing left to abort
+                self.store.ensure_retention(seg.key, self.options)
         except BaseException:
             self.abort()
             raise
         finally:
             self.pool.shutdown(wait=True)
+        if len(self.opened) > 1:
+            self.segments = [WrittenSegment(s.key, s.size, s.digest.hexdigest()) for s in self.opened]
         return self.size
 
     def abort(self) -> None:
         for fut in self.futures:
             fut.cancel()
         self.pool.shutdown(wait=True, cancel_futures=True)
-        if self.upload_id is not None:
-            upload_id, self.upload_id = self.upload_id, None
-            # The client's retries give an endpoint that is briefly down time to come back. If
-            # the abort still fails, the next run of this host aborts the stale upload
-            # (abort_stale_uploads) and the bucket's AbortIncompleteMultipartUpload rule expires it.
+        for seg in self.opened:
+            if seg.upload_id is not None:
+                upload_id, seg.upload_id = seg.upload_id, None
+                # The client's retries give an endpoint that is briefly down time to come back. If
+                # the abort still fails, the next run of this host aborts the stale upload
+                # (abort_stale_uploads) and the bucket's AbortIncompleteMultipartUpload rule expires it.
+                try:
+                    self.store.client.abort_multipart_upload(
+                        Bucket=self.store.bucket, Key=seg.key, UploadId=upload_id
+                    )
+                except Exception as exc:  # noqa: BLE001 - never mask the original failure
+                    log.warning(
+                        "%s/%s: could not abort multipart upload %s (%s); the next run or the bucket's "
+                        "AbortIncompleteMultipartUpload lifecycle rule removes it",
+                        self.store.location,
+                        seg.key,
+                        upload_id,
+                        exc,
+                    )
+        # Segments completed before a later one failed are objects no manifest names: remove them
+        # (a version Object Lock keeps is named by the leftovers report and expires with its lock).
+        if done := [s.key for s in self.opened if s.completed]:
             try:
-                self.store.client.abort_multipart_upload(
-                    Bucket=self.store.bucket, Key=self.key, UploadId=upload_id
-                )
+                self.store.delete(done)
             except Exception as exc:  # noqa: BLE001 - never mask the original failure
                 log.warning(
-                    "%s/%s: could not abort multipart upload %s (%s); the next run or the bucket's "
-                    "AbortIncompleteMultipartUpload lifecycle rule removes it",
-                    self.store.location,
-                    self.key,
-                    upload_id,
-                    exc,
+                    "%s: could not remove the completed segments %s (%s)", self.store.location, done, exc
                 )
