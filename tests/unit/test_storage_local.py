@@ -13,7 +13,6 @@ from xtrabackup_provider.core.db.server import MySQLTarget, ServerError, default
 from xtrabackup_provider.core.storage.base import MiB, StorageError, check_key
 from xtrabackup_provider.core.storage.local import LocalStore
 
-
 # ---------------------------------------------------------------------------------------------
 # keys
 

@@ -263,11 +263,22 @@ def sha256_verdict(store: ObjectStore, obj: StoredObject) -> str:
     """A failed stream stops early, before the sha256 is known; hash the whole object to say whether
     it changed after the backup stored it (restore, PITR and verify --deep name it so)."""
     digest = hashlib.sha256()
+    altered = []
     try:
-        for chunk in read_stored(store, obj):
-            digest.update(chunk)
+        for piece in obj.pieces():  # the one object, or each segment (named when it differs)
+            own = hashlib.sha256()
+            for chunk in store.read_chunks(piece.key):
+                digest.update(chunk)
+                own.update(chunk)
+            if obj.segments and own.hexdigest() != piece.sha256:
+                altered.append(piece.key)
     except StorageError as exc:
         return f"could not re-read it to check its sha256: {exc}"
+    if altered:
+        return (
+            f"the sha256 of segment {', '.join(altered)} differs from the manifest's: it was altered after "
+            "the backup stored it"
+        )
     if digest.hexdigest() != obj.sha256:
         return (
             f"its sha256 {digest.hexdigest()} differs from the manifest's: the stored object was altered "
