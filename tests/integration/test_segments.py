@@ -24,6 +24,7 @@ from xtrabackup_provider.core.db.sandbox import SandboxServer, table_checksums
 from xtrabackup_provider.core.restore.chain import RestoreError
 from xtrabackup_provider.core.restore.verify import VerifyRequest, verify
 from xtrabackup_provider.core.storage.base import MiB, PutOptions, StorageError
+from xtrabackup_provider.core.storage.local import LocalStore
 from xtrabackup_provider.core.storage.partplan import S3_MIN_PART_SIZE, PartLimits, summarize
 from xtrabackup_provider.core.storage.s3 import S3Store
 
@@ -167,6 +168,11 @@ def test_a_backup_stored_as_segments_restores_verifies_copies_and_a_bad_segment_
     target = tmp_path / "r2" / "data"
     restore_with(far, gpg_keys, target)
     assert restored_checksums(target, tmp_path / "r2", [db], server_id=901) == expected
+    # To a directory: one file holds the whole stream (no segments there), the same bytes.
+    assert copy_host(catalog, CopyTarget("vault", LocalStore(tmp_path / "vault"))).error is None
+    in_vault = Catalog(LocalStore(tmp_path / "vault"), "backups", "c1", "db1").get(full.backup_id).objects[0]
+    assert in_vault.segments is None and (in_vault.size, in_vault.sha256) == (stream.size, stream.sha256)
+    assert hashlib.sha256((tmp_path / "vault" / in_vault.key).read_bytes()).hexdigest() == stream.sha256
 
     # An altered segment: same size, one byte flipped.
     seg1 = stream.pieces()[1]

@@ -442,3 +442,22 @@ def test_a_one_stream_manifest_is_written_as_before_k_parts():
     on_disk = json.loads(m.to_json())
     assert on_disk["format_version"] == 1 and not {"role", "part"} & set(on_disk["objects"][0])
     assert m.streams == m.objects
+
+
+def test_a_segmented_object_names_every_segment_and_its_sizes_must_add_up():
+    data = manifest_dict()
+    obj = data["objects"][0]
+    first = obj["size"] // 2
+    obj["segments"] = [{"size": first, "sha256": SHA}, {"size": obj["size"] - first, "sha256": SHA}]
+    m = parse(data)
+    assert m.objects[0].keys == [obj["key"], obj["key"] + ".s001"]
+    assert [p.size for p in m.objects[0].pieces()] == [first, obj["size"] - first]
+    assert json.loads(m.to_json())["objects"][0]["segments"] == obj["segments"]
+    assert "segments" not in json.loads(make_manifest(backup_id(1, "full")).to_json())["objects"][0]
+
+    obj["segments"][1]["size"] += 1
+    with pytest.raises(CatalogError, match=r"the segments of .*backup.* hold \d+ bytes, the object \d+"):
+        parse(data)
+    obj["segments"] = obj["segments"][:1]
+    with pytest.raises(CatalogError, match="segments"):
+        parse(data)

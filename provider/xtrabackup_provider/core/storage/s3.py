@@ -563,6 +563,7 @@ class _S3MultipartWriter:
         self.futures: builtins.list[Future[None]] = []
         self.pool = ThreadPoolExecutor(store.part_limits.max_inflight, thread_name_prefix="s3put")
         self.segments: builtins.list[WrittenSegment] = []  # after commit()
+        self.committed = False
 
     def write(self, data: bytes) -> None:
         # A part keeps views of the written buffers: copy only a buffer its owner may reuse.
@@ -661,6 +662,7 @@ class _S3MultipartWriter:
             self.pool.shutdown(wait=True)
         if len(self.opened) > 1:
             self.segments = [WrittenSegment(s.key, s.size, s.digest.hexdigest()) for s in self.opened]
+        self.committed = True
         return self.size
 
     def abort(self) -> None:
@@ -688,7 +690,8 @@ class _S3MultipartWriter:
                     )
         # Segments completed before a later one failed are objects no manifest names: remove them
         # (a version Object Lock keeps is named by the leftovers report and expires with its lock).
-        if done := [s.key for s in self.opened if s.completed]:
+        # After a whole commit, abort() leaves the stream alone, as it always did.
+        if not self.committed and (done := [s.key for s in self.opened if s.completed]):
             try:
                 self.store.delete(done)
             except Exception as exc:  # noqa: BLE001 - never mask the original failure
