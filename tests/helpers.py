@@ -234,13 +234,33 @@ def root_target(server: SandboxServer) -> MySQLTarget:
     return MySQLTarget(socket=str(server.socket), user="root", password=server.root_password)
 
 
-def take_backup(server: SandboxServer, catalog: Catalog, keys: GpgKeys, kind: str) -> Manifest:
+def take_backup(
+    server: SandboxServer, catalog: Catalog, keys: GpgKeys, kind: str, parts: int = 1
+) -> Manifest:
     """run_backup of ``kind`` encrypted to ``keys`` (a run in the same second as the last one
-    waits for the next: backup ids have one-second resolution)."""
+    waits for the next: backup ids have one-second resolution), in up to ``parts`` parts (the
+    test datadir is small: part_min_bytes=0 lets it be split; the default wants 8 GiB a part)."""
     request = BackupRequest(
-        catalog=catalog, target=root_target(server), kind=kind, public_keys=[keys.public_key]
+        catalog=catalog,
+        target=root_target(server),
+        kind=kind,
+        public_keys=[keys.public_key],
+        max_parts=parts,
+        part_min_bytes=0,
     )
     return run_backup(request)
+
+
+def deep_verify(catalog: Catalog, keys: GpgKeys, backup_id: str) -> Any:
+    """The VerifyReport of `verify --deep` of one backup, decrypting with `keys`."""
+    from xtrabackup_provider.core.restore.verify import VerifyRequest, verify
+
+    [report] = verify(
+        VerifyRequest(
+            catalog, [backup_id], mode="deep", private_key=keys.private_key, passphrase=keys.passphrase
+        )
+    )
+    return report
 
 
 def stored_backup(

@@ -11,39 +11,22 @@ import json
 
 import pytest
 
-from helpers import add_orders, restore_with, restored_checksums, root_target, seed_database, unique_name
-from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
+from helpers import (
+    add_orders,
+    deep_verify,
+    restore_with,
+    restored_checksums,
+    seed_database,
+    take_backup,
+    unique_name,
+)
 from xtrabackup_provider.core.catalog.backups import Catalog
-from xtrabackup_provider.core.catalog.manifest import Manifest
 from xtrabackup_provider.core.db.sandbox import SandboxServer, table_checksums
 from xtrabackup_provider.core.pipeline.process import PipelineError
 from xtrabackup_provider.core.restore.chain import RestoreError
 from xtrabackup_provider.core.restore.verify import VerifyRequest, verify
 from xtrabackup_provider.core.storage.local import LocalStore
 from xtrabackup_provider.core.storage.s3 import S3Store, make_s3_client
-
-
-def _backup(server: SandboxServer, catalog: Catalog, keys, kind: str, parts: int) -> Manifest:
-    # The test datadir is small: part_min_bytes=0 lets it be split (the default wants 8 GiB a part).
-    return run_backup(
-        BackupRequest(
-            catalog=catalog,
-            target=root_target(server),
-            kind=kind,
-            public_keys=[keys.public_key],
-            max_parts=parts,
-            part_min_bytes=0,
-        )
-    )
-
-
-def _deep(catalog: Catalog, keys, backup_id: str):
-    [report] = verify(
-        VerifyRequest(
-            catalog, [backup_id], mode="deep", private_key=keys.private_key, passphrase=keys.passphrase
-        )
-    )
-    return report
 
 
 @pytest.fixture
@@ -60,9 +43,9 @@ def test_a_two_part_chain_on_s3_verifies_and_restores_row_for_row(
     catalog = Catalog(
         S3Store(make_s3_client(s3_server.endpoint_url, "us-east-1"), bucket), "backups", "c1", "db1"
     )
-    full = _backup(server, catalog, gpg_keys, "full", 2)
+    full = take_backup(server, catalog, gpg_keys, "full", 2)
     add_orders(server, db, 5_000)
-    inc = _backup(server, catalog, gpg_keys, "incremental", 2)
+    inc = take_backup(server, catalog, gpg_keys, "incremental", 2)
     expected = table_checksums(server, [db])
 
     for m in (full, inc):
@@ -74,7 +57,7 @@ def test_a_two_part_chain_on_s3_verifies_and_restores_row_for_row(
             "backup.tail.xbstream.zst.gpg",
         ]
         assert all(o.size > 0 for o in m.objects[:2]) and m.stored_bytes == sum(o.size for o in m.objects)
-        report = _deep(catalog, gpg_keys, m.backup_id)
+        report = deep_verify(catalog, gpg_keys, m.backup_id)
         assert report.ok, report.problems
         assert [row["key"] for row in report.objects] == [o.key for o in m.objects]
 
@@ -89,9 +72,9 @@ def test_one_stream_and_k_part_backups_mix_in_a_chain_and_a_bad_part_is_refused_
     server, db = seeded
     store = LocalStore(tmp_path / "store")
     catalog = Catalog(store, "backups", "c1", "db1")
-    full = _backup(server, catalog, gpg_keys, "full", 1)  # today's format: what older workers read
+    full = take_backup(server, catalog, gpg_keys, "full", 1)  # today's format: what older workers read
     add_orders(server, db, 3_000)
-    inc = _backup(server, catalog, gpg_keys, "incremental", 2)
+    inc = take_backup(server, catalog, gpg_keys, "incremental", 2)
     expected = table_checksums(server, [db])
 
     on_disk = json.loads(store.get_bytes(catalog.manifest_key(full.backup_id)))
@@ -116,7 +99,7 @@ def test_one_stream_and_k_part_backups_mix_in_a_chain_and_a_bad_part_is_refused_
     ):
         restore_with(catalog, gpg_keys, tmp_path / "r2" / "data")
     assert not (tmp_path / "r2" / "data").exists() or not any((tmp_path / "r2" / "data").iterdir())
-    report = _deep(catalog, gpg_keys, inc.backup_id)
+    report = deep_verify(catalog, gpg_keys, inc.backup_id)
     assert not report.ok and all(part1.key in p for p in report.problems), report.problems
 
     path.unlink()

@@ -11,15 +11,22 @@ from __future__ import annotations
 
 import hashlib
 import os
+from datetime import timedelta
 
 import pytest
 import yaml
 
-from helpers import cli, restore_with, restored_checksums, root_target, seed_database, unique_name
+from helpers import (
+    cli,
+    deep_verify,
+    restore_with,
+    restored_checksums,
+    seed_database,
+    take_backup,
+    unique_name,
+)
 from xtrabackup_provider.core.backup.copies import CopyTarget, copy_host
-from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
 from xtrabackup_provider.core.catalog.backups import Catalog
-from xtrabackup_provider.core.catalog.manifest import Manifest
 from xtrabackup_provider.core.db.sandbox import SandboxServer, table_checksums
 from xtrabackup_provider.core.restore.chain import RestoreError
 from xtrabackup_provider.core.restore.verify import VerifyRequest, verify
@@ -90,6 +97,16 @@ def test_a_stream_rolls_over_into_segments_visible_only_after_commit_and_abort_l
     assert _keys(client, bucket, "gone/") == []
     assert store.open_multipart_uploads("gone/") == []
 
+    # A run that died mid-stream leaves one open upload per segment: the stale-upload abort takes all.
+    _write(store, "dead/object", data)
+    assert sorted(store.open_multipart_uploads("dead/")) == keys_of("dead/object", 3)
+    assert sorted(store.abort_stale_uploads("dead/", timedelta(0))) == keys_of("dead/object", 3)
+    assert store.open_multipart_uploads("dead/") == [] and _keys(client, bucket, "dead/") == []
+
+
+def keys_of(key: str, segments: int) -> list[str]:
+    return [key] + [f"{key}.s{i:03d}" for i in range(1, segments)]
+
 
 def _add_random_rows(server: SandboxServer, db: str, rows: int, first: int = 1) -> None:
     # Incompressible bytes, so that the stored stream is several 10 MiB segments long.
@@ -100,28 +117,6 @@ def _add_random_rows(server: SandboxServer, db: str, rows: int, first: int = 1) 
     )
 
 
-def _backup(server: SandboxServer, catalog: Catalog, keys, kind: str, parts: int = 1) -> Manifest:
-    return run_backup(
-        BackupRequest(
-            catalog=catalog,
-            target=root_target(server),
-            kind=kind,
-            public_keys=[keys.public_key],
-            max_parts=parts,
-            part_min_bytes=0,
-        )
-    )
-
-
-def _deep(catalog: Catalog, keys, backup_id: str):
-    [report] = verify(
-        VerifyRequest(
-            catalog, [backup_id], mode="deep", private_key=keys.private_key, passphrase=keys.passphrase
-        )
-    )
-    return report
-
-
 def test_a_backup_stored_as_segments_restores_verifies_copies_and_a_bad_segment_is_refused_by_name(
     mariadb, gpg_keys, s3_server, bucket, tmp_path
 ):
@@ -130,9 +125,9 @@ def test_a_backup_stored_as_segments_restores_verifies_copies_and_a_bad_segment_
     _add_random_rows(mariadb, db, 24_000)
     client = s3_server.client()
     catalog = Catalog(S3Store(client, bucket, part_limits=TINY), "backups", "c1", "db1")
-    full = _backup(mariadb, catalog, gpg_keys, "full")
+    full = take_backup(mariadb, catalog, gpg_keys, "full")
     _add_random_rows(mariadb, db, 24_000, first=24_001)
-    inc = _backup(mariadb, catalog, gpg_keys, "incremental", parts=2)
+    inc = take_backup(mariadb, catalog, gpg_keys, "incremental", parts=2)
     expected = table_checksums(mariadb, [db])
 
     stream = full.objects[0]
@@ -142,7 +137,7 @@ def test_a_backup_stored_as_segments_restores_verifies_copies_and_a_bad_segment_
         for obj in m.objects:
             for piece in obj.pieces():
                 assert client.head_object(Bucket=bucket, Key=piece.key)["ContentLength"] == piece.size
-        report = _deep(catalog, gpg_keys, m.backup_id)
+        report = deep_verify(catalog, gpg_keys, m.backup_id)
         assert report.ok, report.problems
     print(
         f"full: {len(stream.segments)} segments {[s.size for s in stream.segments]}; inc parts: "
@@ -180,7 +175,7 @@ def test_a_backup_stored_as_segments_restores_verifies_copies_and_a_bad_segment_
     damaged = bytearray(original)
     damaged[len(damaged) // 2] ^= 0x01
     client.put_object(Bucket=bucket, Key=seg1.key, Body=bytes(damaged))
-    deep = _deep(catalog, gpg_keys, full.backup_id)
+    deep = deep_verify(catalog, gpg_keys, full.backup_id)
     print("altered:", deep.problems)
     assert not deep.ok and any(seg1.key + " " in p or f"segment {seg1.key}" in p for p in deep.problems)
     with pytest.raises((RestoreError, StorageError, RuntimeError), match=rf"segment {seg1.key} "):
@@ -204,7 +199,7 @@ def _versions(client, bucket: str, prefix: str) -> list[str]:
     return out
 
 
-def test_retention_removes_every_segment_and_every_version_of_a_deleted_backup(
+def test_retention_removes_every_segment_and_every_version_of_a_deletedtake_backup(
     mariadb, gpg_keys, s3_server, tmp_path
 ):
     bucket = s3_server.make_bucket(f"xbp-segv-{unique_name('b')[2:]}", versioning=True)
@@ -213,8 +208,8 @@ def test_retention_removes_every_segment_and_every_version_of_a_deleted_backup(
     seed_database(mariadb, db, rows=500)
     _add_random_rows(mariadb, db, 16_000)
     catalog = Catalog(S3Store(client, bucket, part_limits=TINY), "backups", "c1", "db1")
-    old = _backup(mariadb, catalog, gpg_keys, "full")
-    new = _backup(mariadb, catalog, gpg_keys, "full")
+    old = take_backup(mariadb, catalog, gpg_keys, "full")
+    new = take_backup(mariadb, catalog, gpg_keys, "full")
     doomed = old.objects[0].keys
     assert len(doomed) >= 2 and set(doomed) <= set(_versions(client, bucket, "backups/"))
 

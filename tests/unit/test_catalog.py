@@ -16,6 +16,7 @@ from xtrabackup_provider.core.catalog.manifest import (
     Manifest,
     parse_manifest,
 )
+from xtrabackup_provider.core.restore.archived import chain_keys
 from xtrabackup_provider.core.storage.local import LocalStore
 
 T0 = datetime(2026, 11, 1, 10, 30, tzinfo=UTC)
@@ -454,6 +455,8 @@ def test_a_segmented_object_names_every_segment_and_its_sizes_must_add_up():
     assert [p.size for p in m.objects[0].pieces()] == [first, obj["size"] - first]
     assert json.loads(m.to_json())["objects"][0]["segments"] == obj["segments"]
     assert "segments" not in json.loads(make_manifest(backup_id(1, "full")).to_json())["objects"][0]
+
+    assert chain_keys([m]) == m.objects[0].keys  # what a Glacier restore request asks for
 
     obj["segments"][1]["size"] += 1
     with pytest.raises(CatalogError, match=r"the segments of .*backup.* hold \d+ bytes, the object \d+"):
