@@ -3,7 +3,7 @@ real MariaDB, mariabackup, mbstream, gpg, and S3 through moto's HTTP server.
 
 A store with tiny segments (PartLimits(max_parts=2) of 5 MiB parts: 10 MiB per object, where the
 default holds 2.44 TiB) stands in for a 50 TB stream: a backup stored as several segments restores
-row for row (one stream and K parts), verify --deep passes, a copy copies every segment, a missing
+row for row (one stream and K parts) and passes its restore test, verify --deep passes, a copy copies every segment, a missing
 or altered segment is refused by its key, retention removes every segment (every version).
 """
 
@@ -29,6 +29,7 @@ from xtrabackup_provider.core.backup.copies import CopyTarget, copy_host
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.db.sandbox import SandboxServer, table_checksums
 from xtrabackup_provider.core.restore.chain import RestoreError
+from xtrabackup_provider.core.restore.restore_test import RestoreTestRequest, run_restore_test
 from xtrabackup_provider.core.restore.verify import VerifyRequest, verify
 from xtrabackup_provider.core.storage.base import MiB, PutOptions, StorageError
 from xtrabackup_provider.core.storage.local import LocalStore
@@ -112,7 +113,8 @@ def _add_random_rows(server: SandboxServer, db: str, rows: int, first: int = 1) 
     # Incompressible bytes, so that the stored stream is several 10 MiB segments long.
     server.execute_script(
         f"CREATE TABLE IF NOT EXISTS {db}.noise (id INT PRIMARY KEY, b VARBINARY(1024)) ENGINE=InnoDB;\n"
-        f"INSERT INTO {db}.noise SELECT seq, RANDOM_BYTES(1024) FROM seq_{first}_to_{first + rows - 1};\n",
+        f"INSERT INTO {db}.noise SELECT seq, RANDOM_BYTES(1024) FROM seq_{first}_to_{first + rows - 1};\n"
+        f"ANALYZE TABLE {db}.noise;\n",  # the sizes the backup records as the source's shape
         database=db,
     )
 
@@ -147,6 +149,17 @@ def test_a_backup_stored_as_segments_restores_verifies_copies_and_a_bad_segment_
     target = tmp_path / "r1" / "data"
     restore_with(catalog, gpg_keys, target)
     assert restored_checksums(target, tmp_path / "r1", [db]) == expected
+
+    tested = run_restore_test(
+        RestoreTestRequest(
+            catalog,
+            tmp_path / "rt",
+            inc.backup_id,
+            private_key=gpg_keys.private_key,
+            passphrase=gpg_keys.passphrase,
+        )
+    )
+    assert tested.verdict == "pass", tested.reasons
 
     # A copy to a second bucket copies every segment (the target segments by its own plan).
     second = s3_server.make_bucket(f"xbp-seg2-{unique_name('b')[2:]}")
