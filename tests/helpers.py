@@ -482,3 +482,32 @@ def xbstream(files: list[tuple[str, bytes]]) -> bytes:
         out += struct.pack("<QQI", len(data), 0, zlib.crc32(data)) + data
         out += head + b"E" + struct.pack("<I", len(name)) + name
     return bytes(out)
+
+
+S3_TEST_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+def retention_apply_keep_last_chain(
+    tmp_path: Path, endpoint_url: str, bucket: str
+) -> subprocess.CompletedProcess[str]:
+    """`retention apply --confirm` as a DBA runs it, for host c1/db1 under prefix backups, keeping
+    the last chain (no minimum age)."""
+    import yaml
+
+    config = tmp_path / "fleet.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "storage": {"bucket": bucket, "endpoint_url": endpoint_url, "prefix": "backups"},
+                "encryption": {"enabled": False},
+                "retention": {"keep_last_chains": 1, "min_age_days": 0},
+                "clusters": [{"name": "c1", "hosts": [{"name": "db1"}]}],
+            }
+        )
+    )
+    argv = ["retention", "apply", "--config", str(config), "--cluster", "c1", "--host", "db1", "--confirm"]
+    return cli(*argv, env=S3_TEST_ENV)

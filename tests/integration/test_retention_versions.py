@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-import yaml
-
-from helpers import add_orders, cli, seed_database, unique_name
+from helpers import add_orders, retention_apply_keep_last_chain, seed_database, unique_name
 from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.catalog.lock import LOCK_NAME
@@ -69,29 +67,7 @@ def test_retention_apply_on_a_versioned_bucket_leaves_no_version_of_what_it_dele
     )
     assert any(old_inc in key for key, _v, _m in before)
 
-    config = tmp_path / "fleet.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "storage": {"bucket": bucket, "endpoint_url": s3_server.endpoint_url, "prefix": "backups"},
-                "encryption": {"enabled": False},
-                "retention": {"keep_last_chains": 1, "min_age_days": 0},
-                "clusters": [{"name": "c1", "hosts": [{"name": "db1"}]}],
-            }
-        )
-    )
-    proc = cli(
-        "retention",
-        "apply",
-        "--config",
-        str(config),
-        "--cluster",
-        "c1",
-        "--host",
-        "db1",
-        "--confirm",
-        env=S3_ENV,
-    )
+    proc = retention_apply_keep_last_chain(tmp_path, s3_server.endpoint_url, bucket)
     print(proc.stdout[-600:], proc.stderr[-600:])
     assert proc.returncode == 0, proc.stderr
     left = _versions(client, bucket, "backups/c1/db1/")

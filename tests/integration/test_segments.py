@@ -14,13 +14,12 @@ import os
 from datetime import timedelta
 
 import pytest
-import yaml
 
 from helpers import (
-    cli,
     deep_verify,
     restore_with,
     restored_checksums,
+    retention_apply_keep_last_chain,
     seed_database,
     take_backup,
     unique_name,
@@ -37,11 +36,6 @@ from xtrabackup_provider.core.storage.partplan import S3_MIN_PART_SIZE, PartLimi
 from xtrabackup_provider.core.storage.s3 import S3Store
 
 TINY = PartLimits(memory=2 * S3_MIN_PART_SIZE, min_part=S3_MIN_PART_SIZE, max_parts=2)
-S3_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
 
 
 def _write(store: S3Store, key: str, data: bytes, expected: int | None = None):
@@ -226,29 +220,7 @@ def test_retention_removes_every_segment_and_every_version_of_a_deletedtake_back
     doomed = old.objects[0].keys
     assert len(doomed) >= 2 and set(doomed) <= set(_versions(client, bucket, "backups/"))
 
-    config = tmp_path / "fleet.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "storage": {"bucket": bucket, "endpoint_url": s3_server.endpoint_url, "prefix": "backups"},
-                "encryption": {"enabled": False},
-                "retention": {"keep_last_chains": 1, "min_age_days": 0},
-                "clusters": [{"name": "c1", "hosts": [{"name": "db1"}]}],
-            }
-        )
-    )
-    proc = cli(
-        "retention",
-        "apply",
-        "--config",
-        str(config),
-        "--cluster",
-        "c1",
-        "--host",
-        "db1",
-        "--confirm",
-        env=S3_ENV,
-    )
+    proc = retention_apply_keep_last_chain(tmp_path, s3_server.endpoint_url, bucket)
     assert proc.returncode == 0, proc.stderr
     left = _versions(client, bucket, "backups/")
     assert not [k for k in left if f"/{old.backup_id}/" in k], left
