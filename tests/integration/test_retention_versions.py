@@ -17,12 +17,6 @@ from xtrabackup_provider.core.db.server import MySQLTarget
 from xtrabackup_provider.core.storage import lifecycle
 from xtrabackup_provider.core.storage.s3 import S3Store
 
-S3_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
-
 
 def _versions(client, bucket: str, prefix: str) -> list[tuple[str, str, bool]]:
     """(key, version id, is a delete marker) of everything the bucket still holds under prefix."""
