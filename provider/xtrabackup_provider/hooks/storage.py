@@ -1,4 +1,8 @@
-"""BackupStorageHook: the amazon provider's S3Hook (an `aws` connection) -> the core's S3Store."""
+"""BackupStorageHook: the amazon provider's S3Hook (an `aws` connection) -> the core's S3Store.
+
+The connection's extra may hold `upload_memory_mib` (32..65536, default 512): the buffers one
+upload stream may hold (core/storage/partplan.py), as `storage.upload_memory_mib` is for the CLI.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,12 @@ from typing import Any
 from airflow.sdk import BaseHook
 
 from ..core.catalog.backups import Catalog
-from ..core.storage.base import ObjectStore
+from ..core.storage.base import MiB, ObjectStore
 from ..core.storage.local import LocalStore
+from ..core.storage.partplan import DEFAULT_MEMORY, PartLimits
 from ..core.storage.s3 import S3Store
+
+MEMORY_FIELD = "upload_memory_mib"
 
 
 class BackupStorageHook(BaseHook):
@@ -41,8 +48,20 @@ class BackupStorageHook(BaseHook):
 
         # Standard retry mode backs off on 5xx, throttling and connection resets.
         config = Config(retries={"max_attempts": 8, "mode": "standard"}, max_pool_connections=16)
-        client = S3Hook(aws_conn_id=self.aws_conn_id, config=config).get_conn()
-        return S3Store(client, self.bucket)
+        hook = S3Hook(aws_conn_id=self.aws_conn_id, config=config)
+        return S3Store(hook.get_conn(), self.bucket, part_limits=PartLimits(memory=self._upload_memory(hook)))
+
+    def _upload_memory(self, hook: Any) -> int:
+        extra = hook.conn_config.extra_config if self.aws_conn_id else {}
+        value = (extra or {}).get(MEMORY_FIELD)
+        if value is None:
+            return DEFAULT_MEMORY
+        if isinstance(value, bool) or not str(value).isdigit() or not 32 <= int(value) <= 65536:
+            raise ValueError(
+                f"connection {self.aws_conn_id!r}: extra {MEMORY_FIELD}={value!r} must be a whole number "
+                "of MiB from 32 to 65536 (the buffers one upload may hold); fix the connection's extra"
+            )
+        return int(value) * MiB
 
     def get_catalog(self, prefix: str, cluster: str, host: str) -> Catalog:
         return Catalog(self.get_store(), prefix, cluster, host)
