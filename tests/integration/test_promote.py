@@ -159,6 +159,29 @@ def test_bad_input_is_one_line_and_changes_nothing(old, tmp_path, monkeypatch):
     assert timelines(old.catalog) == []
 
 
+def test_a_server_that_still_replicates_is_refused_and_keeps_replicating(
+    old, mariadb_factory, tmp_path, monkeypatch
+):
+    """A replica of the old primary (say, the one meant to be the new primary, not yet detached).
+    Runs before the test below, which stops the old primary."""
+    monkeypatch.delenv("XTRABACKUP_FLEET_CONFIG", raising=False)
+    replica = mariadb_factory("promote-replica", root_password=secrets.token_urlsafe(16))
+    try:
+        start_replication(old.server, replica)
+        wait_caught_up(old.server, replica)
+        before = replica.query("SELECT @@gtid_binlog_state, @@gtid_slave_pos")[0]
+        rc, _, err = _promote_cli(old, replica.socket, replica.root_password, tmp_path)
+        line = _one_line_error(rc, err)
+        assert "replicates from" in line and "STOP ALL SLAVES" in line, line
+        assert replica.query("SELECT @@gtid_binlog_state, @@gtid_slave_pos")[0] == before
+        assert timelines(old.catalog) == []
+        status = replica.query("SELECT @@gtid_slave_pos")[0][0]
+        running = {r[0]: r[1] for r in replica.query("SHOW STATUS LIKE 'Slave_running'")}
+        assert running == {"Slave_running": "ON"} and status == before[1]  # still following its source
+    finally:
+        mariadb_factory.discard(replica)
+
+
 def test_promoted_server_gets_a_new_timeline_that_ships_backs_up_and_restores(
     old, gpg_keys, tmp_path, monkeypatch
 ):
@@ -290,25 +313,3 @@ def test_promoted_server_gets_a_new_timeline_that_ships_backs_up_and_restores(
     # Binlog names restart on the new timeline: a FILE:POS alone is ambiguous and refused.
     with pytest.raises(PitrError, match="more than one server timeline"):
         make_plan(old.catalog, PitrTarget.at_position("mysql-bin.000009:4"))
-
-
-def test_a_server_that_still_replicates_is_refused_and_keeps_replicating(
-    old, mariadb_factory, tmp_path, monkeypatch
-):
-    """A replica of the old primary (say, the one meant to be the new primary, not yet detached)."""
-    monkeypatch.delenv("XTRABACKUP_FLEET_CONFIG", raising=False)
-    replica = mariadb_factory("promote-replica", root_password=secrets.token_urlsafe(16))
-    try:
-        start_replication(old.server, replica)
-        wait_caught_up(old.server, replica)
-        before = replica.query("SELECT @@gtid_binlog_state, @@gtid_slave_pos")[0]
-        rc, _, err = _promote_cli(old, replica.socket, replica.root_password, tmp_path)
-        line = _one_line_error(rc, err)
-        assert "replicates from" in line and "STOP ALL SLAVES" in line, line
-        assert replica.query("SELECT @@gtid_binlog_state, @@gtid_slave_pos")[0] == before
-        assert timelines(old.catalog) == []
-        status = replica.query("SELECT @@gtid_slave_pos")[0][0]
-        running = {r[0]: r[1] for r in replica.query("SHOW STATUS LIKE 'Slave_running'")}
-        assert running == {"Slave_running": "ON"} and status == before[1]  # still following its source
-    finally:
-        mariadb_factory.discard(replica)
