@@ -242,6 +242,21 @@ def test_promoted_server_gets_a_new_timeline_that_ships_backs_up_and_restores(
         assert new.query("SELECT @@gtid_binlog_state, @@gtid_slave_pos")[0] == ("", old.before_drop)
         assert timelines(old.catalog) == []
 
+        # An account that may RESET MASTER but not set the GTID state: stopped halfway, said so,
+        # the record kept; the run below repeats every step.
+        conn = new.connect()
+        try:
+            cur = conn.cursor()
+            cur.execute("SET SESSION sql_log_bin = 0")
+            cur.execute("CREATE USER half@localhost IDENTIFIED BY 'half-pw'")
+            cur.execute("GRANT RELOAD, SLAVE MONITOR ON *.* TO half@localhost")
+        finally:
+            conn.close()
+        rc, _, err = _promote_cli(old, new.socket, "half-pw", tmp_path, user="half")
+        line = _one_line_error(rc, err)
+        assert "is HALF-PROMOTED: done RESET MASTER, then" in line and "run promote again" in line, line
+        assert [t.server_id for t in timelines(old.catalog)] == [new_id]
+
         rc, out, err = _promote_cli(old, new.socket, password, tmp_path)
         assert rc == 0, err
         print(out)
