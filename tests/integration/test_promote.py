@@ -14,7 +14,9 @@ backup's position (error 1594, relay log read failure).
 from __future__ import annotations
 
 import secrets
+import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -277,6 +279,9 @@ def test_promoted_server_gets_a_new_timeline_that_ships_backs_up_and_restores(
         assert shipped.server_uuid == timeline.server_uuid
         with pytest.raises(PitrError, match="starts from its first full backup"):
             make_plan(old.catalog, PitrTarget.at_gtid(first))  # the old backups cannot reach it
+        time.sleep(1.1)  # binlog times are whole seconds: a target second after the promotion's
+        with pytest.raises(PitrError, match=r"was replaced by .*take a full backup of the new primary"):
+            make_plan(old.catalog, PitrTarget.at_time(datetime.now(UTC).isoformat(timespec="seconds")))
         backup = run_backup(BackupRequest(kind="full", **keys))
         assert backup.server_uuid == timeline.server_uuid
         _write(new, old.db, "new 2")

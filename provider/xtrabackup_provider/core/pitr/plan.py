@@ -220,6 +220,22 @@ def _check_timeline(catalog: Catalog, backup: Manifest, target: PitrTarget) -> N
             )
 
 
+def _after_promotion(catalog: Catalog, backup: Manifest, target: PitrTarget) -> PitrError | None:
+    """The binlogs of `backup`'s server cannot reach a time after that server's history was
+    replaced by a promoted one: say so (None when no promotion explains it)."""
+    if target.time is None:
+        return None
+    for timeline in timelines(catalog):
+        if timeline.parent_server_uuid == backup.server_uuid and timeline.promoted_at <= target.time:
+            return PitrError(
+                f"{target.describe()} is after {backup.server_uuid} was replaced by {timeline.server_uuid} "
+                f"(promoted {timeline.promoted_at:%Y-%m-%d %H:%M:%S} UTC, forked at {timeline.fork_gtid}) and "
+                "the new timeline has no backup before it: take a full backup of the new primary (point-in-time "
+                "recovery on it starts there), or give a time before the promotion"
+            )
+    return None
+
+
 def make_plan(catalog: Catalog, target: PitrTarget, backup_id: str | None = None) -> PitrPlan:
     now = datetime.now(UTC)
     if target.time is not None and target.time > now:
@@ -242,6 +258,12 @@ def make_plan(catalog: Catalog, target: PitrTarget, backup_id: str | None = None
     index = BinlogCatalog(catalog, backup.server_uuid).index()
     for problem in index.problems:
         log.warning("ignoring unreadable binlog manifest: %s", problem)
-    plan = PitrPlan(backup, plan_binlogs(index, backup, target), target)
+    try:
+        binlogs = plan_binlogs(index, backup, target)
+    except PitrError as exc:
+        if (promoted := _after_promotion(catalog, backup, target)) is None:
+            raise
+        raise promoted from exc
+    plan = PitrPlan(backup, binlogs, target)
     plan_chain(catalog, backup.backup_id)  # validates the chain before anything is downloaded
     return plan
