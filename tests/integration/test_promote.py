@@ -141,6 +141,18 @@ def _write(server: SandboxServer, db: str, value: str) -> str:
         conn.close()
 
 
+def _account(server: SandboxServer, user: str, grants: str) -> None:
+    """`user`@localhost (password `<user>-pw`) with `grants`, unlogged: not a write of the server's own."""
+    conn = server.connect()
+    try:
+        cur = conn.cursor()
+        cur.execute("SET SESSION sql_log_bin = 0")
+        cur.execute(f"CREATE USER {user}@localhost IDENTIFIED BY '{user}-pw'")
+        cur.execute(f"GRANT {grants} ON *.* TO {user}@localhost")
+    finally:
+        conn.close()
+
+
 def _ids(server: SandboxServer, db: str) -> set[int]:
     return {r[0] for r in server.query(f"SELECT id FROM `{db}`.t")}
 
@@ -230,14 +242,7 @@ def test_promoted_server_gets_a_new_timeline_that_ships_backs_up_and_restores(
     try:
         # An account that may read the state but not RESET MASTER: refused, the server and the
         # catalog as they were (the timeline record written first is taken back).
-        conn = new.connect()
-        try:
-            cur = conn.cursor()
-            cur.execute("SET SESSION sql_log_bin = 0")  # not a write of the server's own
-            cur.execute("CREATE USER weak@localhost IDENTIFIED BY 'weak-pw'")
-            cur.execute("GRANT SLAVE MONITOR ON *.* TO weak@localhost")
-        finally:
-            conn.close()
+        _account(new, "weak", "SLAVE MONITOR")
         rc, _, err = _promote_cli(old, new.socket, "weak-pw", tmp_path, user="weak")
         line = _one_line_error(rc, err)
         assert "RESET MASTER failed" in line and "nothing was changed" in line, line
@@ -246,14 +251,7 @@ def test_promoted_server_gets_a_new_timeline_that_ships_backs_up_and_restores(
 
         # An account that may RESET MASTER but not set the GTID state: stopped halfway, said so,
         # the record kept; the run below repeats every step.
-        conn = new.connect()
-        try:
-            cur = conn.cursor()
-            cur.execute("SET SESSION sql_log_bin = 0")
-            cur.execute("CREATE USER half@localhost IDENTIFIED BY 'half-pw'")
-            cur.execute("GRANT RELOAD, SLAVE MONITOR ON *.* TO half@localhost")
-        finally:
-            conn.close()
+        _account(new, "half", "RELOAD, SLAVE MONITOR")
         rc, _, err = _promote_cli(old, new.socket, "half-pw", tmp_path, user="half")
         line = _one_line_error(rc, err)
         assert "is HALF-PROMOTED: done RESET MASTER, then" in line and "run promote again" in line, line
