@@ -28,6 +28,7 @@ from .events import (
     FORMAT_DESCRIPTION_EVENT,
     GTID_EVENT,
     GTID_LIST_EVENT,
+    MAX_GTID_LIST,
     ROTATE_EVENT,
     STOP_EVENT,
     BinlogFormatError,
@@ -68,7 +69,13 @@ _FULL_BODY = {
     FORMAT_DESCRIPTION_EVENT,
 }
 MAX_TEXT = 64 * 1024  # bytes of a statement read (a summary needs the start)
-_MAX_GTID_LIST = 4 + 65536 * 16
+# How much of each body read_events() reads: whole small bodies, the table id of row events.
+_SUMMARY_BODIES = {
+    **{etype: 8 for etype in (XID_EVENT, *ROW_KINDS)},
+    **{etype: MAX_TEXT for etype in _FULL_BODY},
+    GTID_LIST_EVENT: MAX_GTID_LIST,
+}
+_QUERIES = (QUERY_EVENT, QUERY_COMPRESSED_EVENT)
 _QUERY_HEAD = struct.Struct("<IIBHH")  # thread_id, exec_time, db_len, error_code, status_vars_len
 FL_STANDALONE = 1
 FL_GROUP_COMMIT_ID = 2
@@ -101,28 +108,24 @@ def read_events(path: Path, start: int = 0) -> Iterator[BodyEvent]:
     summary needs; a file's last incomplete event (still being written) is not returned."""
     checksum = 4  # CRC32, MariaDB's default; the format description says
 
-    def wanted(etype: int, body_len: int) -> int:
-        cap = _MAX_GTID_LIST if etype == GTID_LIST_EVENT else MAX_TEXT
-        return min(body_len, cap) if etype in _FULL_BODY else min(body_len, 8) if _rowish(etype) else 0
-
     with open(path, "rb") as fh:
         for offset, end, timestamp, etype, server_id, body, body_len in event_frames(
-            fh, 0, str(path), wanted
+            fh, 0, str(path), _SUMMARY_BODIES
         ):
             if etype == FORMAT_DESCRIPTION_EVENT:
                 checksum = _checksum_length(body)
             elif etype == START_ENCRYPTION_EVENT:
-                raise BinlogFormatError(
-                    f"{path}: encrypted by the server at offset {offset} (encrypt_binlog): its events cannot be "
-                    "read outside the server; list it with mariadb-binlog on the server that wrote it"
-                )
+                raise _encrypted(path, offset)
             if len(body) == body_len and checksum and etype in _FULL_BODY:
                 body = body[:-checksum]
             yield _decode(path.name, offset, end, timestamp, etype, server_id, body)
 
 
-def _rowish(etype: int) -> bool:
-    return etype in (TABLE_MAP_EVENT, XID_EVENT) or etype in ROW_KINDS
+def _encrypted(path: Path, offset: int) -> BinlogFormatError:
+    return BinlogFormatError(
+        f"{path}: encrypted by the server at offset {offset} (encrypt_binlog): its events cannot be "
+        "read outside the server; list it with mariadb-binlog on the server that wrote it"
+    )
 
 
 def _checksum_length(body: bytes) -> int:
@@ -140,14 +143,7 @@ def _decode(file: str, offset: int, end: int, ts: int, etype: int, server_id: in
             seq, domain, flags = struct.unpack_from("<QIB", body)
             return BodyEvent(file, offset, end, ts, etype, server_id, Gtid(domain, server_id, seq), flags)
         if etype in (QUERY_EVENT, QUERY_COMPRESSED_EVENT) and len(body) >= _QUERY_HEAD.size:
-            _thread, _exec, db_len, _err, status_len = _QUERY_HEAD.unpack_from(body)
-            at = _QUERY_HEAD.size + status_len
-            schema = body[at : at + db_len].decode(errors="replace")
-            text = (
-                body[at + db_len + 1 :].decode(errors="replace")
-                if etype == QUERY_EVENT
-                else "<compressed statement>"
-            )
+            schema, text = _query(etype, body)
             return BodyEvent(file, offset, end, ts, etype, server_id, text=text, schema=schema)
         if etype == ANNOTATE_ROWS_EVENT:
             return BodyEvent(file, offset, end, ts, etype, server_id, text=body.decode(errors="replace"))
@@ -180,6 +176,16 @@ def _decode(file: str, offset: int, end: int, ts: int, etype: int, server_id: in
     except (IndexError, struct.error):
         pass  # a body too short for its type: the header is still right
     return event
+
+
+def _query(etype: int, body: bytes) -> tuple[str, str]:
+    """A Query event's default schema and statement (`body` without its checksum)."""
+    _thread, _exec, db_len, _err, status_len = _QUERY_HEAD.unpack_from(body)
+    at = _QUERY_HEAD.size + status_len
+    schema = body[at : at + db_len].decode(errors="replace")
+    if etype == QUERY_COMPRESSED_EVENT:
+        return schema, "<compressed statement>"
+    return schema, body[at + db_len + 1 :].decode(errors="replace")
 
 
 def state_of(gtids: Iterable[Gtid]) -> GtidPos:
@@ -372,3 +378,86 @@ def _add(txn: Transaction, ev: BodyEvent, tables: dict[int, str]) -> None:
         txn.row_bytes += ev.end - ev.offset
     elif ev.type in (XID_EVENT, XA_PREPARE_EVENT):
         txn.complete = True
+
+
+_GTID_HEAD = struct.Struct("<QIB")  # seq_no, domain_id, flags
+
+
+# What complete_groups() reads: the GTID's flags, statements (COMMIT?), the checksum setting.
+_GROUP_BODIES = {
+    GTID_EVENT: _GTID_HEAD.size,
+    **dict.fromkeys((*_QUERIES, FORMAT_DESCRIPTION_EVENT), MAX_TEXT),
+}
+# What an event means to a group; every other type is inside one (rows, table maps, annotations).
+_STARTS, _ENDS_IT, _MAY_END, _CUTS, _FORMAT, _ENCRYPTED = range(6)
+_ROLES = {
+    GTID_EVENT: _STARTS,
+    XID_EVENT: _ENDS_IT,
+    XA_PREPARE_EVENT: _ENDS_IT,
+    **dict.fromkeys(_QUERIES, _MAY_END),
+    **dict.fromkeys(_OUTSIDE, _CUTS),
+    FORMAT_DESCRIPTION_EVENT: _FORMAT,  # also outside a group
+    START_ENCRYPTION_EVENT: _ENCRYPTED,
+}
+_NEVER = 1 << 63
+
+
+def complete_groups(
+    files: list[Path],
+    start: int = 4,
+    *,
+    stop_time: int | None = None,
+    stop_gtid: GtidPos | None = None,
+    stop_position: int | None = None,
+) -> Iterator[tuple[Gtid, str, int]]:
+    """(GTID, file, end of its last event) of each complete event group from `start` in the
+    first file, in order, until the event a bounded `mariadb-binlog` stops at: the first one
+    stamped at or after `stop_time`, the first GTID past `stop_gtid` in its domain, or in the
+    last file the first event at or after `stop_position`.
+
+    A group ends where `transactions()` says, read from the headers and the GTID and Query
+    bodies only: the applier's stop planner needs no more, and decoding what each group did
+    took 84 s for 1.1 GiB of sysbench binlogs where this takes 8 s.
+    """
+    until = _NEVER if stop_time is None else stop_time
+    for n, path in enumerate(files):
+        skip_to = start if n == 0 else 0
+        position = stop_position if stop_position is not None and path == files[-1] else _NEVER
+        checksum = 4
+        group: Gtid | None = None
+        standalone = False
+        with open(path, "rb") as fh:
+            for offset, end, ts, etype, server_id, body, body_len in event_frames(
+                fh, 0, str(path), _GROUP_BODIES
+            ):
+                role = _ROLES.get(etype)
+                if role == _FORMAT:
+                    checksum = _checksum_length(body)
+                elif role == _ENCRYPTED:
+                    raise _encrypted(path, offset)
+                if offset < skip_to:
+                    continue
+                if ts >= until or offset >= position:
+                    return
+                if role is None or (group is None and role != _STARTS):
+                    continue
+                if role == _STARTS:
+                    if len(body) < _GTID_HEAD.size:
+                        continue  # a GTID event too short to read: inside the group, as transactions() has it
+                    seq, domain, flags = _GTID_HEAD.unpack_from(body)
+                    if stop_gtid and domain in stop_gtid and seq > stop_gtid[domain].seq:
+                        return
+                    group, standalone = Gtid(domain, server_id, seq), bool(flags & FL_STANDALONE)
+                elif role in (_CUTS, _FORMAT):
+                    group = None  # the file ended inside it
+                elif role == _ENDS_IT or _query_ends(etype, body, body_len, checksum, standalone):
+                    yield group, path.name, end  # type: ignore[misc]  # group is set here
+                    group = None
+
+
+def _query_ends(etype: int, body: bytes, body_len: int, checksum: int, standalone: bool) -> bool:
+    """COMMIT / ROLLBACK, or the one statement of a standalone group."""
+    if len(body) == body_len and checksum:
+        body = body[:-checksum]
+    text = _query(etype, body)[1] if len(body) >= _QUERY_HEAD.size else ""
+    return text.strip().upper() in _ENDS or standalone

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ..binlog.listing import BodyEvent, Transaction, transactions
+from ..binlog.listing import complete_groups
 from ..common.progress import ProgressLogger
 from ..common.tempdirs import private_dir
 from ..common.values import GtidPos, binlog_number, format_gtid_pos, parse_gtid_pos
@@ -96,33 +96,14 @@ def plan_stop(
     end inside of never committed. So: every complete transaction before the stop.
     """
     state = parse_gtid_pos(start_gtid)
-    stop = Stop(files[0].name if files else "", start_position, format_gtid_pos(state), 0)
-    last_file = files[-1].name if files else ""
-    for item in transactions(files, start_position, dict(state), events=True):
-        if isinstance(item, BodyEvent):
-            if _stops(item, last_file, stop_time, stop_gtid, stop_position):
-                break
-            continue
-        txn: Transaction = item
-        if txn.complete:
-            state[txn.gtid.domain] = txn.gtid
-            stop = Stop(txn.end_file, txn.end, format_gtid_pos(state), stop.transactions + 1)
-    return stop
-
-
-def _stops(
-    ev: BodyEvent, last_file: str, stop_time: int | None, stop_gtid: GtidPos | None, stop_position: int | None
-) -> bool:
-    if stop_time is not None and ev.timestamp >= stop_time:
-        return True
-    if stop_position is not None and ev.file == last_file and ev.offset >= stop_position:
-        return True
-    return bool(
-        stop_gtid
-        and ev.gtid is not None
-        and ev.gtid.domain in stop_gtid
-        and ev.gtid.seq > stop_gtid[ev.gtid.domain].seq
+    file, position, applied = files[0].name if files else "", start_position, 0
+    groups = complete_groups(
+        files, start_position, stop_time=stop_time, stop_gtid=stop_gtid, stop_position=stop_position
     )
+    for gtid, end_file, end in groups:
+        state[gtid.domain] = gtid
+        file, position, applied = end_file, end, applied + 1
+    return Stop(file, position, format_gtid_pos(state), applied)
 
 
 def stop_of(plan: PitrPlan, files: list[Path]) -> Stop:
