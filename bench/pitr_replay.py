@@ -20,8 +20,9 @@ all binlogs to the source's last GTID, by
 Both sandboxes get the same server options (``--innodb-buffer-pool-size=1G
 --innodb-log-file-size=512M --innodb-flush-log-at-trx-commit=2``). After each run a sandbox on the
 result compares ``CHECKSUM TABLE`` of every table and ``gtid_slave_pos`` with the source's. Methods
-alternate (applier, pipe / pipe, applier ...). CPU = user + sys of every child process of the replay
-(the servers, mariadb-binlog, the client). Target (printed, never asserted): pipe / applier >= 2.5
+alternate (applier, pipe / pipe, applier ...). CPU = user + sys of the replay: this process (the
+stop planner, which both methods run first) and every child (the servers, mariadb-binlog, the
+client); the planner's own time is measured once more on its own and printed. Target (printed, never asserted): pipe / applier >= 2.5
 (medians of wall time), identical data. Exit 1 if a run failed or its data differ.
 """
 
@@ -42,7 +43,7 @@ import _common as C  # noqa: E402
 from xtrabackup_provider.core.catalog.manifest import Manifest  # noqa: E402
 from xtrabackup_provider.core.db.sandbox import SandboxServer, table_checksums  # noqa: E402
 from xtrabackup_provider.core.engine.metadata import read_binlog_position  # noqa: E402
-from xtrabackup_provider.core.pitr.applier import replay_binlogs  # noqa: E402
+from xtrabackup_provider.core.pitr.applier import replay_binlogs, stop_of  # noqa: E402
 from xtrabackup_provider.core.pitr.plan import PitrPlan, PitrTarget  # noqa: E402
 
 SECTION = "pitr_replay"
@@ -156,9 +157,30 @@ def _facts(data: Path) -> dict[str, Any]:
     raise SystemExit(f"{data}: no facts.json")
 
 
-def _cpu_children() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+def _cpu_used() -> float:
+    """This process (the stop planner walks the binlogs here) and its children (servers, tools)."""
+    return sum(
+        usage.ru_utime + usage.ru_stime
+        for usage in (resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN))
+    )
+
+
+def _plan(data: Path, facts: dict[str, Any]) -> tuple[PitrPlan, list[Path]]:
+    files = [data / "binlogs" / name for name in facts["binlogs"]]
+    file, pos, gtid = facts["start"]
+    backup = Manifest.model_construct(
+        backup_id="bench", binlog_file=file, binlog_position=int(pos), gtid=gtid
+    )
+    return PitrPlan(backup, [], PitrTarget.at_gtid(facts["end_gtid"])), files
+
+
+def planning_seconds(data: Path, facts: dict[str, Any]) -> float:
+    """The stop planner alone (both methods run it first, inside their wall time)."""
+    plan, files = _plan(data, facts)
+    C.warm_page_cache(data / "binlogs")
+    t0 = time.monotonic()
+    stop_of(plan, files)
+    return time.monotonic() - t0
 
 
 def one_run(work: Path, data: Path, facts: dict[str, Any], method: str, n: int) -> dict[str, Any]:
@@ -167,16 +189,11 @@ def one_run(work: Path, data: Path, facts: dict[str, Any], method: str, n: int) 
     run.mkdir()
     datadir = run / "data"
     subprocess.run(["cp", "-a", str(data / "prepared"), str(datadir)], check=True)
-    files = [data / "binlogs" / name for name in facts["binlogs"]]
-    file, pos, gtid = facts["start"]
-    backup = Manifest.model_construct(
-        backup_id="bench", binlog_file=file, binlog_position=int(pos), gtid=gtid
-    )
-    plan = PitrPlan(backup, [], PitrTarget.at_gtid(facts["end_gtid"]))
+    plan, files = _plan(data, facts)
     C.warm_page_cache(data / "binlogs")
     subprocess.run(["sync"], check=False)
     load_before = C.load_average()
-    cpu0 = _cpu_children()
+    cpu0 = _cpu_used()
     t0 = time.monotonic()
     error = None
     try:
@@ -184,7 +201,7 @@ def one_run(work: Path, data: Path, facts: dict[str, Any], method: str, n: int) 
     except Exception as exc:  # noqa: BLE001 - reported, exit status 1
         error, stop = f"{type(exc).__name__}: {exc}", None
     seconds = time.monotonic() - t0
-    cpu = _cpu_children() - cpu0
+    cpu = _cpu_used() - cpu0
     load_after = C.load_average()
     row: dict[str, Any] = {
         "method": method,
@@ -207,7 +224,9 @@ def one_run(work: Path, data: Path, facts: dict[str, Any], method: str, n: int) 
     return row
 
 
-def report(command: str, facts: dict[str, Any], rows: list[dict[str, Any]], sysfacts: dict[str, str]) -> str:
+def report(
+    command: str, facts: dict[str, Any], rows: list[dict[str, Any]], sysfacts: dict[str, str], planning: float
+) -> str:
     by = {m: [r for r in rows if r["method"] == m and not r["error"]] for m in ("applier", "pipe")}
     med = {m: C.median([r["seconds"] for r in by[m]]) for m in by}
     cpu = {m: C.median([r["cpu"] for r in by[m]]) for m in by}
@@ -240,6 +259,8 @@ def report(command: str, facts: dict[str, Any], rows: list[dict[str, Any]], sysf
   GTID {facts["end_gtid"]}.
 - Machine: {sysfacts["cpus"]} CPUs, {sysfacts["memory"]}, {sysfacts["os"]}; {sysfacts["mariabackup"]}.
 - Both replay sandboxes: `{" ".join(REPLAY_SERVER)}`; the applier with 4 parallel workers (optimistic).
+- The stop planner (`core.pitr.applier.stop_of`, run first by both methods, inside their wall and
+  CPU time) took {planning:.1f} s on its own.
 
 {table}
 
@@ -268,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--write-docs", action="store_true", help=f"replace this section of {C.BENCH_DOC}")
     args = parser.parse_args(argv)
-    command = f".venv/bin/python bench/pitr_replay.py --gib {args.gib} --rounds {args.rounds}"
+    source = f"--data {args.data}" if args.data else f"--gib {args.gib}"
+    command = f".venv/bin/python bench/pitr_replay.py {source} --rounds {args.rounds}"
     sysfacts = C.system_facts()
     rows: list[dict[str, Any]] = []
     with C.workdir(SECTION, args.keep) as work:
@@ -277,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
         C.log(
             f"{len(facts['binlogs'])} binlogs, {C.fmt_bytes(facts['binlog_bytes_after_backup'])} after the backup"
         )
+        planning = planning_seconds(data, facts)
+        C.log(f"stop planning alone: {planning:.1f}s")
         n = 0
         for r in range(args.rounds):
             for method in ("applier", "pipe") if r % 2 == 0 else ("pipe", "applier"):
@@ -284,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
                 C.log(f"round {r + 1}: {method}")
                 rows.append(one_run(work, data, facts, method, n))
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    text = report(command, facts, rows, sysfacts)
+    text = report(command, facts, rows, sysfacts, planning)
     print(text)
     if args.write_docs:
         C.update_doc_section(SECTION, text)

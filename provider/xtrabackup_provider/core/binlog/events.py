@@ -85,8 +85,8 @@ def event_frames(
     written) is not returned.
 
     The hot loop of every binlog reader: reading 1 MiB at a time and a table instead of a
-    callback per event halved the walk of 7.4 million events (1.1 GiB of sysbench binlogs,
-    10.3 s -> 5.4 s)."""
+    callback per event made the walk of 7.4 million events (1.1 GiB of sysbench binlogs,
+    10.3 s -> 6.6 s) 1.6x faster."""
     if start == 0:
         magic = fh.read(4)
         if len(magic) < 4:
