@@ -11,7 +11,7 @@ from typing import Any
 from airflow.sdk import BaseHook
 
 from ..core.catalog.backups import Catalog
-from ..core.storage.base import MiB, ObjectStore
+from ..core.storage.base import MEMORY_MIB_RANGE, MiB, ObjectStore
 from ..core.storage.local import LocalStore
 from ..core.storage.partplan import DEFAULT_MEMORY, PartLimits
 from ..core.storage.s3 import S3Store
@@ -56,10 +56,11 @@ class BackupStorageHook(BaseHook):
         value = (extra or {}).get(MEMORY_FIELD)
         if value is None:
             return DEFAULT_MEMORY
-        if isinstance(value, bool) or not str(value).isdigit() or not 32 <= int(value) <= 65536:
+        low, high = MEMORY_MIB_RANGE
+        if isinstance(value, bool) or not str(value).isdigit() or not low <= int(value) <= high:
             raise ValueError(
                 f"connection {self.aws_conn_id!r}: extra {MEMORY_FIELD}={value!r} must be a whole number "
-                "of MiB from 32 to 65536 (the buffers one upload may hold); fix the connection's extra"
+                f"of MiB from {low} to {high} (the buffers one upload may hold); fix the connection's extra"
             )
         return int(value) * MiB
 

@@ -20,7 +20,7 @@ from pydantic import (
 
 from ..db.dsn import DEFAULT_DSN_TABLE, DEFAULT_REPLICATE, check_database_name, check_dsn, check_table_name
 from ..retention.model import RetentionPolicy
-from ..storage.base import STORAGE_CLASSES
+from ..storage.base import DEFAULT_MEMORY_MIB, MEMORY_MIB_RANGE, STORAGE_CLASSES
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 CONFIG_ENV = "XTRABACKUP_FLEET_CONFIG"
@@ -106,7 +106,7 @@ class StorageConfig(_Model):
     pool: PoolConfig | None = None  # caps concurrent uploads to this storage target, across clusters
     # Buffers one upload stream may hold (the part being filled + those in flight); sizes the
     # multipart parts, and a stream past what one object holds continues in segments (S3 only).
-    upload_memory_mib: int = Field(512, ge=32, le=65536)
+    upload_memory_mib: int = Field(DEFAULT_MEMORY_MIB, ge=MEMORY_MIB_RANGE[0], le=MEMORY_MIB_RANGE[1])
 
     @field_validator("prefix")
     @classmethod

@@ -20,6 +20,9 @@ GiB = 1024 * MiB
 MAX_PARTS = 10_000
 MIN_PART_SIZE = 8 * MiB
 MAX_PART_SIZE = 5 * GiB
+# What `upload_memory_mib` (config, the aws connection's extra) may be: buffers per upload stream.
+DEFAULT_MEMORY_MIB = 512
+MEMORY_MIB_RANGE = (32, 65536)
 ARCHIVE_CLASSES = frozenset({"GLACIER", "DEEP_ARCHIVE"})
 # Backup data objects carry this tag; lifecycle rules transition only tagged objects, so
 # manifests (which listing and chain validation read) never end up in Glacier.

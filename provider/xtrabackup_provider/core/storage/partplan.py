@@ -26,12 +26,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .base import MAX_PART_SIZE, MAX_PARTS, MIN_PART_SIZE, GiB, MiB, StorageError
+from .base import DEFAULT_MEMORY_MIB, MAX_PART_SIZE, MAX_PARTS, MIN_PART_SIZE, GiB, MiB, StorageError
 
 TiB = 1024 * GiB
 MAX_OBJECT_SIZE = 5 * TiB  # S3's cap on one object, however it was uploaded
 S3_MIN_PART_SIZE = 5 * MiB  # S3 refuses a smaller part unless it is the upload's last
-DEFAULT_MEMORY = 512 * MiB
+DEFAULT_MEMORY = DEFAULT_MEMORY_MIB * MiB
 
 
 @dataclass(frozen=True)
