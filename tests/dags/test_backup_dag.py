@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from dag_helpers import labels, load_dag_module, task_states
+from dag_helpers import labels, load_dag_module, run_dag, task_states
 
 from helpers import add_orders, restore_with, restored_checksums, seed_database, unique_name
 from xtrabackup_provider.core.db.sandbox import SandboxServer, table_checksums
 
 
 def _run(dag, kind: str = "auto"):
-    dagrun = dag.test(run_conf={"kind": kind})
+    dagrun = run_dag(dag, run_conf={"kind": kind})
     states = task_states(dagrun, dag)
     return dagrun, states
 

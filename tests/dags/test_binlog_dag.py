@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from dag_helpers import load_dag_module, task_states
+from dag_helpers import load_dag_module, run_dag, task_states
 
 from xtrabackup_provider.core.binlog.catalog import BinlogCatalog
 from xtrabackup_provider.core.binlog.ship import ShipRequest, ship_binlogs
@@ -48,6 +48,19 @@ def _index(server, catalog):
     return BinlogCatalog(catalog, server_facts(_target(server)).server_uuid).index()
 
 
+def _deferred_since(since: datetime) -> list[dict]:
+    """The kwargs of the binlog sensor's triggers created since `since` (a deferral each)."""
+    from airflow.models.trigger import Trigger
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        rows = session.scalars(
+            select(Trigger).where(Trigger.classpath == TRIGGER, Trigger.created_date >= since)
+        )
+        return [dict(row.kwargs) for row in rows]
+
+
 class ShipWhenDeferred(threading.Thread):
     """Waits until the sensor's trigger row is in the Airflow db, then ships: the binlogs cannot
     be stored before the task has deferred."""
@@ -63,22 +76,12 @@ class ShipWhenDeferred(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
-        from airflow.models.trigger import Trigger
-        from airflow.utils.session import create_session
-        from sqlalchemy import select
-
         try:
             while not self.stop.wait(0.2):
-                with create_session() as session:
-                    row = session.scalars(
-                        select(Trigger).where(
-                            Trigger.classpath == TRIGGER, Trigger.created_date >= self.since
-                        )
-                    ).first()
-                    if row is not None:
-                        self.trigger_kwargs = dict(row.kwargs)
-                        ship_binlogs(self.request)
-                        return
+                if deferred := _deferred_since(self.since):
+                    self.trigger_kwargs = deferred[0]
+                    ship_binlogs(self.request)
+                    return
         except BaseException as exc:  # noqa: BLE001 - asserted by the test
             self.error = exc
 
@@ -91,7 +94,7 @@ def test_shipping_dag_ships_every_binlog_of_the_cluster(binlog_fleet):
     open_before = server.query("SHOW MASTER STATUS")[0][0]
     dag = load_dag_module("mysql_binlog_shipping").mysql_binlog_shipping_dagtest
 
-    dagrun = dag.test()
+    dagrun = run_dag(dag)
     assert dagrun.state == "success", _states(dagrun)
     index = _index(server, catalog)
     server_logs = [r[0] for r in server.query("SHOW BINARY LOGS")]
@@ -106,17 +109,20 @@ def test_backup_dag_counts_a_backup_only_once_its_binlogs_are_stored(binlog_flee
     server.query("CREATE TABLE gate_dag.t (id INT PRIMARY KEY, at DATETIME) ENGINE=InnoDB")
     # Nobody ships: the sensor gives up at lag_timeout (3 s here) and the run fails, backup or not.
     _set_binlogs(lag_timeout_minutes=0.05)
-    dagrun = load_dag_module("mysql_backup").mysql_backup_dagtest.test()
+    started = datetime.now(UTC)
+    dagrun = run_dag(load_dag_module("mysql_backup").mysql_backup_dagtest)
     states = _states(dagrun)
     assert states["db1.backup"] == "success" and states["db1.binlogs_shipped"] == "failed", states
     assert dagrun.state == "failed"
+    # Failed by its own timeout after deferring, not because the task could not start.
+    assert _deferred_since(started), "the sensor failed without deferring to its trigger"
 
     _set_binlogs(lag_timeout_minutes=2)
     dag = load_dag_module("mysql_backup").mysql_backup_dagtest
     shipper = ShipWhenDeferred(server, catalog, gpg_keys, datetime.now(UTC))
     shipper.start()
     try:
-        dagrun = dag.test()
+        dagrun = run_dag(dag)
     finally:
         shipper.stop.set()
         shipper.join(60)
@@ -141,7 +147,7 @@ def test_backup_dag_counts_a_backup_only_once_its_binlogs_are_stored(binlog_flee
         ShipRequest(catalog=catalog, target=_target(server), public_keys=[gpg_keys.public_key], flush=True)
     )
     restore_test = load_dag_module("mysql_restore_test").mysql_restore_test_dagtest
-    dagrun = restore_test.test(run_conf={"host": "db1", "target_time": target.isoformat()})
+    dagrun = run_dag(restore_test, run_conf={"host": "db1", "target_time": target.isoformat()})
     states = _states(dagrun)
     assert dagrun.state == "success", states
     assert states["restore_to_time"] == "success" and states["restore_latest_chain"] == "skipped"

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 import yaml
-from dag_helpers import load_dag_module, task_states
+from dag_helpers import load_dag_module, run_dag, task_states
 
 from helpers import (
     checksum_pair,
@@ -97,7 +97,7 @@ def gate_fleet(pair, gpg_keys, tmp_path, monkeypatch, airflow_home):
 
 def _run(module: str, dag_id: str):
     dag = getattr(load_dag_module(module), dag_id)
-    dagrun = dag.test()
+    dagrun = run_dag(dag)
     return dagrun.state, task_states(dagrun, dag)
 
 

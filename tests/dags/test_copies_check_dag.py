@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 import yaml
-from dag_helpers import load_dag_module, task_states
+from dag_helpers import load_dag_module, run_dag, task_states
 
 from helpers import root_target, seed_database, unique_name
 from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
@@ -24,8 +24,6 @@ def test_backup_dag_copies_to_every_target_and_one_that_is_down_does_not_fail_th
     server, catalog = fleet
     seed_database(server, unique_name("dagcopies"), rows=200)
     config = yaml.safe_load(Path(os.environ["XTRABACKUP_FLEET_CONFIG"]).read_text())  # the fixture's
-    # A DAG id of its own: the session's metadata db holds mysql_backup_dagtest without copy tasks,
-    # and Airflow 3.1's dag.test() runs tasks against that serialized shape.
     config["clusters"][0]["name"] = "dagcopies"
     config["copies"] = [
         {"name": "vault", "local_path": str(tmp_path / "vault"), "retention": {"keep_last_chains": 5}},
@@ -42,7 +40,7 @@ def test_backup_dag_copies_to_every_target_and_one_that_is_down_does_not_fail_th
         ),
     )
     dag = load_dag_module("mysql_backup").mysql_backup_dagcopies
-    dagrun = dag.test(run_conf={"kind": "full"})
+    dagrun = run_dag(dag, run_conf={"kind": "full"})
     states = task_states(dagrun, dag)
     assert dagrun.state == "success", states
     assert states["db1.backup"] == "success"
@@ -78,7 +76,7 @@ def test_check_dag_fails_when_a_host_is_critical_and_passes_on_a_warning(
     # A generous RPO: the only finding is that no restore test has passed yet, a warning.
     monkeypatch.setenv("XTRABACKUP_FLEET_CONFIG", str(_check_config(tmp_path, 26)))
     dag = load_dag_module("mysql_backup_check").mysql_backup_check_dagcheck
-    dagrun = dag.test()
+    dagrun = run_dag(dag)
     assert dagrun.state == "success", task_states(dagrun, dag)
     (ti,) = dagrun.get_task_instances()
     (host,) = ti.xcom_pull(task_ids="check")
@@ -87,6 +85,6 @@ def test_check_dag_fails_when_a_host_is_critical_and_passes_on_a_warning(
     # An RPO of a thousandth of a second: the same backup is now too old, so the run fails.
     monkeypatch.setenv("XTRABACKUP_FLEET_CONFIG", str(_check_config(tmp_path, 1 / 3_600_000)))
     dag = load_dag_module("mysql_backup_check").mysql_backup_check_dagcheck
-    dagrun = dag.test()
+    dagrun = run_dag(dag)
     assert dagrun.state == "failed"
     assert task_states(dagrun, dag) == {"check": "failed"}

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 import yaml
-from dag_helpers import load_dag_module
+from dag_helpers import load_dag_module, run_dag
 
 from glacier_helpers import finish_restores, restore_header, slow_restores
 from helpers import seed_database, unique_name
@@ -80,7 +80,7 @@ def _return_value(dagrun, task_id: str):
 def test_archived_backup_restore_test_defers_then_resumes(glacier_fleet, s3_server):
     server, catalog = glacier_fleet
     seed_database(server, unique_name("ice"), rows=200)
-    assert load_dag_module("mysql_backup").mysql_backup_dagtest.test().state == "success"
+    assert run_dag(load_dag_module("mysql_backup").mysql_backup_dagtest).state == "success"
     manifest = catalog.latest()
     key = manifest.backup_object.key
     client = s3_server.client()
@@ -91,7 +91,7 @@ def test_archived_backup_restore_test_defers_then_resumes(glacier_fleet, s3_serv
     with slow_restores(s3_server.endpoint_url, client, catalog.store.bucket, [key], reads=60):
         watcher.start()
         try:
-            dagrun = dag.test(run_conf={"host": "db1", "level": "quick"})
+            dagrun = run_dag(dag, run_conf={"host": "db1", "level": "quick"})
         finally:
             watcher.stop.set()
             watcher.join()

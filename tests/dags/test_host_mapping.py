@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from dag_helpers import labels, load_dag_module, task_states
+from dag_helpers import labels, load_dag_module, run_dag, task_states
 
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.config.schema import ConfigError
@@ -35,7 +35,7 @@ def test_each_host_is_a_map_index_and_its_backup_runs_on_its_queue(fleet):
     dag = load_dag_module("mysql_backup").mysql_backup_dagtest
     assert dag.get_task("backup.backup").queue == HOST_QUEUE
 
-    full = dag.test()
+    full = run_dag(dag)
     states = task_states(full, dag)
     assert full.state == "success", states
     tis = {(ti.task_id, ti.map_index): ti for ti in full.get_task_instances()}
@@ -51,7 +51,7 @@ def test_each_host_is_a_map_index_and_its_backup_runs_on_its_queue(fleet):
 
     # db2 loses its backups: next run, db1 takes an incremental and db2 a new full, in one run.
     catalog.store.delete([info.key for info in catalog.store.list("backups/dagtest/db2/")])
-    again = dag.test()
+    again = run_dag(dag)
     states = task_states(again, dag)
     assert again.state == "success", states
     assert labels(again) == {
@@ -87,7 +87,7 @@ def test_a_failed_host_keeps_its_backups_and_the_others_go_on(fleet):
     ]
     path.write_text(yaml.safe_dump(config))
     dag = load_dag_module("mysql_backup").mysql_backup_dagtest
-    run = dag.test()
+    run = run_dag(dag)
     states = task_states(run, dag)
     assert run.state == "failed"
     assert states["db1.backup"] == states["db1.retention"] == "success", states

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from dag_helpers import load_dag_module
+from dag_helpers import load_dag_module, run_dag
 
 from helpers import seed_database, unique_name, wait_for
 from xtrabackup_provider.core.binlog.catalog import BinlogCatalog, server_uuids
@@ -111,7 +111,7 @@ def test_backup_restore_test_and_binlog_metrics_reach_statsd(fleet, statsd):
     seed_database(server, unique_name("metrics"), rows=500)
     _set_cluster(binlogs={"gate_backups": False})
 
-    assert load_dag_module("mysql_backup").mysql_backup_dagtest.test().state == "success"
+    assert run_dag(load_dag_module("mysql_backup").mysql_backup_dagtest).state == "success"
     _received(statsd, "backup", "full", "c")
     m = catalog.latest()
     assert m is not None
@@ -125,7 +125,7 @@ def test_backup_restore_test_and_binlog_metrics_reach_statsd(fleet, statsd):
     assert _values(statsd, "backup", "failed", "c") == []
 
     dag = load_dag_module("mysql_restore_test").mysql_restore_test_dagtest
-    assert dag.test(run_conf={"host": "db1"}).state == "success"
+    assert run_dag(dag, run_conf={"host": "db1"}).state == "success"
     _received(statsd, "restore_test", "passed", "c")
     report = read_report(catalog, m.backup_id)
     assert report and report["verdict"] == "pass"
@@ -136,7 +136,7 @@ def test_backup_restore_test_and_binlog_metrics_reach_statsd(fleet, statsd):
     assert _values(statsd, "restore_test", "failed", "c") == []
 
     before = datetime.now(UTC)
-    assert load_dag_module("mysql_binlog_shipping").mysql_binlog_shipping_dagtest.test().state == "success"
+    assert run_dag(load_dag_module("mysql_binlog_shipping").mysql_binlog_shipping_dagtest).state == "success"
     after = datetime.now(UTC)
     _received(statsd, "binlog", "shipping_runs", "c")
     (uuid,) = server_uuids(catalog)
@@ -153,7 +153,7 @@ def test_backup_restore_test_and_binlog_metrics_reach_statsd(fleet, statsd):
     # A backup that fails is counted too (the backup tool does not exist on this worker).
     _host(binary="/nonexistent/mariabackup")
     dag = load_dag_module("mysql_backup").mysql_backup_dagtest
-    assert dag.test(run_conf={"kind": "full"}).state == "failed"
+    assert run_dag(dag, run_conf={"kind": "full"}).state == "failed"
     _received(statsd, "backup", "failed", "c")
     assert _values(statsd, "backup", "failed", "c") == [1]
     assert _values(statsd, "backup", "succeeded", "c") == [1], "the failed run must not count as a backup"
@@ -162,7 +162,7 @@ def test_backup_restore_test_and_binlog_metrics_reach_statsd(fleet, statsd):
 def test_what_a_backup_cost_and_the_check_figures_reach_statsd(fleet, statsd):
     server, catalog = fleet
     seed_database(server, unique_name("metrics"), rows=300)
-    assert load_dag_module("mysql_backup").mysql_backup_dagtest.test().state == "success"
+    assert run_dag(load_dag_module("mysql_backup").mysql_backup_dagtest).state == "success"
     _received(statsd, "backup", "full", "c")
     m = catalog.latest()
     assert m is not None and m.impact is not None
@@ -172,7 +172,7 @@ def test_what_a_backup_cost_and_the_check_figures_reach_statsd(fleet, statsd):
 
     # No restore test has passed yet: a warning (the check DAG succeeds), and every figure is sent.
     dag = load_dag_module("mysql_backup_check").mysql_backup_check_dagtest
-    assert dag.test().state == "success"
+    assert run_dag(dag).state == "success"
     _received(statsd, "check", "copies_behind", "g")
     assert _values(statsd, "check", "status", "g") == [1]
     (age,) = _values(statsd, "check", "backup_age_seconds", "g")

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 import yaml
-from dag_helpers import load_dag_module
+from dag_helpers import load_dag_module, run_dag
 
 from helpers import parse_gtid_pos, root_target, seed_database, unique_name, wait_caught_up
 from replica_helpers import NewHost, WriteLoad, new_host_dir
@@ -111,7 +111,7 @@ def test_a_replica_is_built_from_a_backup_through_the_dag(
         assert dag.task_dict["provision"].queue == "db3", "it writes the new host's datadir"
         assert dag.params.get_param("from_host").schema["enum"] == ["db1"]
         with WriteLoad(source, db) as during:
-            dagrun = dag.test(run_conf={"max_lag_seconds": 1})
+            dagrun = run_dag(dag, run_conf={"max_lag_seconds": 1})
         states = {ti.task_id: ti.state for ti in dagrun.get_task_instances()}
         assert dagrun.state == "success", states
         assert states == {

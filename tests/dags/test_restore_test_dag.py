@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dag_helpers import load_dag_module
+from dag_helpers import load_dag_module, run_dag
 
 from helpers import seed_database, unique_name
 from xtrabackup_provider.core.catalog.reports import read_report
@@ -12,12 +12,12 @@ def _backup_twice(server, db):
     dag = load_dag_module("mysql_backup").mysql_backup_dagtest
     for _ in range(2):
         server.query(f"INSERT INTO `{db}`.audit SELECT MAX(id) + 1, 'tick' FROM `{db}`.audit")
-        assert dag.test().state == "success"
+        assert run_dag(dag).state == "success"
 
 
 def _restore_test(**conf):
     dag = load_dag_module("mysql_restore_test").mysql_restore_test_dagtest
-    dagrun = dag.test(run_conf=conf)
+    dagrun = run_dag(dag, run_conf=conf)
     return dagrun, {ti.task_id: ti.state for ti in dagrun.get_task_instances()}
 
 
@@ -41,7 +41,7 @@ def test_latest_chain_restores_and_verifies(fleet):
 def test_corrupted_backup_fails_with_the_reason_in_the_report(fleet, capfd):
     server, catalog = fleet
     seed_database(server, unique_name("rt"), rows=200)
-    assert load_dag_module("mysql_backup").mysql_backup_dagtest.test().state == "success"
+    assert run_dag(load_dag_module("mysql_backup").mysql_backup_dagtest).state == "success"
     manifest = catalog.latest()
     data = bytearray(catalog.store.get_bytes(manifest.backup_object.key))
     data[-100] ^= 0xFF

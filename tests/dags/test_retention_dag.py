@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import yaml
-from dag_helpers import load_dag_module, task_states
+from dag_helpers import load_dag_module, run_dag, task_states
 
 from helpers import restore_with, restored_checksums, seed_database, unique_name
 from xtrabackup_provider.core.db.sandbox import table_checksums
@@ -25,7 +25,7 @@ def _set_retention(retention: dict) -> None:
 
 
 def _run_full(dag) -> dict[str, str]:
-    dagrun = dag.test(run_conf={"kind": "full"})
+    dagrun = run_dag(dag, run_conf={"kind": "full"})
     states = task_states(dagrun, dag)
     assert dagrun.state == "success", states
     return states

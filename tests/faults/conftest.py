@@ -39,7 +39,16 @@ _DAGS = Path(__file__).resolve().parents[1] / "dags"
 fleet = _load("xbp_faults_dags_conftest", _DAGS / "conftest.py").fleet
 
 
+_dag_helpers = _load("xbp_faults_dag_helpers", _DAGS / "dag_helpers.py")
+
+
 @pytest.fixture
 def load_dag():
     """`load_dag("mysql_backup")` imports a shipped DAG file afresh, as the dag processor does."""
-    return _load("xbp_faults_dag_helpers", _DAGS / "dag_helpers.py").load_dag_module
+    return _dag_helpers.load_dag_module
+
+
+@pytest.fixture
+def run_dag():
+    """`run_dag(dag, **kw)`: dag.test() of the DAG as the test built it (tests/dags/dag_helpers.py)."""
+    return _dag_helpers.run_dag

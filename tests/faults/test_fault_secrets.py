@@ -178,7 +178,9 @@ def _airflow_log_files(home: Path) -> str:
     return "\n".join(p.read_text(errors="replace") for p in (home / "logs").rglob("*") if p.is_file())
 
 
-def test_dag_runs_keep_secrets_out_of_task_logs_xcom_and_argv(fleet, gpg_keys, airflow_home, capfd, load_dag):
+def test_dag_runs_keep_secrets_out_of_task_logs_xcom_and_argv(
+    fleet, gpg_keys, airflow_home, capfd, load_dag, run_dag
+):
     server, catalog = fleet
     seed_database(server, unique_name("sec"), rows=300)
     secrets = _secrets(server.root_password, gpg_keys)
@@ -187,7 +189,7 @@ def test_dag_runs_keep_secrets_out_of_task_logs_xcom_and_argv(fleet, gpg_keys, a
     # The fleet fixture passes connections as AIRFLOW_CONN_* variables, which every child of this
     # process inherits: the environment scan would only find the harness's own variables.
     with _all_logs() as logs, ProcScanner(secrets, environ=False) as scan:
-        states = [backup_dag.test().state, restore_test_dag.test(run_conf={"host": "db1"}).state]
+        states = [run_dag(backup_dag).state, run_dag(restore_test_dag, run_conf={"host": "db1"}).state]
     assert states == ["success", "success"], states
     assert len(catalog.backup_ids()) == 1
     # dag.test() runs the tasks in this process: their log records are the task logs.
