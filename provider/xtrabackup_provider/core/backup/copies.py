@@ -33,6 +33,7 @@ from ..catalog.lock import HostLock, HostLockBusy
 from ..catalog.manifest import CatalogError, Manifest, Segment, StoredObject, read_stored, stored_segments
 from ..catalog.records import CopyOrigin
 from ..catalog.reports import REPORT_NAME
+from ..common.crashpoints import crash_point
 from ..common.values import binlog_number
 from ..storage.base import ARCHIVE_TAGGING, ObjectStore, PutOptions, StorageError, segment_key
 
@@ -261,9 +262,11 @@ def copy_backup(
         side = m.option_files.model_copy(update={"object": copy(m.option_files.object, archive=False)})
     origin = CopyOrigin(target=source_name, location=src.store.location, copied_at=datetime.now(UTC))
     data = m.model_dump() | {"objects": objects, "option_files": side, "copy_of": origin}
+    crash_point("copy.after_objects")
     if confirm:
         confirm(f"registering the copy of {m.backup_id}")
     dest.write(Manifest.model_validate(data))
+    crash_point("copy.after_manifest")
     return copied
 
 

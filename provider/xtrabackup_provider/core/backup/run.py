@@ -29,6 +29,7 @@ from ..catalog.manifest import (
 )
 from ..catalog.shape import SourceShape
 from ..common.children import raise_open_files_limit, require_open_files
+from ..common.crashpoints import crash_point
 from ..common.files import directory_size
 from ..common.tempdirs import private_workdir
 from ..db.heartbeat import (
@@ -228,8 +229,10 @@ def _run_locked(req: BackupRequest, now: datetime | None, lock: HostLock) -> Man
         option_files=option_files,
         source_shape=shape,
     )
+    crash_point("backup.after_objects")
     lock.confirm(f"registering {backup_id}")  # fencing: a run that lost its lock registers nothing
     req.catalog.write(manifest)
+    crash_point("backup.after_manifest")
     log.info(
         "registered %s (%s, %d raw bytes -> %d stored) at %s",
         backup_id,

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from ..common.crashpoints import crash_point
 from ..storage.base import StorageError
 from .backups import Catalog
 from .lock import STORE_CLOCK_MARGIN
@@ -119,6 +120,7 @@ class ReadLease:
         if self._renewer is None:
             return  # never written
         self._renewer.join()
+        crash_point("lease.before_release")
         try:
             self.catalog.store.delete([self.key])
         except Exception as exc:  # noqa: BLE001 - never mask the run's own outcome

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..common.crashpoints import crash_point
 from ..engine.xbstream import StreamFlavour
 from ..storage.base import ObjectWriter
 from .process import EOF, Handoff, PipelineError, Proc, ProgressFn, Worker, read_chunks
@@ -198,6 +199,7 @@ def stream_to_parts(
             part.join()
         for part in parts:
             part.sink.commit()
+            crash_point("parts.between_commits")
     except BaseException:
         if producer:
             producer.kill()

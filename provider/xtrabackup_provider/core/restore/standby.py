@@ -40,6 +40,7 @@ from pathlib import Path
 from ..catalog.backups import Catalog
 from ..catalog.lease import ReadLease
 from ..catalog.manifest import Manifest
+from ..common.crashpoints import crash_point
 from ..common.files import fsync_dir
 from ..engine.argv import PrepareStep
 from ..engine.metadata import read_binlog_position
@@ -174,6 +175,7 @@ def _update(
         for manifest in new:
             _begin(directory, state, f"apply {manifest.backup_id}")
             _apply(catalog, directory, state, manifest, tool, gpg, use_memory)
+            crash_point("standby.after_step")
             state.step = None
             _save(directory, state)
     log.info("standby %s at %s (chain %s)", directory, state.newest, state.chain_root)
@@ -193,6 +195,7 @@ def _apply(
     if manifest.kind == "full":
         base.mkdir()
         fetch_one(catalog, manifest, tool, base, gpg)
+        crash_point("standby.mid_step")  # fetched, not yet prepared
         state.applied.append(manifest.backup_id)
         if tool.capabilities.prepared_base_accepts_incrementals:
             _step(tool, PrepareStep(str(base), None, False), [base], use_memory)
