@@ -1,27 +1,12 @@
-"""Fixtures of the crash-point suite: one seeded MariaDB server per module and a bed per test
-(tests/chaos/crashbed.py) on the session's moto endpoint."""
+"""Fixtures of the crash-point suite: a bed per test (tests/chaos/crashbed.py) on the module's
+seeded server (tests/conftest.py) and the session's moto endpoint."""
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
 
 import pytest
 from crashbed import Bed
-
-from helpers import seed_database, unique_name
-from xtrabackup_provider.core.db.sandbox import SandboxServer
-
-
-@pytest.fixture(scope="module")
-def seeded(mariadb_factory) -> Iterator[tuple[SandboxServer, str]]:
-    server = mariadb_factory("crash", root_password=secrets.token_urlsafe(16))
-    db = unique_name("crash")
-    seed_database(server, db, rows=3000)
-    try:
-        yield server, db
-    finally:
-        mariadb_factory.discard(server)
 
 
 @pytest.fixture

@@ -310,11 +310,7 @@ class Fleet:
             conns[f"mysql_{c.name}_{BACKUP_HOST}"] = {"conn_type": "mysql", "host": "localhost", "login": "root",
                                                       "password": r1.root_password,
                                                       "extra": {"unix_socket": str(r1.socket)}}  # fmt: skip
-        path = self.work / "connections.json"
-        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as fh:
-            json.dump(conns, fh)
-        stack.cli("connections", "import", str(path))
-        path.unlink()
+        stack.import_connections(conns)
         stack.start_redis()
         stack.start_airflow()
         for c in self.clusters.values():

@@ -122,6 +122,17 @@ class AirflowStack:
         assert proc.returncode == 0, f"airflow {args[0]} exited {proc.returncode}: {proc.stderr[-3000:]}"
         return proc.stdout
 
+    def import_connections(self, conns: dict[str, Any]) -> None:
+        """`airflow connections import` from a 0600 file, removed afterwards: secrets stay off argv
+        (`connections add --conn-password` would show them to ps)."""
+        path = self.work / "connections.json"
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as fh:
+            json.dump(conns, fh)
+        try:
+            self.cli("connections", "import", str(path))
+        finally:
+            path.unlink()
+
     def start(self, name: str, argv: list[str], **extra_env: str) -> None:
         with open(self.work / f"{name}.log", "ab") as log:
             self.procs[name] = subprocess.Popen(

@@ -3,27 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
-import secrets
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-from helpers import seed_database, unique_name
-from xtrabackup_provider.core.db.sandbox import SandboxServer
-
-
-@pytest.fixture(scope="module")
-def seeded(mariadb_factory) -> Iterator[tuple[SandboxServer, str]]:
-    """One server per test module with a seeded schema; tests use their own bucket or directory."""
-    server = mariadb_factory("faults", root_password=secrets.token_urlsafe(16))
-    db = unique_name("f")
-    seed_database(server, db, rows=3000)
-    try:
-        yield server, db
-    finally:
-        mariadb_factory.discard(server)
 
 
 def _load(name: str, path: Path) -> ModuleType:
