@@ -80,7 +80,11 @@ class Injector:
     def inject(self) -> Fault:
         kinds = [self.kill_worker, self.kill_tool, self.kill_cli, self.restart_db, self.scratch_full,
                  self.clock_skew, self.reseed_replica, self.s3_partition]  # fmt: skip
-        fault = self.rng.choice(kinds)()
+        kind = self.rng.choice(kinds)
+        try:
+            fault = kind()
+        except Exception as exc:  # noqa: BLE001 - the harness's own failure: reported, the run goes on
+            fault = Fault(kind.__name__, "-", time.time(), None, note=f"HARNESS ERROR: {exc!r}"[:500])
         fault.t1 = time.time()
         self.log.append(fault)
         with (self.fleet.work / "faults.jsonl").open("a") as fh:
@@ -193,6 +197,8 @@ class Injector:
         shutil.rmtree(r1.datadir)
         shutil.move(str(copy), str(r1.datadir))
         r1.start(timeout=300)
+        own, r1.root_password = r1.root_password, r2.root_password  # the accounts came with the data
+        r1.set_root_password(own or "")  # unlogged: no errant GTID on a replica
         r1.query("STOP SLAVE")
         r1.query("RESET SLAVE ALL")
         r1.query("SET GLOBAL gtid_slave_pos = %s", (gtid,))

@@ -111,6 +111,9 @@ def finish(fleet: Fleet, injector: Injector, checker: Checker, points: int, star
     proxy = proxy_faults(fleet)
     false = false_alerts(fleet, injector.log, started)
     undetected = [f for f in injector.log if f.seen is None]
+    for f in injector.log:
+        if f.note.startswith("HARNESS ERROR"):
+            checker.violation(f"the harness could not inject {f.kind}: {f.note}")
     for f in undetected:
         checker.violation(
             f"fault {f.kind} {f.target} at {time.strftime('%H:%M:%S', time.localtime(f.t0))} did not show within {f.bound_s:.0f} s"
@@ -122,7 +125,7 @@ def finish(fleet: Fleet, injector: Injector, checker: Checker, points: int, star
         "faults_log": [f.as_dict() for f in injector.log],
     }  # fmt: skip
     (fleet.work / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    lost = sum(1 for v in checker.violations if "did not show" not in v)
+    lost = sum(1 for v in checker.violations if "did not show" not in v and "harness" not in v)
     print(
         f"faults by kind: {dict(kinds)}; violations: {len(checker.violations)}; details in {fleet.work}/summary.json"
     )
