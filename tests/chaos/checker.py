@@ -90,10 +90,10 @@ class Checker:
 
     # -- restores -----------------------------------------------------------------------------------
 
-    def restore_backups(self, limit: int = 2) -> None:
-        """The newest backup of each chain not checked yet (at most `limit` per call), in GTID order."""
+    def backup_targets(self) -> list[tuple[str, int, str, str]]:
+        """(cluster, seq, gtid, backup id) of the newest backup of each chain not checked yet."""
         targets = []
-        for (store, c), (reader, view) in self.views().items():
+        for (store, c), (_reader, view) in self.views().items():
             if store != "primary":
                 continue
             for bid, m in view.manifests.items():
@@ -104,28 +104,45 @@ class Checker:
                     if o.get("chain_root") == key[1] and o["backup_id"] > bid
                 ]
                 if key not in self.checked_chains and not newer and m.get("gtid"):
-                    targets.append((c, _seq(m["gtid"]), m["gtid"], bid, reader, view))
-        for c, seq, gtid, bid, reader, view in sorted(targets, key=lambda t: t[1])[:limit]:
-            if not self.advance(c, gtid, seq):
-                continue
-            expected = table_checksums(self.fleet.clusters[c].reference, CHECKED_DBS)
-            work = Path(self.fleet.root) / f"chk-{bid}"
-            try:
-                with decrypting_home(self.fleet.keys.private_key, self.fleet.keys.passphrase) as gpg:
-                    datadir = restore_chain(reader, view.chain(bid), gpg, work)
-                got = restored_checksums(datadir, work / "sb", CHECKED_DBS, server_id=990)
-            except Exception as exc:  # noqa: BLE001 - a backup that does not restore is a violation
-                self.violation(f"{c} {bid} does not restore: {exc}")
-                continue
-            finally:
-                shutil.rmtree(work, ignore_errors=True)
-            self.checked_chains.add((c, view.manifests[bid].get("chain_root", bid)))
-            self.restores += 1
-            if got != expected:
-                self.violation(
-                    f"{c} {bid} restored differs from the source at {gtid}: {_diff(got, expected)}"
-                )
-            print(f"restore check {c} {bid} at {gtid}: {'ok' if got == expected else 'DIFFERS'}", flush=True)
+                    targets.append((c, _seq(m["gtid"]), m["gtid"], bid))
+        return sorted(targets, key=lambda t: (t[1], t[0]))
+
+    def restore_backups(self, limit: int = 2) -> None:
+        for target in self.backup_targets()[:limit]:
+            self.check_backup(*target)
+
+    def check_backup(self, c: str, seq: int, gtid: str, bid: str) -> None:
+        """The checker's own restore of `bid` against the reference stopped at its GTID."""
+        if not self.advance(c, gtid, seq):
+            return
+        expected = table_checksums(self.fleet.clusters[c].reference, CHECKED_DBS)
+        reader, view = self.views()[("primary", c)]
+        work = Path(self.fleet.root) / f"chk-{bid}"
+        try:
+            with decrypting_home(self.fleet.keys.private_key, self.fleet.keys.passphrase) as gpg:
+                datadir = restore_chain(reader, view.chain(bid), gpg, work)
+            got = restored_checksums(datadir, work / "sb", CHECKED_DBS, server_id=990)
+        except Exception as exc:  # noqa: BLE001 - a backup that does not restore is a violation
+            self.violation(f"{c} {bid} does not restore: {exc}")
+            return
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        self.checked_chains.add((c, view.manifests[bid].get("chain_root", bid)))
+        self.restores += 1
+        if got != expected:
+            self.violation(f"{c} {bid} restored differs from the source at {gtid}: {_diff(got, expected)}")
+        print(f"restore check {c} {bid} at {gtid}: {'ok' if got == expected else 'DIFFERS'}", flush=True)
+
+    def final(self, points: int) -> None:
+        """Every unchecked chain's newest backup and `points` PITR points per cluster, in GTID order
+        per cluster (the reference only moves forward)."""
+        todo = [(c, seq, "backup", gtid, bid) for c, seq, gtid, bid in self.backup_targets()]
+        todo += [(c, seq, "pitr", gtid, "") for c, seq, gtid in self.pitr_targets(points)]
+        for c, seq, kind, gtid, bid in sorted(todo):
+            if kind == "backup":
+                self.check_backup(c, seq, gtid, bid)
+            else:
+                self.check_pitr(self.fleet.clusters[c], seq, gtid)
 
     def advance(self, cluster: str, gtid: str, seq: int) -> bool:
         ref = self.fleet.clusters[cluster].reference
@@ -136,8 +153,8 @@ class Checker:
         self.at[cluster] = seq
         return True
 
-    def pitr(self, points: int) -> None:
-        """`points` random GTIDs per cluster in its PITR window, restored by the product, compared."""
+    def pitr_targets(self, points: int) -> list[tuple[str, int, str]]:
+        """`points` random GTIDs per cluster between its oldest backup and its newest shipped binlog."""
         targets = []
         for (store, c), (_reader, view) in self.views().items():
             if store != "primary" or not view.manifests or not view.binlogs:
@@ -145,12 +162,10 @@ class Checker:
             low = min(_seq(m["gtid"]) for m in view.manifests.values() if m.get("gtid"))
             high = max(_seq(b.get("gtid_last") or "0-0-0") for b in view.binlogs.values())
             low = max(low, self.at.get(c, 0)) + 1
-            cluster = self.fleet.clusters[c]
-            server_id = int(str(cluster.source.query("SELECT @@server_id")[0][0]))
+            server_id = int(str(self.fleet.clusters[c].source.query("SELECT @@server_id")[0][0]))
             for seq in sorted(self.rng.sample(range(low, high + 1), min(points, max(0, high - low + 1)))):
                 targets.append((c, seq, f"0-{server_id}-{seq}"))
-        for c, seq, gtid in targets:
-            self.check_pitr(self.fleet.clusters[c], seq, gtid)
+        return targets
 
     def check_pitr(self, cluster: Cluster, seq: int, gtid: str) -> None:
         if not self.advance(cluster.name, gtid, seq):

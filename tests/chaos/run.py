@@ -106,8 +106,7 @@ def finish(fleet: Fleet, injector: Injector, checker: Checker, points: int, star
         f.seen = find(fleet.work, f)
     final_backups(fleet)
     checker.sweep(final=True)
-    checker.restore_backups(limit=100)
-    checker.pitr(points)
+    checker.final(points)
     proxy = proxy_faults(fleet)
     false = false_alerts(fleet, injector.log, started)
     undetected = [f for f in injector.log if f.seen is None]
