@@ -154,7 +154,7 @@ class Fleet:
             "INSERT INTO chaos.ddl SELECT COALESCE(MAX(id), 0) + 1 FROM chaos.ddl",
         ])  # fmt: skip
         try:
-            c.source.query(statement)
+            c.source.query(statement, database="chaos")
         except Exception as exc:  # noqa: BLE001 - e.g. the table is not there (yet): harmless
             return f"{c.name}: {statement}: {exc}"
         return f"{c.name}: {statement}"
