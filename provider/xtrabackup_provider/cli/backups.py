@@ -88,6 +88,11 @@ def add_parsers(sub: Any) -> None:
         action="store_true",
         help="with --from-standby: move its files instead of copying them (faster; the standby is rebuilt later)",
     )
+    p.add_argument(
+        "--without-read-lease",
+        action="store_true",
+        help="go on when the read lease cannot be written (retention may then delete what this restore reads)",
+    )
     p.add_argument("--json", action="store_true")
     add_restore_targets(p)
 
@@ -311,6 +316,7 @@ def cmd_restore(args: argparse.Namespace, config: FleetConfig) -> int:
             scratch_dir=args.scratch_dir,
             move_back=not args.copy_back,
             max_free_memory_pct=config.policy.prepare_max_free_memory_pct,
+            without_read_lease=args.without_read_lease,
         )
     )
     if args.json:
@@ -350,6 +356,7 @@ def cmd_standby_restore(args: argparse.Namespace, config: FleetConfig) -> int:
         binary=config.find_host(args.cluster, args.host).binary,
         allow_older=args.allow_older_standby,
         move=args.move_standby,
+        without_read_lease=args.without_read_lease,
     )
     if args.json:
         print(json.dumps(asdict(report), indent=2))

@@ -298,6 +298,7 @@ def cmd_pitr_restore(args: argparse.Namespace, config: FleetConfig, target: Any)
             target_datadir=args.target_datadir,
             target=target,
             move_back=not args.copy_back,
+            without_read_lease=args.without_read_lease,
             **restore_source(args, config),
         )
     )

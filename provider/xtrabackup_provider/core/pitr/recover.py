@@ -35,10 +35,11 @@ import os
 import shutil
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ..binlog.catalog import BinlogManifest
+from ..binlog.catalog import BinlogManifest, leased_manifest_key
 from ..binlog.events import replay_end
 from ..catalog.backups import Catalog
 from ..catalog.lease import ReadLease
@@ -73,6 +74,7 @@ class PitrRequest:
     replay: str = "applier"  # or "pipe": mariadb-binlog | mariadb (core/pitr/applier.py)
     replay_threads: int = 4  # the applier's parallel workers (0: the SQL thread alone)
     replay_server_args: list[str] = field(default_factory=list)  # more mariadbd options for the replay
+    without_read_lease: bool = False  # go on when the read lease cannot be written (core/catalog/lease.py)
 
 
 @dataclass
@@ -108,9 +110,21 @@ def point_in_time_restore(req: PitrRequest) -> PitrReport:
     chain = [m.backup_id for m in plan_chain(req.catalog, plan.backup.backup_id)]
     binlogs = [f"{m.server_uuid}/{m.name}" for m in plan.binlogs]
     # Retention keeps the chain and the binlogs while they are read (core/catalog/lease.py).
-    with ReadLease(req.catalog, "point-in-time restore", chain, binlogs) as lease:
+    with read_lease(req, "point-in-time restore", chain, binlogs) as lease:
         lease.check()
         return _recover(req, plan)
+
+
+def read_lease(req: PitrRequest, purpose: str, backups: list[str], binlogs: list[str]) -> ReadLease:
+    """The read lease of a point-in-time restore: its backups and binlogs, both checked."""
+    return ReadLease(
+        req.catalog,
+        purpose,
+        backups,
+        binlogs,
+        unleased_ok=req.without_read_lease,
+        binlog_manifest=partial(leased_manifest_key, req.catalog),
+    )
 
 
 def _recover(req: PitrRequest, plan: PitrPlan) -> PitrReport:
@@ -140,6 +154,7 @@ def _recover(req: PitrRequest, plan: PitrPlan) -> PitrReport:
                 scratch_dir=scratch / "restore",
                 move_back=req.move_back,
                 max_free_memory_pct=req.max_free_memory_pct,
+                without_read_lease=req.without_read_lease,
             )
         )
         report.chain = restored.chain

@@ -63,6 +63,7 @@ class RestoreRequest:
     option_files: bool = (
         True  # write the saved option files next to the target (core/restore/option_files.py)
     )
+    without_read_lease: bool = False  # go on when the read lease cannot be written (core/catalog/lease.py)
 
 
 @dataclass
@@ -116,7 +117,8 @@ def restore(req: RestoreRequest) -> RestoreReport:
     check_target(req.target_datadir)
     # Retention keeps what a running restore reads (core/catalog/lease.py): on the target the
     # chain comes from (a further target an object falls back to is read without a lease).
-    with ReadLease(sources[0].catalog, "restore", [m.backup_id for m in chain]) as lease:
+    ids = [m.backup_id for m in chain]
+    with ReadLease(sources[0].catalog, "restore", ids, unleased_ok=req.without_read_lease) as lease:
         lease.check()
         return _restore(req, chain, sources, notes)
 

@@ -164,13 +164,16 @@ def update_standby(
     binary: str | None = None,
     use_memory: int | None = None,
     lock_wait: float = DEFAULT_WAIT_SECONDS,
+    without_read_lease: bool = False,
 ) -> StandbyUpdate:
     """Bring the standby in `directory` up to the newest backup of the host's latest chain, holding
     the directory's lock (StandbyBusy after `lock_wait` seconds if another run holds it)."""
     _refuse_foreign(directory)  # before the lock file is created in somebody's directory
     directory.mkdir(parents=True, exist_ok=True)
     with standby_lock(directory, "standby update", lock_wait):
-        return _update_locked(catalog, directory, private_key, passphrase, binary, use_memory)
+        return _update_locked(
+            catalog, directory, private_key, passphrase, binary, use_memory, without_read_lease
+        )
 
 
 def _update_locked(
@@ -180,10 +183,12 @@ def _update_locked(
     passphrase: str | None,
     binary: str | None,
     use_memory: int | None,
+    without_read_lease: bool = False,
     chain: list[Manifest] | None = None,  # default: the latest chain, root .. newest
 ) -> StandbyUpdate:
     chain = chain or catalog.latest_chain()
-    with ReadLease(catalog, "standby update", [m.backup_id for m in chain]) as lease:
+    ids = [m.backup_id for m in chain]
+    with ReadLease(catalog, "standby update", ids, unleased_ok=without_read_lease) as lease:
         lease.check()
         return _update(catalog, directory, chain, private_key, passphrase, binary, use_memory)
 
@@ -294,6 +299,7 @@ def restore_standby(
     allow_older: bool = False,
     move: bool = False,
     lock_wait: float = DEFAULT_WAIT_SECONDS,
+    without_read_lease: bool = False,
 ) -> StandbyRestoreReport:
     """Restore the standby in `directory` into the empty `target_datadir`, after proving what
     it holds (see the module doc), under the directory's lock. `move` moves base/ instead of
@@ -310,6 +316,7 @@ def restore_standby(
             use_memory=use_memory,
             allow_older=allow_older,
             move=move,
+            without_read_lease=without_read_lease,
         )
 
 
@@ -324,6 +331,7 @@ def _restore_locked(
     use_memory: int | None,
     allow_older: bool,
     move: bool,
+    without_read_lease: bool,
 ) -> StandbyRestoreReport:
     t0 = time.monotonic()
     state, tool = standby_tool(directory, binary)
@@ -335,7 +343,9 @@ def _restore_locked(
     same_chain = newest[0].backup_id == state.chain_root
     if newer and same_chain and not state.finalized and private_key:
         log.info("standby %s: applying the newer incremental(s) %s first", directory, ", ".join(newer))
-        applied_first = catch_up(catalog, directory, None, private_key, passphrase, binary, use_memory)
+        applied_first = catch_up(
+            catalog, directory, None, private_key, passphrase, binary, use_memory, without_read_lease
+        )
         state = _checked_state(directory)
         chain = _proven_chain(catalog, directory, state)
         newer = [m.backup_id for m in newest if m.backup_id not in {c.backup_id for c in chain}]
@@ -405,11 +415,15 @@ def catch_up(
     passphrase: str | None,
     binary: str | None,
     use_memory: int | None,
+    without_read_lease: bool = False,
 ) -> list[str]:
     """Apply the incrementals of the standby's chain newer than it holds, up to `upto` (None: the
     newest), under the lock the caller holds. Returns what was applied."""
     chain = catalog.chain(upto) if upto else None
-    return _update_locked(catalog, directory, private_key, passphrase, binary, use_memory, chain).applied_now
+    update = _update_locked(
+        catalog, directory, private_key, passphrase, binary, use_memory, without_read_lease, chain
+    )
+    return update.applied_now
 
 
 def restore_base(
