@@ -76,7 +76,8 @@ def add_parsers(sub: Any) -> None:
         "--from-standby",
         type=Path,
         metavar="DIR",
-        help="restore the prepared standby copy kept in DIR (checked against the catalog) instead of the chain",
+        help="restore the prepared standby copy kept in DIR (checked against the catalog) instead of the chain; "
+        "with --to-*: then replay the shipped binlogs from its backup to that point",
     )
     p.add_argument(
         "--allow-older-standby",
@@ -293,12 +294,7 @@ def cmd_restore(args: argparse.Namespace, config: FleetConfig) -> int:
             "create it, or pass --create-parents"
         )
     if (target := pitr_target(args)) is not None:
-        if args.from_standby:
-            raise SetupError(
-                "--from-standby restores the backup the standby holds; a point in time (--to-*) restores the chain "
-                "and its binlogs: give one or the other"
-            )
-        return cmd_pitr_restore(args, config, target)
+        return cmd_pitr_restore(args, config, target)  # from the chain, or from --from-standby
     if args.from_standby:
         return cmd_standby_restore(args, config)
     key, passphrase = read_private_key(config, args.private_key_file)

@@ -34,6 +34,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -91,6 +92,7 @@ class PitrReport:
     timings: dict[str, float] = field(default_factory=dict)
     replay: str = ""  # how the binlogs were applied (applier / pipe)
     transactions: int = 0  # transactions replayed
+    standby: str = ""  # the standby directory the base came from ("": the chain was restored)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -112,7 +114,7 @@ def point_in_time_restore(req: PitrRequest) -> PitrReport:
     # Retention keeps the chain and the binlogs while they are read (core/catalog/lease.py).
     with read_lease(req, "point-in-time restore", chain, binlogs) as lease:
         lease.check()
-        return _recover(req, plan)
+        return recover(req, plan)
 
 
 def read_lease(req: PitrRequest, purpose: str, backups: list[str], binlogs: list[str]) -> ReadLease:
@@ -127,7 +129,32 @@ def read_lease(req: PitrRequest, purpose: str, backups: list[str], binlogs: list
     )
 
 
-def _recover(req: PitrRequest, plan: PitrPlan) -> PitrReport:
+# Puts the plan's backup into the (empty) target datadir, given a scratch directory; returns the
+# chain it holds and the timings of its steps. Default: the chain restore (_restore_chain).
+RestoreBase = Callable[[PitrRequest, PitrPlan, Path], tuple[list[str], dict[str, float]]]
+
+
+def _restore_chain(req: PitrRequest, plan: PitrPlan, scratch: Path) -> tuple[list[str], dict[str, float]]:
+    restored = restore(
+        RestoreRequest(
+            catalog=req.catalog,
+            target_datadir=req.target_datadir,
+            backup_id=plan.backup.backup_id,
+            private_key=req.private_key,
+            passphrase=req.passphrase,
+            binary=req.binary,
+            scratch_dir=scratch,
+            move_back=req.move_back,
+            max_free_memory_pct=req.max_free_memory_pct,
+            without_read_lease=req.without_read_lease,
+        )
+    )
+    return restored.chain, restored.timings
+
+
+def recover(req: PitrRequest, plan: PitrPlan, restore_base: RestoreBase = _restore_chain) -> PitrReport:
+    """Fetch the plan's binlogs, put its backup into the target (`restore_base`), replay to the
+    target; under the read lease the caller holds. On failure the target is emptied again."""
     backup = plan.backup
     scratch = own_scratch(req.scratch_dir, req.target_datadir, "pitr", backup.backup_id)
     report = PitrReport(
@@ -143,22 +170,8 @@ def _recover(req: PitrRequest, plan: PitrPlan) -> PitrReport:
         t0 = time.monotonic()
         files = fetch_binlogs(req, plan.binlogs, scratch / "binlogs")
         report.timings["fetch_binlogs"] = time.monotonic() - t0
-        restored = restore(
-            RestoreRequest(
-                catalog=req.catalog,
-                target_datadir=req.target_datadir,
-                backup_id=backup.backup_id,
-                private_key=req.private_key,
-                passphrase=req.passphrase,
-                binary=req.binary,
-                scratch_dir=scratch / "restore",
-                move_back=req.move_back,
-                max_free_memory_pct=req.max_free_memory_pct,
-                without_read_lease=req.without_read_lease,
-            )
-        )
-        report.chain = restored.chain
-        report.timings.update(restored.timings)
+        report.chain, timings = restore_base(req, plan, scratch / "restore")
+        report.timings.update(timings)
         t0 = time.monotonic()
         if where_replay_stops(plan, files, report):
             stop = replay_binlogs(
