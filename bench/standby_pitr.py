@@ -24,7 +24,6 @@ and ``gtid_slave_pos`` equal to the target GTID. Target (printed, never asserted
 from __future__ import annotations
 
 import argparse
-import secrets
 import shutil
 import sys
 import time
@@ -35,16 +34,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
 import restore_rto as R  # noqa: E402
+import standby_restore as S  # noqa: E402
 from xtrabackup_provider.core.binlog.ship import ShipRequest, ship_binlogs  # noqa: E402
 from xtrabackup_provider.core.catalog.backups import Catalog  # noqa: E402
 from xtrabackup_provider.core.db.sandbox import SandboxServer, table_checksums  # noqa: E402
 from xtrabackup_provider.core.db.server import MySQLTarget  # noqa: E402
-from xtrabackup_provider.core.pipeline.gpg import KeyPair, generate_key_pair  # noqa: E402
+from xtrabackup_provider.core.pipeline.gpg import KeyPair  # noqa: E402
 from xtrabackup_provider.core.pitr.from_standby import standby_point_in_time_restore  # noqa: E402
 from xtrabackup_provider.core.pitr.plan import PitrTarget  # noqa: E402
 from xtrabackup_provider.core.pitr.recover import PitrReport, PitrRequest, point_in_time_restore  # noqa: E402
 from xtrabackup_provider.core.restore.standby import update_standby  # noqa: E402
-from xtrabackup_provider.core.storage.s3 import S3Store, make_s3_client  # noqa: E402
 
 SECTION = "standby_pitr"
 TARGET_RATIO = 3.0
@@ -159,26 +158,7 @@ def report(
         f"- Bringing the standby up to date (untimed, done ahead by the standby task): {setup['standby']}.",
         "",
     ]
-    rows = []
-    for name, method_runs in runs.items():
-        for n, run in enumerate(method_runs, 1):
-            phases = ", ".join(f"{k} {v:.1f}" for k, v in run.phases.items())
-            equal = "yes" if run.data_ok else "NO: " + "; ".join(run.mismatched)[:200]
-            rows.append([name, n, f"{run.seconds:.1f}", f"{run.cpu_seconds:.1f}", phases, equal])
-    lines += [
-        C.markdown_table(
-            [
-                "method",
-                "run",
-                "to a started server (s)",
-                "CPU (s)",
-                "phases (s)",
-                "CHECKSUM TABLE + gtid equal",
-            ],
-            rows,
-        ),
-        "",
-    ]
+    lines += [S.run_table(runs, "CHECKSUM TABLE + gtid equal"), ""]
     chain = C.median([r.seconds for r in runs.get(CHAIN, [])])
     standby = C.median([r.seconds for r in runs.get(STANDBY, [])])
     if chain and standby:
@@ -224,13 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     ):
         load_before = C.load_average()
         enable_binlog(server)
-        client = make_s3_client(endpoint, C.S3_REGION, **C.S3_CREDENTIALS)
-        client.create_bucket(Bucket=R.BUCKET)
-        catalog = Catalog(S3Store(client, R.BUCKET), "bench", "c1", "h1")
-        passphrase = secrets.token_urlsafe(24)
-        keys = generate_key_pair("xbp bench <bench@example.invalid>", passphrase)
-        C.log(f"a full + {R.INCREMENTALS} incrementals into {endpoint}/{R.BUCKET}")
-        R.build_chain(server, catalog, keys.public_key, dataset.rows)
+        client, catalog, keys, passphrase = S.encrypted_chain(server, dataset, endpoint)
         gtid = after_backups(server, catalog, keys.public_key, args.after_rounds, dataset.rows)
         binlogs = [
             o

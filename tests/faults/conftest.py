@@ -9,9 +9,21 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from faultkit import S3Proxy
 
 from helpers import seed_database, unique_name
 from xtrabackup_provider.core.db.sandbox import SandboxServer
+
+
+@pytest.fixture
+def proxy(s3_server) -> Iterator[S3Proxy]:
+    """faultkit's S3 proxy in front of the session's moto endpoint; set its `rule` to inject faults."""
+    proxy = S3Proxy(s3_server.endpoint_url)
+    proxy.start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
 
 
 @pytest.fixture(scope="module")

@@ -12,10 +12,8 @@ from __future__ import annotations
 import threading
 import uuid
 
-import boto3
 import pytest
-from botocore.config import Config
-from faultkit import REGION, S3Proxy, open_uploads, s3_catalog, snapshot, target
+from faultkit import open_uploads, s3_catalog, short_retry_client, snapshot, target
 
 from helpers import restore_with, restored_checksums, unique_name
 from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
@@ -26,21 +24,6 @@ from xtrabackup_provider.core.storage.base import StorageError
 from xtrabackup_provider.core.storage.s3 import S3Store
 
 PREFIX = "backups/c1/db1/backups/"
-
-
-@pytest.fixture
-def proxy(s3_server):
-    proxy = S3Proxy(s3_server.endpoint_url)
-    proxy.start()
-    try:
-        yield proxy
-    finally:
-        proxy.stop()
-
-
-def _client(endpoint_url: str):
-    config = Config(retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=2, read_timeout=20)
-    return boto3.client("s3", endpoint_url=endpoint_url, region_name=REGION, config=config)
 
 
 def _request(catalog, server, gpg_keys, **kw) -> BackupRequest:
@@ -65,7 +48,7 @@ def test_part_j_failing_to_commit_removes_the_committed_parts_and_registers_noth
 ):
     server, db = seeded
     proxy.rule = _fail_commit_of(failing)
-    catalog = s3_catalog(proxy.endpoint_url, bucket, client=_client(proxy.endpoint_url))
+    catalog = s3_catalog(proxy.endpoint_url, bucket, client=short_retry_client(proxy.endpoint_url))
     with pytest.raises(PipelineError) as excinfo:
         run_backup(_request(catalog, server, gpg_keys))
     message = str(excinfo.value)
@@ -91,7 +74,7 @@ def test_parts_that_object_lock_keeps_are_named_in_the_error(seeded, s3_server, 
     server, _db = seeded
     bucket = s3_server.make_bucket(f"xbp-lock-{uuid.uuid4().hex[:12]}", object_lock=True)
     proxy.rule = _fail_commit_of(".tail.")
-    catalog = s3_catalog(proxy.endpoint_url, bucket, client=_client(proxy.endpoint_url))
+    catalog = s3_catalog(proxy.endpoint_url, bucket, client=short_retry_client(proxy.endpoint_url))
     with pytest.raises(PipelineError) as excinfo:
         run_backup(_request(catalog, server, gpg_keys, object_lock_mode="COMPLIANCE", object_lock_days=1))
     message = str(excinfo.value)
@@ -146,7 +129,7 @@ def test_a_part_failing_in_a_restore_stops_the_other_downloads(
         return None
 
     proxy.rule = rule
-    store = S3Store(_client(proxy.endpoint_url), bucket, read_chunk=chunk)
+    store = S3Store(short_retry_client(proxy.endpoint_url), bucket, read_chunk=chunk)
     target_dir = tmp_path / "restored" / "data"
     with pytest.raises((PipelineError, StorageError)) as excinfo:
         restore_with(Catalog(store, "backups", "c1", "db1"), gpg_keys, target_dir)
