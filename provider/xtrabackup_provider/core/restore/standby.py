@@ -383,9 +383,15 @@ def _restore_locked(
 
 
 def require_standby_dir(directory: Path) -> None:
+    """`directory` is a standby (before its lock file is created in it: never in somebody's directory)."""
     if not directory.is_dir():
         raise RestoreError(
             f"standby directory {directory} does not exist; name the standby_dir of the standby task"
+        )
+    if not (directory / STATE).is_file():
+        raise RestoreError(
+            f"{directory} is not a standby ({STATE} missing): name the standby_dir the standby task keeps, or "
+            "restore the chain"
         )
 
 
@@ -461,11 +467,8 @@ def restore_base(
 def _checked_state(directory: Path) -> StandbyState:
     require_standby_dir(directory)
     state = load_state(directory)
-    if state is None:
-        raise RestoreError(
-            f"{directory} is not a standby ({STATE} missing): name the standby_dir the standby task keeps, or "
-            "restore the chain"
-        )
+    if state is None:  # removed since require_standby_dir saw it
+        raise RestoreError(f"standby {directory}: {STATE} vanished; run the standby update (it rebuilds)")
     if state.step:
         raise RestoreError(
             f"standby {directory}: an update was interrupted during '{state.step}'; its base is in an unknown state. "
