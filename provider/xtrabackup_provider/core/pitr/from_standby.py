@@ -8,7 +8,8 @@ standby first applies the incrementals up to that one (never past the target: a 
 the target cannot be rolled back). A standby whose newest backup is after the target is refused
 by name (restore the chain instead). Then the steps of the chain's point-in-time restore
 (core/pitr/recover.py: the same binlog fetch, the same replay, the same read lease on the backups
-and binlogs), with the standby's final step and copy (or move) in place of the chain restore.
+and binlogs), with the standby's final step and copy (or move) in place of the chain restore;
+the binlogs are fetched while that short step runs.
 
 What each path keeps: the standby alone holds what the newest backup it holds held; with a target
 it also holds every transaction shipped up to the target.
@@ -67,7 +68,7 @@ def standby_point_in_time_restore(
             req, "point-in-time restore from the standby", [m.backup_id for m in chain], binlogs
         ) as lease:
             lease.check()
-            report = recover(req, plan, _restore_base(directory, state, chain, tool, move))
+            report = recover(req, plan, _restore_base(directory, state, chain, tool, move), alongside=True)
     report.standby = str(directory)
     return report
 

@@ -35,6 +35,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -152,9 +153,14 @@ def _restore_chain(req: PitrRequest, plan: PitrPlan, scratch: Path) -> tuple[lis
     return restored.chain, restored.timings
 
 
-def recover(req: PitrRequest, plan: PitrPlan, restore_base: RestoreBase = _restore_chain) -> PitrReport:
+def recover(
+    req: PitrRequest, plan: PitrPlan, restore_base: RestoreBase = _restore_chain, *, alongside: bool = False
+) -> PitrReport:
     """Fetch the plan's binlogs, put its backup into the target (`restore_base`), replay to the
-    target; under the read lease the caller holds. On failure the target is emptied again."""
+    target; under the read lease the caller holds. On failure the target is emptied again.
+
+    The binlogs are fetched first, so a binlog that cannot be read fails before the chain is
+    fetched; `alongside` fetches them while a short base step runs (the standby's copy)."""
     backup = plan.backup
     scratch = own_scratch(req.scratch_dir, req.target_datadir, "pitr", backup.backup_id)
     report = PitrReport(
@@ -167,11 +173,14 @@ def recover(req: PitrRequest, plan: PitrPlan, restore_base: RestoreBase = _resto
     )
     existed = req.target_datadir.exists()
     try:
-        t0 = time.monotonic()
-        files = fetch_binlogs(req, plan.binlogs, scratch / "binlogs")
-        report.timings["fetch_binlogs"] = time.monotonic() - t0
-        report.chain, timings = restore_base(req, plan, scratch / "restore")
-        report.timings.update(timings)
+        if alongside:
+            files = _base_and_binlogs(req, plan, restore_base, scratch, report)
+        else:
+            t0 = time.monotonic()
+            files = fetch_binlogs(req, plan.binlogs, scratch / "binlogs")
+            report.timings["fetch_binlogs"] = time.monotonic() - t0
+            report.chain, timings = restore_base(req, plan, scratch / "restore")
+            report.timings.update(timings)
         t0 = time.monotonic()
         if where_replay_stops(plan, files, report):
             stop = replay_binlogs(
@@ -206,6 +215,30 @@ def recover(req: PitrRequest, plan: PitrPlan, restore_base: RestoreBase = _resto
         report.reached_gtid or "-",
     )
     return report
+
+
+def _base_and_binlogs(
+    req: PitrRequest, plan: PitrPlan, restore_base: RestoreBase, scratch: Path, report: PitrReport
+) -> list[Path]:
+    """The base step in this thread while the binlogs are fetched in another; the first failure
+    is raised once both have stopped."""
+
+    def fetch() -> list[Path]:
+        t0 = time.monotonic()
+        try:
+            return fetch_binlogs(req, plan.binlogs, scratch / "binlogs")
+        finally:
+            report.timings["fetch_binlogs (alongside)"] = time.monotonic() - t0
+
+    with ThreadPoolExecutor(1, thread_name_prefix="fetch-binlogs") as pool:
+        fetching = pool.submit(fetch)
+        try:
+            report.chain, timings = restore_base(req, plan, scratch / "restore")
+        except BaseException:
+            wait([fetching])  # the scratch it writes is removed by the caller
+            raise
+        report.timings.update(timings)
+        return fetching.result()
 
 
 def where_replay_stops(plan: PitrPlan, files: list[Path], report: PitrReport) -> bool:
