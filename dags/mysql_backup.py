@@ -243,6 +243,9 @@ def _backup_group(
                 standby_dir=standby_dir,
                 binary=binary,
                 queue=common["queue"],  # where the standby lives: the host's worker
+                # Another run holding the standby (a CLI refresh, a restore from it): try again later.
+                retries=2,
+                retry_delay=timedelta(minutes=15),
                 gpg_conn_id=config.encryption.private_gpg_conn_id if config.encryption.enabled else None,
                 map_index_template="{{ task.host }}",
                 **_storage_args(config),
