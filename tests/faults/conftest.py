@@ -3,10 +3,23 @@
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from faultkit import S3Proxy
+
+
+@pytest.fixture
+def proxy(s3_server) -> Iterator[S3Proxy]:
+    """faultkit's S3 proxy in front of the session's moto endpoint; set its `rule` to inject faults."""
+    proxy = S3Proxy(s3_server.endpoint_url)
+    proxy.start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
 
 
 def _load(name: str, path: Path) -> ModuleType:

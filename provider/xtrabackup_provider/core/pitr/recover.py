@@ -34,11 +34,14 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ..binlog.catalog import BinlogManifest
+from ..binlog.catalog import BinlogManifest, leased_manifest_key
 from ..binlog.events import replay_end
 from ..catalog.backups import Catalog
 from ..catalog.lease import ReadLease
@@ -73,6 +76,7 @@ class PitrRequest:
     replay: str = "applier"  # or "pipe": mariadb-binlog | mariadb (core/pitr/applier.py)
     replay_threads: int = 4  # the applier's parallel workers (0: the SQL thread alone)
     replay_server_args: list[str] = field(default_factory=list)  # more mariadbd options for the replay
+    without_read_lease: bool = False  # go on when the read lease cannot be written (core/catalog/lease.py)
 
 
 @dataclass
@@ -89,6 +93,7 @@ class PitrReport:
     timings: dict[str, float] = field(default_factory=dict)
     replay: str = ""  # how the binlogs were applied (applier / pipe)
     transactions: int = 0  # transactions replayed
+    standby: str = ""  # the standby directory the base came from ("": the chain was restored)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -108,12 +113,54 @@ def point_in_time_restore(req: PitrRequest) -> PitrReport:
     chain = [m.backup_id for m in plan_chain(req.catalog, plan.backup.backup_id)]
     binlogs = [f"{m.server_uuid}/{m.name}" for m in plan.binlogs]
     # Retention keeps the chain and the binlogs while they are read (core/catalog/lease.py).
-    with ReadLease(req.catalog, "point-in-time restore", chain, binlogs) as lease:
+    with read_lease(req, "point-in-time restore", chain, binlogs) as lease:
         lease.check()
-        return _recover(req, plan)
+        return recover(req, plan)
 
 
-def _recover(req: PitrRequest, plan: PitrPlan) -> PitrReport:
+def read_lease(req: PitrRequest, purpose: str, backups: list[str], binlogs: list[str]) -> ReadLease:
+    """The read lease of a point-in-time restore: its backups and binlogs, both checked."""
+    return ReadLease(
+        req.catalog,
+        purpose,
+        backups,
+        binlogs,
+        unleased_ok=req.without_read_lease,
+        binlog_manifest=partial(leased_manifest_key, req.catalog),
+    )
+
+
+# Puts the plan's backup into the (empty) target datadir, given a scratch directory; returns the
+# chain it holds and the timings of its steps. Default: the chain restore (_restore_chain).
+RestoreBase = Callable[[PitrRequest, PitrPlan, Path], tuple[list[str], dict[str, float]]]
+
+
+def _restore_chain(req: PitrRequest, plan: PitrPlan, scratch: Path) -> tuple[list[str], dict[str, float]]:
+    restored = restore(
+        RestoreRequest(
+            catalog=req.catalog,
+            target_datadir=req.target_datadir,
+            backup_id=plan.backup.backup_id,
+            private_key=req.private_key,
+            passphrase=req.passphrase,
+            binary=req.binary,
+            scratch_dir=scratch,
+            move_back=req.move_back,
+            max_free_memory_pct=req.max_free_memory_pct,
+            without_read_lease=req.without_read_lease,
+        )
+    )
+    return restored.chain, restored.timings
+
+
+def recover(
+    req: PitrRequest, plan: PitrPlan, restore_base: RestoreBase = _restore_chain, *, alongside: bool = False
+) -> PitrReport:
+    """Fetch the plan's binlogs, put its backup into the target (`restore_base`), replay to the
+    target; under the read lease the caller holds. On failure the target is emptied again.
+
+    The binlogs are fetched first, so a binlog that cannot be read fails before the chain is
+    fetched; `alongside` fetches them while a short base step runs (the standby's copy)."""
     backup = plan.backup
     scratch = own_scratch(req.scratch_dir, req.target_datadir, "pitr", backup.backup_id)
     report = PitrReport(
@@ -126,24 +173,14 @@ def _recover(req: PitrRequest, plan: PitrPlan) -> PitrReport:
     )
     existed = req.target_datadir.exists()
     try:
-        t0 = time.monotonic()
-        files = fetch_binlogs(req, plan.binlogs, scratch / "binlogs")
-        report.timings["fetch_binlogs"] = time.monotonic() - t0
-        restored = restore(
-            RestoreRequest(
-                catalog=req.catalog,
-                target_datadir=req.target_datadir,
-                backup_id=backup.backup_id,
-                private_key=req.private_key,
-                passphrase=req.passphrase,
-                binary=req.binary,
-                scratch_dir=scratch / "restore",
-                move_back=req.move_back,
-                max_free_memory_pct=req.max_free_memory_pct,
-            )
-        )
-        report.chain = restored.chain
-        report.timings.update(restored.timings)
+        if alongside:
+            files = _base_and_binlogs(req, plan, restore_base, scratch, report)
+        else:
+            t0 = time.monotonic()
+            files = fetch_binlogs(req, plan.binlogs, scratch / "binlogs")
+            report.timings["fetch_binlogs"] = time.monotonic() - t0
+            report.chain, timings = restore_base(req, plan, scratch / "restore")
+            report.timings.update(timings)
         t0 = time.monotonic()
         if where_replay_stops(plan, files, report):
             stop = replay_binlogs(
@@ -178,6 +215,30 @@ def _recover(req: PitrRequest, plan: PitrPlan) -> PitrReport:
         report.reached_gtid or "-",
     )
     return report
+
+
+def _base_and_binlogs(
+    req: PitrRequest, plan: PitrPlan, restore_base: RestoreBase, scratch: Path, report: PitrReport
+) -> list[Path]:
+    """The base step in this thread while the binlogs are fetched in another; the first failure
+    is raised once both have stopped."""
+
+    def fetch() -> list[Path]:
+        t0 = time.monotonic()
+        try:
+            return fetch_binlogs(req, plan.binlogs, scratch / "binlogs")
+        finally:
+            report.timings["fetch_binlogs (alongside)"] = time.monotonic() - t0
+
+    with ThreadPoolExecutor(1, thread_name_prefix="fetch-binlogs") as pool:
+        fetching = pool.submit(fetch)
+        try:
+            report.chain, timings = restore_base(req, plan, scratch / "restore")
+        except BaseException:
+            wait([fetching])  # the scratch it writes is removed by the caller
+            raise
+        report.timings.update(timings)
+        return fetching.result()
 
 
 def where_replay_stops(plan: PitrPlan, files: list[Path], report: PitrReport) -> bool:
