@@ -219,7 +219,8 @@ function drawTimeline(backups, axis) {
   const ticks = el("div", { class: "axis" });
   for (let i = 0; i <= 4; i++) {
     const t = new Date(axis.a + ((axis.b - axis.a) * i) / 4).toISOString();
-    ticks.append(el("span", { style: { left: i * 25 + "%" }, text: utc(t).slice(5, 16) }));
+    const shift = i === 0 ? "0" : i === 4 ? "-100%" : "-50%";  // the end labels stay inside the box
+    ticks.append(el("span", { style: { left: i * 25 + "%", transform: `translateX(${shift})` }, text: utc(t).slice(5, 16) }));
   }
   box.append(ticks);
 }
