@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEB_PACKAGES := mariadb-server mariadb-backup mariadb-client percona-toolkit gnupg zstd \
-                libmariadb-dev pkg-config procps sysbench strace redis-server
+                libmariadb-dev pkg-config procps sysbench strace redis-server chromium
 
 .PHONY: setup deps test unit lint demo bench clean lock soak chaos test-airflow-3.1 lock-airflow-3.1
 

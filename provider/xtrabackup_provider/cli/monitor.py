@@ -12,7 +12,7 @@ from typing import Any
 from ..core.backup.copies import CopyReport, What, copy_host
 from ..core.config.schema import FleetConfig
 from ..core.config.wiring import copy_target, make_catalog
-from .options import add_common
+from .options import add_common, utc_time
 
 
 def add_parsers(sub: Any) -> None:
@@ -22,6 +22,13 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--config", help="fleet config YAML (default: $XTRABACKUP_FLEET_CONFIG)")
     p.add_argument("--cluster", help="only this cluster (default: every cluster)")
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--as-of",
+        type=utc_time,
+        metavar="TIME",
+        help="measure ages from this ISO time instead of now (to compare with the Backups view's "
+        "`checked_at`, or a saved report)",
+    )
 
     p = sub.add_parser("copy", help="copy a host's backups and binlogs to the further storage targets")
     add_common(p)
@@ -63,7 +70,7 @@ def cmd_copy(args: argparse.Namespace, config: FleetConfig) -> int:
 def cmd_check(args: argparse.Namespace, config: FleetConfig) -> int:
     from ..core.report.check import check_fleet, exit_code
 
-    checks = check_fleet(config, args.cluster)
+    checks = check_fleet(config, args.cluster, now=args.as_of)
     if args.json:
         print(json.dumps([c.as_dict() for c in checks], indent=2))
     else:

@@ -27,6 +27,7 @@ from ..catalog.manifest import (
     new_backup_id,
     stored_segments,
 )
+from ..catalog.origin import ORIGIN_KEY
 from ..catalog.shape import SourceShape
 from ..common.children import raise_open_files_limit, require_open_files
 from ..common.crashpoints import crash_point
@@ -103,6 +104,7 @@ class BackupRequest:
     progress: Callable[[int], None] | None = None
     impact: ImpactSettings = field(default_factory=ImpactSettings)  # throttle, nice, ionice, upload cap
     option_files: list[str] = field(default_factory=list)  # the server's my.cnf (its includes follow)
+    origin: dict[str, Any] = field(default_factory=dict)  # the Airflow task taking it (catalog/origin.py)
 
 
 def plan(req: BackupRequest, facts: ServerFacts, tool: ToolVersion, now: datetime) -> Decision:
@@ -224,7 +226,7 @@ def _run_locked(req: BackupRequest, now: datetime | None, lock: HostLock) -> Man
         stored_bytes=sum(o.size for o in stored),
         gates=req.gates,
         estimate_memory=tool.capabilities.estimate_memory,
-        extra=canary,
+        extra=canary | ({ORIGIN_KEY: req.origin} if req.origin else {}),
         impact=applied.record(watch.phases()),
         option_files=option_files,
         source_shape=shape,

@@ -75,6 +75,7 @@ class RestoreTestRequest:
     roll_forward: RollForward | None = None  # levels full and deep
     deep: DeepCompare | None = None  # level deep
     innochecksum: str = "innochecksum"
+    origin: dict[str, Any] = field(default_factory=dict)  # the Airflow task running it (catalog/origin.py)
 
 
 @dataclass
@@ -92,6 +93,7 @@ class RestoreTestReport:
     finished_at: str = ""
     failed_checks: list[str] = field(default_factory=list)  # names of the checks that failed
     results: list[dict[str, Any]] = field(default_factory=list)  # every check: name, status, reasons, note
+    airflow: dict[str, Any] = field(default_factory=dict)  # the task that ran it (catalog/origin.py)
 
     @property
     def passed(self) -> bool:
@@ -119,6 +121,7 @@ def run_restore_test(req: RestoreTestRequest) -> RestoreTestReport:
         "fail",
         req.level,
         started_at=datetime.now(UTC).isoformat(),
+        airflow=dict(req.origin),
     )
     datadir = req.workdir / "data"
     results: list[CheckResult] = []
