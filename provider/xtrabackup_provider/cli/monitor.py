@@ -21,6 +21,11 @@ def add_parsers(sub: Any) -> None:
     )
     p.add_argument("--config", help="fleet config YAML (default: $XTRABACKUP_FLEET_CONFIG)")
     p.add_argument("--cluster", help="only this cluster (default: every cluster)")
+    p.add_argument(
+        "--target-store",
+        metavar="NAME",
+        help="judge what this storage target alone holds (default: every target, as a restore reads them)",
+    )
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("copy", help="copy a host's backups and binlogs to the further storage targets")
@@ -63,7 +68,7 @@ def cmd_copy(args: argparse.Namespace, config: FleetConfig) -> int:
 def cmd_check(args: argparse.Namespace, config: FleetConfig) -> int:
     from ..core.report.check import check_fleet, exit_code
 
-    checks = check_fleet(config, args.cluster)
+    checks = check_fleet(config, args.cluster, only=args.target_store)
     if args.json:
         print(json.dumps([c.as_dict() for c in checks], indent=2))
     else:

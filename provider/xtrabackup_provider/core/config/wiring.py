@@ -9,8 +9,8 @@ from ..backup.copies import CopyTarget
 from ..backup.decide import ChainPolicy
 from ..backup.impact import ImpactSettings
 from ..catalog.backups import Catalog
+from ..catalog.targets import Source
 from ..db.server import MySQLTarget
-from ..restore.sources import Source
 from ..storage.base import MiB, ObjectStore
 from ..storage.local import LocalStore
 from ..storage.partplan import PartLimits
@@ -64,13 +64,11 @@ def target_catalog(config: FleetConfig, cluster: str, host: str, name: str | Non
     return make_catalog(config, cluster, host, make_store(target), prefix=target.prefix)
 
 
-def restore_sources(config: FleetConfig, cluster: str, host: str, first: str | None) -> list[Source]:
-    """Every storage target of the host, `first` (default: `storage`) then the others in order."""
-    names = [t.name for t in config.targets()]
-    first = first or names[0]
-    config.target(first)  # a name that is not a target is a clear error
-    ordered = [first, *(n for n in names if n != first)]
-    return [Source(n, target_catalog(config, cluster, host, n)) for n in ordered]
+def read_sources(config: FleetConfig, cluster: str, host: str, only: str | None = None) -> list[Source]:
+    """The host's catalog on each storage target a read path tries, in order: `storage` then the
+    `copies` (core/catalog/targets.py), or the target `only` names, alone (`--target-store`)."""
+    names = [only] if only else [t.name for t in config.targets()]  # an unknown name: one clear error
+    return [Source(n, target_catalog(config, cluster, host, n)) for n in names]
 
 
 def impact_settings(config: FleetConfig, host: HostConfig) -> ImpactSettings:

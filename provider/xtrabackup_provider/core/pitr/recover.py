@@ -34,22 +34,25 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..binlog.catalog import BinlogManifest
+from ..binlog.catalog import BinlogCatalog, BinlogError, BinlogManifest, BinlogSegment
 from ..binlog.events import replay_end
 from ..catalog.backups import Catalog
 from ..catalog.lease import ReadLease
 from ..catalog.manifest import StoredObject, read_stored
+from ..catalog.targets import READ_ERRORS, Source, Targets
 from ..common.files import sha256_range
 from ..common.values import format_gtid_pos, gtid_reached, parse_gtid_pos
 from ..pipeline.from_store import stream_from_store
 from ..pipeline.gpg import GpgError, GpgHome, passphrase_pipe
 from ..pipeline.process import ChecksumMismatch, PipelineError
 from ..restore.chain import RestoreRequest, check_target, empty_dir, own_scratch, plan_chain, restore
-from ..restore.verify import sha256_verdict
+from ..restore.sources import Located, NotHere, fetch_with_fallback
+from ..restore.verify import stream_failure
 from .applier import REPLAY_METHODS, replay_binlogs
 from .plan import PitrError, PitrPlan, PitrTarget, make_plan
 
@@ -73,6 +76,11 @@ class PitrRequest:
     replay: str = "applier"  # or "pipe": mariadb-binlog | mariadb (core/pitr/applier.py)
     replay_threads: int = 4  # the applier's parallel workers (0: the SQL thread alone)
     replay_server_args: list[str] = field(default_factory=list)  # more mariadbd options for the replay
+    source_name: str = "primary"  # the name of `catalog`'s storage target
+    fallbacks: list[Source] = field(default_factory=list)  # further targets (core/catalog/targets.py)
+
+    def targets(self) -> Targets:
+        return Targets.of(self.catalog, self.source_name, self.fallbacks)
 
 
 @dataclass
@@ -89,6 +97,8 @@ class PitrReport:
     timings: dict[str, float] = field(default_factory=dict)
     replay: str = ""  # how the binlogs were applied (applier / pipe)
     transactions: int = 0  # transactions replayed
+    source: str = ""  # the storage target the plan was read from
+    fallbacks: list[str] = field(default_factory=list)  # what came from another target, and why
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -100,20 +110,32 @@ class PitrReport:
         }
 
 
-def point_in_time_restore(req: PitrRequest) -> PitrReport:
+def point_in_time_restore(req: PitrRequest, targets: Targets | None = None) -> PitrReport:
+    """`targets`: default the request's catalog and fallbacks (a caller that reads them too passes
+    its own: the notes and the targets found down are shared)."""
     if req.replay not in REPLAY_METHODS:
         raise PitrError(f"replay {req.replay!r}: use one of {', '.join(REPLAY_METHODS)}")
+    targets = targets or req.targets()
     check_target(req.target_datadir)
-    plan = make_plan(req.catalog, req.target, req.backup_id)
-    chain = [m.backup_id for m in plan_chain(req.catalog, plan.backup.backup_id)]
+    plan = read_plan(targets, req.target, req.backup_id)
+    chain = [m.backup_id for m in plan_chain(targets.first.catalog, plan.backup.backup_id)]
     binlogs = [f"{m.server_uuid}/{m.name}" for m in plan.binlogs]
     # Retention keeps the chain and the binlogs while they are read (core/catalog/lease.py).
-    with ReadLease(req.catalog, "point-in-time restore", chain, binlogs) as lease:
+    with ReadLease(targets.first.catalog, "point-in-time restore", chain, binlogs) as lease:
         lease.check()
-        return _recover(req, plan)
+        return _recover(req, plan, targets)
 
 
-def _recover(req: PitrRequest, plan: PitrPlan) -> PitrReport:
+def read_plan(targets: Targets, target: PitrTarget, backup_id: str | None) -> PitrPlan:
+    """The plan from the first target whose manifests reach `target` (it becomes the first)."""
+    return targets.read(
+        f"the point-in-time plan to {target.describe()}",
+        lambda catalog: make_plan(catalog, target, backup_id),
+        errors=(*READ_ERRORS, PitrError, BinlogError),
+    )
+
+
+def _recover(req: PitrRequest, plan: PitrPlan, targets: Targets) -> PitrReport:
     backup = plan.backup
     scratch = own_scratch(req.scratch_dir, req.target_datadir, "pitr", backup.backup_id)
     report = PitrReport(
@@ -123,15 +145,17 @@ def _recover(req: PitrRequest, plan: PitrPlan) -> PitrReport:
         str(req.target_datadir),
         [m.name for m in plan.binlogs],
         f"{backup.binlog_file}:{backup.binlog_position}",
+        source=targets.first.name,
+        fallbacks=targets.notes,
     )
     existed = req.target_datadir.exists()
     try:
         t0 = time.monotonic()
-        files = fetch_binlogs(req, plan.binlogs, scratch / "binlogs")
+        files = fetch_binlogs(req, plan.binlogs, scratch / "binlogs", targets)
         report.timings["fetch_binlogs"] = time.monotonic() - t0
         restored = restore(
             RestoreRequest(
-                catalog=req.catalog,
+                catalog=targets.first.catalog,
                 target_datadir=req.target_datadir,
                 backup_id=backup.backup_id,
                 private_key=req.private_key,
@@ -140,7 +164,8 @@ def _recover(req: PitrRequest, plan: PitrPlan) -> PitrReport:
                 scratch_dir=scratch / "restore",
                 move_back=req.move_back,
                 max_free_memory_pct=req.max_free_memory_pct,
-            )
+            ),
+            targets,
         )
         report.chain = restored.chain
         report.timings.update(restored.timings)
@@ -201,8 +226,13 @@ def where_replay_stops(plan: PitrPlan, files: list[Path], report: PitrReport) ->
     return bool(end.last_gtid) or (end.file, end.position) > start
 
 
-def fetch_binlogs(req: PitrRequest, binlogs: list[BinlogManifest], dest: Path) -> list[Path]:
-    """Download, check, decrypt and decompress each binlog (all its segments) into `dest`."""
+def fetch_binlogs(
+    req: PitrRequest, binlogs: list[BinlogManifest], dest: Path, targets: Targets | None = None
+) -> list[Path]:
+    """Download, check, decrypt and decompress each binlog (all its segments) into `dest`, each
+    segment from the first target that holds it intact (`binlogs` were read from the first)."""
+    targets = targets or req.targets()
+    origin = targets.first
     dest.mkdir(parents=True, mode=0o700)
     files = []
     with GpgHome() as gpg:
@@ -213,7 +243,15 @@ def fetch_binlogs(req: PitrRequest, binlogs: list[BinlogManifest], dest: Path) -
             # Decrypted, a binlog may hold `CREATE USER ... IDENTIFIED BY` in clear: owner only.
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
             for seg in m.segments:
-                _fetch_segment(req.catalog, seg.object, path, gpg)
+
+                def fetch(source: Source, obj: StoredObject, path: Path = path) -> None:
+                    _fetch_segment(source.catalog, obj, path, gpg)
+
+                def clear(path: Path = path, offset: int = seg.offset) -> None:
+                    os.truncate(path, offset)  # what a failed fetch appended
+
+                locate = segment_on(origin, m, seg)
+                fetch_with_fallback(targets, f"binlog {m.name}", locate, fetch, clear)
                 if sha256_range(path, seg.offset, seg.raw_size) != seg.raw_sha256:
                     raise PitrError(
                         f"{seg.object.key}: decrypted bytes do not match the manifest's raw sha256"
@@ -222,6 +260,28 @@ def fetch_binlogs(req: PitrRequest, binlogs: list[BinlogManifest], dest: Path) -
                 raise PitrError(f"{m.name}: fetched {path.stat().st_size} bytes, the manifest says {m.size}")
             files.append(path)
     return files
+
+
+def segment_on(
+    origin: Source, m: BinlogManifest, seg: BinlogSegment
+) -> Callable[[Source], Located[StoredObject]]:
+    """`locate` for one segment of binlog `m` (read from `origin`): the same object (sha256 and
+    size) in each target's own manifest of that binlog."""
+
+    def locate(source: Source) -> Located[StoredObject]:
+        if source is origin:
+            return Located(seg.object, seg.object)
+        try:
+            there = BinlogCatalog(source.catalog, m.server_uuid).read(m.name, partial=not m.complete)
+        except BinlogError as exc:
+            raise NotHere(str(exc)) from exc
+        for other in there.segments:
+            same = (other.object.sha256, other.object.size) == (seg.object.sha256, seg.object.size)
+            if other.offset == seg.offset and same:
+                return Located(other.object, other.object)
+        raise NotHere(f"its {m.name} holds another object at offset {seg.offset} (sha256 differs)")
+
+    return locate
 
 
 def _fetch_segment(catalog: Catalog, obj: StoredObject, path: Path, gpg: GpgHome) -> None:
@@ -240,9 +300,7 @@ def _fetch_segment(catalog: Catalog, obj: StoredObject, path: Path, gpg: GpgHome
     except ChecksumMismatch:
         raise
     except PipelineError as exc:
-        raise PipelineError(
-            f"binlog {path.name}: {obj.key}: {exc}; {sha256_verdict(catalog.store, obj)}"
-        ) from exc
+        raise stream_failure(f"binlog {path.name}", exc, catalog.store, obj) from exc
     finally:
         if fd is not None:
             os.close(fd)
