@@ -14,6 +14,12 @@ servers. An incremental is copied only after its parent. An object that is damag
 sha256), and is named. A target that cannot be reached is retried `attempts` times, then left
 behind with one line; the next run catches up, oldest first. Nothing here ever fails the backup
 on the first target: it is registered before a copy starts.
+
+A re-seed (`copy --from offsite --to primary`, `refill=True`) fills any target from any other after it
+lost its data: every backup and closed binlog the source holds and the target lacks, what the
+target's own retention deleted included, and a backup registered there whose objects are missing
+or short (HEAD) is copied again; the same sha256 checks, manifests last, under the target's host
+lock. Run again, it copies nothing.
 """
 
 from __future__ import annotations
@@ -94,6 +100,7 @@ class CopyReport:
     problems: list[str] = field(default_factory=list)  # damaged on the source, parent missing...
     error: str | None = None  # the target (or the source) could not be reached: left behind
     newest: str | None = None  # the source's newest backup (named when the target cannot be listed)
+    refill: bool = False  # a re-seed (copy_host's `refill`)
 
     @property
     def ok(self) -> bool:
@@ -102,6 +109,9 @@ class CopyReport:
     def line(self) -> str:
         """One line for the log and the CLI."""
         done = f"copied {len(self.copied)} backup(s), {len(self.binlogs)} binlog(s), {self.bytes} bytes"
+        if self.refill:
+            stopped = f"; stopped: {self.error}; run it again once that is fixed" if self.error else ""
+            return f"re-seed of {self.target} ({self.location}): {done} in {self.seconds:.1f}s{stopped}"
         if self.error:
             behind = f"{len(self.behind)} backup(s) and {len(self.binlogs_behind)} binlog(s) behind"
             if not self.behind and self.newest:  # the target could not even be listed
@@ -139,17 +149,19 @@ def copy_host(
     source_name: str = "primary",
     what: What = "all",
     sleep: Callable[[float], None] = time.sleep,
+    refill: bool = False,
 ) -> CopyReport:
-    """Bring `target` up to date with the host's backups and binlogs on `source`; never raises for
-    a target (or source) that cannot be reached: the report says what is left behind."""
+    """Bring `target` up to date with the host's backups and binlogs on `source` (`refill`: a
+    re-seed, everything it lacks); never raises for a target (or source) that cannot be reached:
+    the report says what is left behind."""
     dest = target.catalog(source.cluster, source.host)
-    report = CopyReport(target.name, dest.describe())
+    report = CopyReport(target.name, dest.describe(), refill=refill)
     started = time.monotonic()
     for attempt in range(1, target.attempts + 1):
         report.attempts = attempt
         try:
             # The target's host lock: its own retention (or another copy) never interleaves with this.
-            with HostLock(dest, purpose="copy") as lock:
+            with HostLock(dest, purpose="re-seed" if refill else "copy") as lock:
                 if what in ("all", "backups"):
                     _copy_backups(source, dest, target, source_name, report, lock)
                 if what in ("all", "binlogs") and target.binlogs:
@@ -187,11 +199,12 @@ def _one_line(exc: BaseException) -> str:
 # backups
 
 
-def pending_backups(source_ids: list[str], target_ids: list[str]) -> list[str]:
+def pending_backups(source_ids: list[str], target_ids: list[str], refill: bool = False) -> list[str]:
     """Source backups the target should get: those newer than its oldest (all when it has none),
-    so what the target's own retention deleted is not copied again. Oldest first."""
+    so what the target's own retention deleted is not copied again (`refill`: every one it lacks).
+    Oldest first."""
     have = set(target_ids)
-    oldest = min(target_ids) if target_ids else ""
+    oldest = min(target_ids) if target_ids and not refill else ""
     return [bid for bid in sorted(source_ids) if bid not in have and bid > oldest]
 
 
@@ -201,8 +214,10 @@ def _copy_backups(
     problems: list[str] = []
     by_id = {m.backup_id: m for m in src.manifests(problems)}
     dest_ids = dest.backup_ids()
+    if report.refill:  # registered there, but an object is missing or short: copy it again
+        dest_ids = [bid for bid in dest_ids if bid not in by_id or _intact(dest, by_id[bid], report)]
     present = set(dest_ids)
-    for bid in pending_backups(list(by_id), dest_ids):
+    for bid in pending_backups(list(by_id), dest_ids, report.refill):
         m = by_id[bid]
         if m.parent_id and m.parent_id not in present:
             _problem(report, f"backup {bid}: its parent {m.parent_id} is not on {target.name}; not copied")
@@ -216,6 +231,38 @@ def _copy_backups(
         report.copied.append(bid)
         log.info("copied %s to %s", bid, dest.describe(bid))
     report.reports += _copy_reports(src, dest, present)
+
+
+def _intact(dest: Catalog, m: Manifest, report: CopyReport) -> bool:
+    """Is backup `m` registered on `dest` as the same backup with every object at its size? Another
+    backup under the same id is a problem, left as it is (True)."""
+    try:
+        there = dest.get(m.backup_id)
+    except CatalogError as exc:
+        log.warning(
+            "backup %s: its manifest on %s is unusable (%s): copying it again",
+            m.backup_id,
+            dest.describe(),
+            exc,
+        )
+        return False
+    if [(o.sha256, o.size) for o in there.streams] != [(o.sha256, o.size) for o in m.streams]:
+        _problem(
+            report,
+            f"backup {m.backup_id}: {dest.describe(m.backup_id)} holds another backup under this id; left as it is",
+        )
+        return True
+    for piece in (p for obj in there.stored_objects for p in obj.pieces()):
+        info = dest.store.head(piece.key)
+        if info is None or info.size != piece.size:
+            log.warning(
+                "backup %s: %s is missing or short on %s: copying it again",
+                m.backup_id,
+                piece.key,
+                dest.describe(),
+            )
+            return False
+    return True
 
 
 def _problem(report: CopyReport, text: str) -> None:
@@ -341,7 +388,7 @@ def _copy_binlogs(src: Catalog, dest: Catalog, target: CopyTarget, report: CopyR
         for gap in s_index.gaps:  # first: PITR on the target must never cross what the source knows is lost
             if (gap.first_missing, gap.last_missing) not in known:
                 d_cat.write_gap(gap)
-        for name in pending_binlogs(list(s_index.complete), list(d_index.complete)):
+        for name in pending_binlogs(list(s_index.complete), list(d_index.complete), report.refill):
             try:
                 m = s_index.complete[name]
             except BinlogError as exc:
@@ -355,10 +402,11 @@ def _copy_binlogs(src: Catalog, dest: Catalog, target: CopyTarget, report: CopyR
             report.binlogs.append(name)
 
 
-def pending_binlogs(source: list[str], target: list[str]) -> list[str]:
-    """Closed binlogs the target should get: after its oldest one (all when it has none), in order."""
+def pending_binlogs(source: list[str], target: list[str], refill: bool = False) -> list[str]:
+    """Closed binlogs the target should get: after its oldest one (all when it has none; `refill`:
+    every one it lacks), in order."""
     have = set(target)
-    oldest = min((binlog_number(n) for n in target), default=None)
+    oldest = None if refill else min((binlog_number(n) for n in target), default=None)
     todo = [n for n in source if n not in have and (oldest is None or binlog_number(n) > oldest)]
     return sorted(todo, key=binlog_number)
 
@@ -399,20 +447,20 @@ def _fill_behind(src: Catalog, dest: Catalog, target: CopyTarget, report: CopyRe
         if what in ("all", "backups"):
             ids = src.backup_ids()
             report.newest = ids[-1] if ids else None
-            report.behind = pending_backups(ids, dest.backup_ids())
+            report.behind = pending_backups(ids, dest.backup_ids(), report.refill)
         if what in ("all", "binlogs") and target.binlogs:
-            report.binlogs_behind = binlogs_behind(src, dest)
+            report.binlogs_behind = binlogs_behind(src, dest, report.refill)
     except (StorageError, CatalogError, BinlogError, OSError) as exc:
         if report.error is None:
             report.error = _one_line(exc)
 
 
-def binlogs_behind(src: Catalog, dest: Catalog) -> list[str]:
+def binlogs_behind(src: Catalog, dest: Catalog, refill: bool = False) -> list[str]:
     behind = []
     for uuid in server_uuids(src):
         s_names = list(BinlogCatalog(src, uuid).index().complete)
         d_names = list(BinlogCatalog(dest, uuid).index().complete)
-        behind += [f"{uuid}/{n}" for n in pending_binlogs(s_names, d_names)]
+        behind += [f"{uuid}/{n}" for n in pending_binlogs(s_names, d_names, refill)]
     return behind
 
 

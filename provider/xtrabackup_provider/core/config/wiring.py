@@ -40,9 +40,11 @@ def make_catalog(
     return Catalog(store or make_store(config.storage), prefix or config.storage.prefix, cluster, host)
 
 
-def copy_target(target: CopyTargetConfig, store: ObjectStore | None = None) -> CopyTarget:
-    """A `copies:` entry as core/backup/copies.py takes it."""
+def copy_target(target: StorageConfig, store: ObjectStore | None = None) -> CopyTarget:
+    """A storage target as core/backup/copies.py writes to it: a `copies:` entry, or `storage`
+    itself when it is re-seeded (`copy --from offsite --to primary`)."""
     lock = target.object_lock
+    copies = target if isinstance(target, CopyTargetConfig) else None  # `storage`: binlogs too, one try
     return CopyTarget(
         name=target.name,
         store=store or make_store(target),
@@ -52,9 +54,9 @@ def copy_target(target: CopyTargetConfig, store: ObjectStore | None = None) -> C
         kms_key_id=target.kms_key_id,
         object_lock_mode=lock.mode if lock else None,
         object_lock_days=lock.retain_days if lock else None,
-        binlogs=target.binlogs,
-        attempts=target.copy_attempts,
-        retry_seconds=target.copy_retry_seconds,
+        binlogs=copies.binlogs if copies else True,
+        attempts=copies.copy_attempts if copies else 1,
+        retry_seconds=copies.copy_retry_seconds if copies else 0.0,
     )
 
 
