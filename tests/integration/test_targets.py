@@ -240,8 +240,12 @@ def _backup(fleet: Fleet) -> str:
     return proc.stdout.split("\t")[0]
 
 
+def _shipped(catalog: Catalog) -> list[Any]:
+    return [m for u in server_uuids(catalog) for m in BinlogCatalog(catalog, u).index().shipped()]
+
+
 def _binlogs(catalog: Catalog) -> set[str]:
-    return {m.name for u in server_uuids(catalog) for m in BinlogCatalog(catalog, u).index().shipped()}
+    return {m.name for m in _shipped(catalog)}
 
 
 def _notes(proc: subprocess.CompletedProcess[str]) -> list[str]:
@@ -427,11 +431,8 @@ def test_a_damaged_incremental_on_the_primary_is_fetched_from_the_copy(fleet, hi
 
 
 def test_a_damaged_binlog_on_the_primary_is_fetched_from_the_copy(fleet, history):
-    uuid_ = fleet.primary.get(history.inc).server_uuid
-    index = BinlogCatalog(fleet.primary, uuid_).index()
-    shipped = index.shipped()
     # the newest complete binlog holds the writes after the incremental: the PITR needs it
-    binlog = [m for m in shipped if m.complete][-1]
+    binlog = [m for m in _shipped(fleet.primary) if m.complete][-1]
     damage_gpg_mdc(fleet.primary, binlog.segments[0].object.key)
     proc, target = _restored(fleet, "pitr", "--to-gtid", history.gtid)
     assert proc.returncode == 0, proc.stderr
@@ -494,3 +495,26 @@ def test_copy_from_offsite_reseeds_an_emptied_primary(fleet, history):
     proc, target = _restored(fleet, "pitr", "--target-store", "primary", "--to-gtid", history.gtid)
     assert proc.returncode == 0 and not _notes(proc), proc.stdout + proc.stderr
     assert _checksums(fleet, history, target, 948) == history.at_gtid
+
+
+def test_copy_deep_puts_back_objects_damaged_in_place_on_the_primary(fleet, history):
+    damage_gpg_mdc(fleet.primary, fleet.primary.get(history.inc).backup_object.key)
+    binlog = next(m for m in _shipped(fleet.primary) if m.complete)
+    damage_gpg_mdc(fleet.primary, binlog.segments[0].object.key)
+
+    def reseed(*extra: str) -> dict[str, Any]:
+        proc = fleet.host("copy", "--from", "offsite", "--to", "primary", "--json", *extra)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        [report] = json.loads(proc.stdout)
+        return report
+
+    quick = reseed()  # the same sizes: HEAD cannot tell
+    assert (quick["copied_count"], quick["binlogs_copied"]) == (0, 0)
+    deep = reseed("--deep")
+    assert (deep["copied"], deep["binlogs_copied"]) == ([history.inc], 1)
+    again = reseed("--deep")
+    assert (again["copied_count"], again["binlogs_copied"]) == (0, 0)
+
+    proc, target = _restored(fleet, "pitr", "--target-store", "primary", "--to-gtid", history.gtid)
+    assert proc.returncode == 0 and not _notes(proc), proc.stdout + proc.stderr
+    assert _checksums(fleet, history, target, 949) == history.at_gtid

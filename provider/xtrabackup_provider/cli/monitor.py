@@ -47,6 +47,12 @@ def add_parsers(sub: Any) -> None:
         metavar="NAME",
         help="re-seed: the storage target to fill (the primary included) with every backup and binlog it lacks",
     )
+    p.add_argument(
+        "--deep",
+        action="store_true",
+        help="re-seed: also re-read what the destination holds and copy again each object whose sha256 is "
+        "not the manifest's (without it, missing or short objects)",
+    )
     p.add_argument("--what", choices=["all", "backups", "binlogs"], default="all")
     p.add_argument("--json", action="store_true")
 
@@ -69,7 +75,7 @@ def copy_to_targets(
 
 def cmd_copy(args: argparse.Namespace, config: FleetConfig) -> int:
     """Exit 0 when every target is up to date, 1 when something is still behind."""
-    if args.from_store or args.to_store:
+    if args.from_store or args.to_store or args.deep:
         return cmd_reseed(args, config)
     if not config.copies:
         print(f"{config.source}: no further storage targets (`copies:`) are configured", file=sys.stderr)
@@ -86,12 +92,14 @@ def cmd_copy(args: argparse.Namespace, config: FleetConfig) -> int:
 def cmd_reseed(args: argparse.Namespace, config: FleetConfig) -> int:
     """`copy --from A --to B`: exit 0 when B holds everything A does, 1 when something is left out."""
     if not (args.from_store and args.to_store) or args.target_store:
-        raise SetupError("re-seed takes --from NAME and --to NAME together (and no --target-store)")
+        raise SetupError("a re-seed (--from, --to, --deep) takes --from NAME and --to NAME together, and no --target-store")
     if args.from_store == args.to_store:
         raise SetupError(f"--from and --to both name {args.from_store!r}: name two storage targets")
     source = target_catalog(config, args.cluster, args.host, args.from_store)
     target = copy_target(config.target(args.to_store))
-    report = copy_host(source, target, source_name=args.from_store, what=args.what, refill=True)
+    report = copy_host(
+        source, target, source_name=args.from_store, what=args.what, refill=True, deep=args.deep
+    )
     if args.json:
         print(json.dumps([report.summary()], indent=2))
     else:

@@ -18,8 +18,9 @@ on the first target: it is registered before a copy starts.
 A re-seed (`copy --from offsite --to primary`, `refill=True`) fills any target from any other after it
 lost its data: every backup and closed binlog the source holds and the target lacks, what the
 target's own retention deleted included, and a backup registered there whose objects are missing
-or short (HEAD) is copied again; the same sha256 checks, manifests last, under the target's host
-lock. Run again, it copies nothing.
+or short (HEAD; with `deep`, whose bytes' sha256 is not the manifest's, backups and binlogs) is
+copied again; the same sha256 checks, manifests last, under the target's host lock. Run again, it
+copies nothing.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from ..binlog.catalog import BinlogCatalog, BinlogError, BinlogManifest, server_uuids
+from ..binlog.catalog import BinlogCatalog, BinlogError, BinlogIndex, BinlogManifest, server_uuids
 from ..binlog.timeline import read_timeline, timelines, write_timeline
 from ..catalog.backups import Catalog
 from ..catalog.lock import HostLock, HostLockBusy
@@ -40,7 +41,7 @@ from ..catalog.manifest import CatalogError, Manifest, Segment, StoredObject, re
 from ..catalog.records import CopyOrigin
 from ..catalog.reports import REPORT_NAME
 from ..common.values import binlog_number
-from ..storage.base import ARCHIVE_TAGGING, ObjectStore, PutOptions, StorageError, segment_key
+from ..storage.base import ARCHIVE_TAGGING, ObjectStore, PutOptions, StorageError, WrittenSegment, segment_key
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,7 @@ class CopyReport:
     error: str | None = None  # the target (or the source) could not be reached: left behind
     newest: str | None = None  # the source's newest backup (named when the target cannot be listed)
     refill: bool = False  # a re-seed (copy_host's `refill`)
+    deep: bool = False  # a re-seed that re-reads what the target has (copy_host's `deep`)
 
     @property
     def ok(self) -> bool:
@@ -150,12 +152,13 @@ def copy_host(
     what: What = "all",
     sleep: Callable[[float], None] = time.sleep,
     refill: bool = False,
+    deep: bool = False,
 ) -> CopyReport:
     """Bring `target` up to date with the host's backups and binlogs on `source` (`refill`: a
-    re-seed, everything it lacks); never raises for a target (or source) that cannot be reached:
-    the report says what is left behind."""
+    re-seed, everything it lacks; `deep`: and what it holds with other bytes); never raises for a
+    target (or source) that cannot be reached: the report says what is left behind."""
     dest = target.catalog(source.cluster, source.host)
-    report = CopyReport(target.name, dest.describe(), refill=refill)
+    report = CopyReport(target.name, dest.describe(), refill=refill, deep=deep and refill)
     started = time.monotonic()
     for attempt in range(1, target.attempts + 1):
         report.attempts = attempt
@@ -214,7 +217,7 @@ def _copy_backups(
     problems: list[str] = []
     by_id = {m.backup_id: m for m in src.manifests(problems)}
     dest_ids = dest.backup_ids()
-    if report.refill:  # registered there, but an object is missing or short: copy it again
+    if report.refill:  # registered there, but an object is missing, short or altered: copy it again
         dest_ids = [bid for bid in dest_ids if bid not in by_id or _intact(dest, by_id[bid], report)]
     present = set(dest_ids)
     for bid in pending_backups(list(by_id), dest_ids, report.refill):
@@ -253,16 +256,28 @@ def _intact(dest: Catalog, m: Manifest, report: CopyReport) -> bool:
         )
         return True
     for piece in (p for obj in there.stored_objects for p in obj.pieces()):
-        info = dest.store.head(piece.key)
-        if info is None or info.size != piece.size:
+        if not _holds(dest.store, piece, report.deep):
             log.warning(
-                "backup %s: %s is missing or short on %s: copying it again",
+                "backup %s: %s is missing or damaged on %s: copying it again",
                 m.backup_id,
                 piece.key,
                 dest.describe(),
             )
             return False
     return True
+
+
+def _holds(store: ObjectStore, piece: WrittenSegment, deep: bool) -> bool:
+    """Is `piece` stored at its size (and, `deep`, with its sha256)?"""
+    info = store.head(piece.key)
+    if info is None or info.size != piece.size:
+        return False
+    if not deep:
+        return True
+    digest = hashlib.sha256()
+    for chunk in store.read_chunks(piece.key):
+        digest.update(chunk)
+    return digest.hexdigest() == piece.sha256
 
 
 def _problem(report: CopyReport, text: str) -> None:
@@ -388,7 +403,10 @@ def _copy_binlogs(src: Catalog, dest: Catalog, target: CopyTarget, report: CopyR
         for gap in s_index.gaps:  # first: PITR on the target must never cross what the source knows is lost
             if (gap.first_missing, gap.last_missing) not in known:
                 d_cat.write_gap(gap)
-        for name in pending_binlogs(list(s_index.complete), list(d_index.complete), report.refill):
+        have = list(d_index.complete)
+        if report.deep:  # registered there, but its object is missing or altered: copy it again
+            have = [n for n in have if n not in s_index.complete or _binlog_held(d_index, n, d_cat.store)]
+        for name in pending_binlogs(list(s_index.complete), have, report.refill):
             try:
                 m = s_index.complete[name]
             except BinlogError as exc:
@@ -400,6 +418,18 @@ def _copy_binlogs(src: Catalog, dest: Catalog, target: CopyTarget, report: CopyR
                 _problem(report, str(exc))
                 continue
             report.binlogs.append(name)
+
+
+def _binlog_held(index: BinlogIndex, name: str, store: ObjectStore) -> bool:
+    """Is binlog `name` registered in `index` with every object stored with its sha256?"""
+    try:
+        m = index.complete[name]
+    except BinlogError:
+        return False  # its manifest is unusable: copy it again
+    held = all(_holds(store, piece, deep=True) for seg in m.segments for piece in seg.object.pieces())
+    if not held:
+        log.warning("binlog %s is missing or damaged on %s: copying it again", name, store.location)
+    return held
 
 
 def pending_binlogs(source: list[str], target: list[str], refill: bool = False) -> list[str]:
