@@ -92,7 +92,9 @@ def cmd_copy(args: argparse.Namespace, config: FleetConfig) -> int:
 def cmd_reseed(args: argparse.Namespace, config: FleetConfig) -> int:
     """`copy --from A --to B`: exit 0 when B holds everything A does, 1 when something is left out."""
     if not (args.from_store and args.to_store) or args.target_store:
-        raise SetupError("a re-seed (--from, --to, --deep) takes --from NAME and --to NAME together, and no --target-store")
+        raise SetupError(
+            "a re-seed (--from, --to, --deep) takes --from NAME and --to NAME together, and no --target-store"
+        )
     if args.from_store == args.to_store:
         raise SetupError(f"--from and --to both name {args.from_store!r}: name two storage targets")
     source = target_catalog(config, args.cluster, args.host, args.from_store)

@@ -5,9 +5,10 @@ one target `--target-store NAME` names, alone). Every read path goes through thi
 first target where it succeeds; that target becomes the first for the rest of the run, so the
 objects are fetched from where the plan came from first (core/restore/sources.py falls back per
 object). A target whose store cannot answer (a StorageError: endpoint down, bucket gone, access
-denied) is marked down on its `Source`, and every later read of the run, of any `Targets` built
-from the same sources, skips it: an endpoint that is down costs its retries once. Each fallback
-says why in one note (logged as a warning, and kept for the command's output).
+denied) is marked down on its `Source`, and every later read and fetch of the same `Targets` (and
+of others built from the same `Source` objects) skips it: an endpoint that is down costs its
+retries once. Each fallback says why in one note (logged as a warning, and kept for the command's
+output).
 
 With one target, `read` is exactly `fn` on it: its errors are raised as they are.
 """

@@ -148,8 +148,9 @@ def check_host(
         result.add("warning", f"unreadable manifest: {problem}")
     readable = [s for s in targets.sources if s.name in held]
     newest = _backups(result, held, readable, first.name, settings, now)
-    _restore_tests(result, readable, settings, now)
-    _binlogs(result, readable, newest, settings, binlogs_on, now)
+    if readable:  # else there is nothing to judge them by: the targets' errors say so
+        _restore_tests(result, readable, settings, now)
+        _binlogs(result, readable, newest, settings, binlogs_on, now)
     _copies(result, targets, held, errors, settings, now)
     return result
 
