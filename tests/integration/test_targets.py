@@ -39,6 +39,7 @@ from helpers import (
     GpgKeys,
     S3Server,
     add_orders,
+    execute_unlogged,
     gpg_home,
     restored_checksums,
     run_gpg,
@@ -518,3 +519,27 @@ def test_copy_deep_puts_back_objects_damaged_in_place_on_the_primary(fleet, hist
     proc, target = _restored(fleet, "pitr", "--target-store", "primary", "--to-gtid", history.gtid)
     assert proc.returncode == 0 and not _notes(proc), proc.stdout + proc.stderr
     assert _checksums(fleet, history, target, 949) == history.at_gtid
+
+
+def test_with_the_primary_down_restore_table_reads_the_copy(fleet, history, short_dir):
+    table, copy = f"{history.db}.orders", f"{history.db}.orders_back"
+    try:
+        with fleet.primary_down():
+            proc = fleet.host(
+                "restore-table",
+                "--table",
+                table,
+                "--as",
+                copy,
+                "--to-gtid",
+                history.gtid,
+                "--scratch-dir",
+                str(short_dir),
+            )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        [note] = _notes(proc)
+        assert "storage target primary" in note and "Cannot reach" in note, proc.stdout
+        restored = table_checksums(history.server, [history.db])[copy]
+        assert restored == history.at_gtid[table]
+    finally:
+        execute_unlogged(history.server, f"DROP TABLE IF EXISTS {copy}")
