@@ -12,7 +12,6 @@ restore to the rows written, and no log holds a secret.
 from __future__ import annotations
 
 import json
-import os
 import re
 import secrets
 import shutil
@@ -111,11 +110,7 @@ def deployment(mariadb_factory, tmp_path):
                            "password": s.root_password}
             for h, s in servers.items()
         }  # fmt: skip
-        path = work / "connections.json"
-        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as fh:
-            json.dump(conns, fh)
-        stack.cli("connections", "import", str(path))
-        path.unlink()
+        stack.import_connections(conns)
         stack.start_redis()
         stack.start_airflow()
         for host in HOSTS:

@@ -75,7 +75,8 @@ def add_parsers(sub: Any) -> None:
         "--from-standby",
         type=Path,
         metavar="DIR",
-        help="restore the prepared standby copy kept in DIR (checked against the catalog) instead of the chain",
+        help="restore the prepared standby copy kept in DIR (checked against the catalog) instead of the chain; "
+        "with --to-*: then replay the shipped binlogs from its backup to that point",
     )
     p.add_argument(
         "--allow-older-standby",
@@ -86,6 +87,11 @@ def add_parsers(sub: Any) -> None:
         "--move-standby",
         action="store_true",
         help="with --from-standby: move its files instead of copying them (faster; the standby is rebuilt later)",
+    )
+    p.add_argument(
+        "--without-read-lease",
+        action="store_true",
+        help="go on when the read lease cannot be written (retention may then delete what this restore reads)",
     )
     p.add_argument("--json", action="store_true")
     add_restore_targets(p)
@@ -261,12 +267,7 @@ def cmd_restore(args: argparse.Namespace, config: FleetConfig) -> int:
             "create it, or pass --create-parents"
         )
     if (target := pitr_target(args)) is not None:
-        if args.from_standby:
-            raise SetupError(
-                "--from-standby restores the backup the standby holds; a point in time (--to-*) restores the chain "
-                "and its binlogs: give one or the other"
-            )
-        return cmd_pitr_restore(args, config, target)
+        return cmd_pitr_restore(args, config, target)  # from the chain, or from --from-standby
     if args.from_standby:
         return cmd_standby_restore(args, config)
     key, passphrase = read_private_key(config, args.private_key_file)
@@ -281,6 +282,7 @@ def cmd_restore(args: argparse.Namespace, config: FleetConfig) -> int:
             scratch_dir=args.scratch_dir,
             move_back=not args.copy_back,
             max_free_memory_pct=config.policy.prepare_max_free_memory_pct,
+            without_read_lease=args.without_read_lease,
         )
     )
     if args.json:
@@ -312,7 +314,7 @@ def cmd_standby_restore(args: argparse.Namespace, config: FleetConfig) -> int:
     key, passphrase = read_private_key(config, args.private_key_file)
     # The catalog proves what the standby holds: the first storage target that can be read.
     targets = Targets(read_sources(config, args.cluster, args.host, args.target_store))
-    targets.read(f"the backups of {args.host}", lambda catalog: catalog.backup_ids())
+    targets.read(f"the backups of {args.host}", lambda catalog: catalog.latest_chain())
     report = restore_standby(
         targets.first.catalog,
         args.from_standby,
@@ -322,6 +324,7 @@ def cmd_standby_restore(args: argparse.Namespace, config: FleetConfig) -> int:
         binary=config.find_host(args.cluster, args.host).binary,
         allow_older=args.allow_older_standby,
         move=args.move_standby,
+        without_read_lease=args.without_read_lease,
     )
     if args.json:
         print(json.dumps(asdict(report) | {"fallbacks": targets.notes}, indent=2))

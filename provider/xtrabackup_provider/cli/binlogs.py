@@ -302,22 +302,26 @@ def restore_source(args: argparse.Namespace, config: FleetConfig) -> dict[str, A
 def cmd_pitr_restore(args: argparse.Namespace, config: FleetConfig, target: Any) -> int:
     from dataclasses import asdict
 
+    from ..core.pitr.from_standby import standby_point_in_time_restore
     from ..core.pitr.recover import PitrRequest, point_in_time_restore
 
-    report = point_in_time_restore(
-        PitrRequest(
-            target_datadir=args.target_datadir,
-            target=target,
-            move_back=not args.copy_back,
-            **restore_source(args, config),
-        )
+    req = PitrRequest(
+        target_datadir=args.target_datadir,
+        target=target,
+        move_back=not args.copy_back,
+        without_read_lease=args.without_read_lease,
+        **restore_source(args, config),
     )
+    if getattr(args, "from_standby", None):
+        report = standby_point_in_time_restore(req, args.from_standby, move=args.move_standby)
+    else:
+        report = point_in_time_restore(req)
     if args.json:
         print(json.dumps(asdict(report), indent=2))
         return 0
+    source = f"standby {report.standby}" if report.standby else f"target {report.source}"
     print(
-        f"restored {report.backup_id} (chain {' -> '.join(report.chain)}) from target {report.source} "
-        f"into {report.target_datadir}"
+        f"restored {report.backup_id} (chain {' -> '.join(report.chain)}) from {source} into {report.target_datadir}"
     )
     print(
         f"replayed {report.transactions} transaction(s) of {len(report.binlogs)} binlog(s) from {report.start} "

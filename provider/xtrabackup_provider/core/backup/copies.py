@@ -10,8 +10,9 @@ retention and `restore` work on a copy exactly as on the first target.
 What is copied: every backup of the source newer than the oldest one on the target (all of them
 when the target is empty), so a target whose own retention keeps fewer backups is not refilled
 with what it deleted; closed binlogs and gap markers likewise, and the timeline records of promoted
-servers. An incremental is copied only after its parent. An object that is damaged on the source is not copied (the source's manifest names its
-sha256), and is named. A target that cannot be reached is retried `attempts` times, then left
+servers. An incremental is copied only after its parent. An object that is damaged on the source is not
+copied and is named with both sha256s (`CopyReport.damaged`): the copy task then fails, since the
+backup it was asked to protect is not restorable where it stands. A target that cannot be reached is retried `attempts` times, then left
 behind with one line; the next run catches up, oldest first. Nothing here ever fails the backup
 on the first target: it is registered before a copy starts.
 
@@ -40,6 +41,7 @@ from ..catalog.lock import HostLock, HostLockBusy
 from ..catalog.manifest import CatalogError, Manifest, Segment, StoredObject, read_stored, stored_segments
 from ..catalog.records import CopyOrigin
 from ..catalog.reports import REPORT_NAME
+from ..common.crashpoints import crash_point
 from ..common.values import binlog_number
 from ..storage.base import ARCHIVE_TAGGING, ObjectStore, PutOptions, StorageError, WrittenSegment, segment_key
 
@@ -50,6 +52,10 @@ What = Literal["all", "backups", "binlogs"]
 
 class CopyError(RuntimeError):
     """An object cannot be copied as it is (damaged on the source); the message names it."""
+
+
+class DamagedSource(CopyError):
+    """An object's bytes on the source are not what its manifest says (object and both sha256s named)."""
 
 
 @dataclass
@@ -99,6 +105,7 @@ class CopyReport:
     behind: list[str] = field(default_factory=list)  # backups on the source, not (yet) here
     binlogs_behind: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # damaged on the source, parent missing...
+    damaged: list[str] = field(default_factory=list)  # objects damaged on the source (also in problems)
     error: str | None = None  # the target (or the source) could not be reached: left behind
     newest: str | None = None  # the source's newest backup (named when the target cannot be listed)
     refill: bool = False  # a re-seed (copy_host's `refill`)
@@ -123,7 +130,8 @@ class CopyReport:
                 f"failed ({self.attempts} attempt(s)); the next run retries"
             )
         behind = f"; {len(self.behind)} backup(s) behind" if self.behind else ""
-        return f"copy target {self.target} ({self.location}): {done} in {self.seconds:.1f}s{behind}"
+        damaged = f"; NOT COPIED, damaged on the source: {'; '.join(self.damaged)}" if self.damaged else ""
+        return f"copy target {self.target} ({self.location}): {done} in {self.seconds:.1f}s{behind}{damaged}"
 
     def summary(self) -> dict[str, Any]:
         """Small metadata for XCom and `--json`."""
@@ -140,6 +148,7 @@ class CopyReport:
             "behind_count": len(self.behind),
             "binlogs_behind": len(self.binlogs_behind),
             "problems": self.problems[:20],
+            "damaged": self.damaged[:20],
             "error": self.error,
         }
 
@@ -228,7 +237,7 @@ def _copy_backups(
         try:
             report.bytes += copy_backup(src, dest, m, target, source_name, lock.confirm)
         except CopyError as exc:
-            _problem(report, str(exc))
+            _problem(report, str(exc), isinstance(exc, DamagedSource))
             continue
         present.add(bid)
         report.copied.append(bid)
@@ -280,9 +289,11 @@ def _holds(store: ObjectStore, piece: WrittenSegment, deep: bool) -> bool:
     return digest.hexdigest() == piece.sha256
 
 
-def _problem(report: CopyReport, text: str) -> None:
+def _problem(report: CopyReport, text: str, damaged: bool = False) -> None:
     if text not in report.problems:
         report.problems.append(text)
+    if damaged and text not in report.damaged:
+        report.damaged.append(text)
 
 
 def copy_backup(
@@ -323,9 +334,11 @@ def copy_backup(
         side = m.option_files.model_copy(update={"object": copy(m.option_files.object, archive=False)})
     origin = CopyOrigin(target=source_name, location=src.store.location, copied_at=datetime.now(UTC))
     data = m.model_dump() | {"objects": objects, "option_files": side, "copy_of": origin}
+    crash_point("copy.after_objects")
     if confirm:
         confirm(f"registering the copy of {m.backup_id}")
     dest.write(Manifest.model_validate(data))
+    crash_point("copy.after_manifest")
     return copied
 
 
@@ -349,7 +362,7 @@ def copy_object(
             size += len(chunk)
             writer.write(chunk)
         if size != obj.size or digest.hexdigest() != obj.sha256:
-            raise CopyError(
+            raise DamagedSource(
                 f"{what}: {src.location}/{obj.key} is damaged on the source ({size} bytes, sha256 "
                 f"{digest.hexdigest()}; the manifest says {obj.size} bytes, {obj.sha256}); not copied. "
                 "Run `verify --deep` on it"
@@ -415,7 +428,7 @@ def _copy_binlogs(src: Catalog, dest: Catalog, target: CopyTarget, report: CopyR
             try:
                 report.bytes += copy_binlog(s_cat, d_cat, m, target)
             except CopyError as exc:
-                _problem(report, str(exc))
+                _problem(report, str(exc), isinstance(exc, DamagedSource))
                 continue
             report.binlogs.append(name)
 

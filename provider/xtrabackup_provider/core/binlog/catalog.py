@@ -400,6 +400,12 @@ class BinlogCatalog:
         self.store.delete([s.object.key for s in partial.segments])
 
 
+def leased_manifest_key(catalog: Catalog, item: str) -> str:
+    """The manifest key of a binlog named as leases and retention name it: `<server_uuid>/<binlog>`."""
+    server_uuid, _, name = item.partition("/")
+    return BinlogCatalog(catalog, server_uuid).manifest_key(name)
+
+
 def _is_binlog_name(name: str) -> bool:
     try:
         binlog_number(name)

@@ -35,11 +35,13 @@ import os
 import shutil
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ..binlog.catalog import BinlogCatalog, BinlogError, BinlogManifest, BinlogSegment
+from ..binlog.catalog import BinlogCatalog, BinlogError, BinlogManifest, BinlogSegment, leased_manifest_key
 from ..binlog.events import replay_end
 from ..catalog.backups import Catalog
 from ..catalog.lease import ReadLease
@@ -76,6 +78,7 @@ class PitrRequest:
     replay: str = "applier"  # or "pipe": mariadb-binlog | mariadb (core/pitr/applier.py)
     replay_threads: int = 4  # the applier's parallel workers (0: the SQL thread alone)
     replay_server_args: list[str] = field(default_factory=list)  # more mariadbd options for the replay
+    without_read_lease: bool = False  # go on when the read lease cannot be written (core/catalog/lease.py)
     source_name: str = "primary"  # the name of `catalog`'s storage target
     fallbacks: list[Source] = field(default_factory=list)  # further targets (core/catalog/targets.py)
 
@@ -97,6 +100,7 @@ class PitrReport:
     timings: dict[str, float] = field(default_factory=dict)
     replay: str = ""  # how the binlogs were applied (applier / pipe)
     transactions: int = 0  # transactions replayed
+    standby: str = ""  # the standby directory the base came from ("": the chain was restored)
     source: str = ""  # the storage target the plan was read from
     fallbacks: list[str] = field(default_factory=list)  # what came from another target, and why
 
@@ -121,9 +125,9 @@ def point_in_time_restore(req: PitrRequest, targets: Targets | None = None) -> P
     chain = [m.backup_id for m in plan_chain(targets.first.catalog, plan.backup.backup_id)]
     binlogs = [f"{m.server_uuid}/{m.name}" for m in plan.binlogs]
     # Retention keeps the chain and the binlogs while they are read (core/catalog/lease.py).
-    with ReadLease(targets.first.catalog, "point-in-time restore", chain, binlogs) as lease:
+    with read_lease(req, "point-in-time restore", chain, binlogs, targets.first.catalog) as lease:
         lease.check()
-        return _recover(req, plan, targets)
+        return recover(req, plan, targets=targets)
 
 
 def read_plan(targets: Targets, target: PitrTarget, backup_id: str | None) -> PitrPlan:
@@ -135,7 +139,67 @@ def read_plan(targets: Targets, target: PitrTarget, backup_id: str | None) -> Pi
     )
 
 
-def _recover(req: PitrRequest, plan: PitrPlan, targets: Targets) -> PitrReport:
+def read_lease(
+    req: PitrRequest, purpose: str, backups: list[str], binlogs: list[str], catalog: Catalog | None = None
+) -> ReadLease:
+    """The read lease of a point-in-time restore: its backups and binlogs, both checked, on the
+    target they are read from (default: the request's catalog)."""
+    catalog = catalog or req.catalog
+    return ReadLease(
+        catalog,
+        purpose,
+        backups,
+        binlogs,
+        unleased_ok=req.without_read_lease,
+        binlog_manifest=partial(leased_manifest_key, catalog),
+    )
+
+
+# Puts the plan's backup into the (empty) target datadir, given a scratch directory; returns the
+# chain it holds and the timings of its steps. Default: the chain restore (_restore_chain).
+RestoreBase = Callable[[PitrRequest, PitrPlan, Path], tuple[list[str], dict[str, float]]]
+
+
+def _restore_chain(targets: Targets) -> RestoreBase:
+    """The chain restore from `targets` (the plan's target first, the others for damaged objects)."""
+
+    def put(req: PitrRequest, plan: PitrPlan, scratch: Path) -> tuple[list[str], dict[str, float]]:
+        restored = restore(
+            RestoreRequest(
+                catalog=targets.first.catalog,
+                target_datadir=req.target_datadir,
+                backup_id=plan.backup.backup_id,
+                private_key=req.private_key,
+                passphrase=req.passphrase,
+                binary=req.binary,
+                scratch_dir=scratch,
+                move_back=req.move_back,
+                max_free_memory_pct=req.max_free_memory_pct,
+                without_read_lease=req.without_read_lease,
+            ),
+            targets,
+        )
+        return restored.chain, restored.timings
+
+    return put
+
+
+def recover(
+    req: PitrRequest,
+    plan: PitrPlan,
+    restore_base: RestoreBase | None = None,
+    *,
+    alongside: bool = False,
+    targets: Targets | None = None,
+) -> PitrReport:
+    """Fetch the plan's binlogs, put its backup into the target (`restore_base`, default the chain
+    restore), replay to the target; under the read lease the caller holds. On failure the target
+    is emptied again. `targets`: where the plan was read, first (default: the request's).
+
+    The binlogs are fetched first, so a binlog that cannot be read fails before the chain is
+    fetched; `alongside` fetches them while a short base step runs (the standby's copy)."""
+    targets = targets or req.targets()
+    restore_base = restore_base or _restore_chain(targets)
     backup = plan.backup
     scratch = own_scratch(req.scratch_dir, req.target_datadir, "pitr", backup.backup_id)
     report = PitrReport(
@@ -150,25 +214,14 @@ def _recover(req: PitrRequest, plan: PitrPlan, targets: Targets) -> PitrReport:
     )
     existed = req.target_datadir.exists()
     try:
-        t0 = time.monotonic()
-        files = fetch_binlogs(req, plan.binlogs, scratch / "binlogs", targets)
-        report.timings["fetch_binlogs"] = time.monotonic() - t0
-        restored = restore(
-            RestoreRequest(
-                catalog=targets.first.catalog,
-                target_datadir=req.target_datadir,
-                backup_id=backup.backup_id,
-                private_key=req.private_key,
-                passphrase=req.passphrase,
-                binary=req.binary,
-                scratch_dir=scratch / "restore",
-                move_back=req.move_back,
-                max_free_memory_pct=req.max_free_memory_pct,
-            ),
-            targets,
-        )
-        report.chain = restored.chain
-        report.timings.update(restored.timings)
+        if alongside:
+            files = _base_and_binlogs(req, plan, restore_base, scratch, report, targets)
+        else:
+            t0 = time.monotonic()
+            files = fetch_binlogs(req, plan.binlogs, scratch / "binlogs", targets)
+            report.timings["fetch_binlogs"] = time.monotonic() - t0
+            report.chain, timings = restore_base(req, plan, scratch / "restore")
+            report.timings.update(timings)
         t0 = time.monotonic()
         if where_replay_stops(plan, files, report):
             stop = replay_binlogs(
@@ -203,6 +256,35 @@ def _recover(req: PitrRequest, plan: PitrPlan, targets: Targets) -> PitrReport:
         report.reached_gtid or "-",
     )
     return report
+
+
+def _base_and_binlogs(
+    req: PitrRequest,
+    plan: PitrPlan,
+    restore_base: RestoreBase,
+    scratch: Path,
+    report: PitrReport,
+    targets: Targets,
+) -> list[Path]:
+    """The base step in this thread while the binlogs are fetched in another; the first failure
+    is raised once both have stopped."""
+
+    def fetch() -> list[Path]:
+        t0 = time.monotonic()
+        try:
+            return fetch_binlogs(req, plan.binlogs, scratch / "binlogs", targets)
+        finally:
+            report.timings["fetch_binlogs (alongside)"] = time.monotonic() - t0
+
+    with ThreadPoolExecutor(1, thread_name_prefix="fetch-binlogs") as pool:
+        fetching = pool.submit(fetch)
+        try:
+            report.chain, timings = restore_base(req, plan, scratch / "restore")
+        except BaseException:
+            wait([fetching])  # the scratch it writes is removed by the caller
+            raise
+        report.timings.update(timings)
+        return fetching.result()
 
 
 def where_replay_stops(plan: PitrPlan, files: list[Path], report: PitrReport) -> bool:

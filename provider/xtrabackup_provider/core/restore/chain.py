@@ -10,10 +10,12 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from ..catalog.backups import Catalog
 from ..catalog.lease import ReadLease
@@ -25,7 +27,7 @@ from ..common.tempdirs import private_dir
 from ..engine.argv import PrepareStep, copy_back_argv, extract_argv
 from ..engine.metadata import CHECKPOINT_FILES, find_metadata
 from ..engine.tools import ToolVersion, detect_tool
-from ..pipeline.from_store import stream_from_store
+from ..pipeline.from_store import Cancelled, cancellable, stream_from_store
 from ..pipeline.gpg import GpgError, GpgHome, passphrase_pipe
 from ..pipeline.process import ChecksumMismatch, PipelineError
 from ..storage.base import ARCHIVE_CLASSES
@@ -35,6 +37,7 @@ from .sources import Source, backup_on, clear_dir, fetch_with_fallback
 from .verify import stream_failure
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class RestoreError(RuntimeError):
@@ -61,6 +64,7 @@ class RestoreRequest:
     option_files: bool = (
         True  # write the saved option files next to the target (core/restore/option_files.py)
     )
+    without_read_lease: bool = False  # go on when the read lease cannot be written (core/catalog/lease.py)
 
 
 @dataclass
@@ -126,7 +130,8 @@ def restore(req: RestoreRequest, targets: Targets | None = None) -> RestoreRepor
     check_target(req.target_datadir)
     # Retention keeps what a running restore reads (core/catalog/lease.py): on the target the
     # chain comes from (a further target an object falls back to is read without a lease).
-    with ReadLease(targets.first.catalog, "restore", [m.backup_id for m in chain]) as lease:
+    ids = [m.backup_id for m in chain]
+    with ReadLease(targets.first.catalog, "restore", ids, unleased_ok=req.without_read_lease) as lease:
         lease.check()
         return _restore(req, chain, targets)
 
@@ -264,23 +269,36 @@ def fetch_chain(
                 )
             _import_private(gpg, req, chain)
         workers = max(1, min(req.parallel_downloads or default_parallel_downloads(), len(chain)))
-        with ThreadPoolExecutor(workers, thread_name_prefix="fetch") as pool:
-            origin = targets.first
+        origin = targets.first
+        failed = threading.Event()  # a backup that failed on every target stops the others
 
-            def fetch(m: Manifest, d: Path) -> tuple[int, int]:
-                def one(source: Source, here: Manifest) -> tuple[int, int]:
-                    return fetch_one(source.catalog, here, tool, d, gpg, req.progress_seconds)
+        def fetch(m: Manifest, d: Path) -> tuple[int, int]:
+            def one(source: Source, here: Manifest) -> tuple[int, int]:
+                return fetch_one(source.catalog, here, tool, d, gpg, req.progress_seconds, cancel=failed)
 
+            try:
                 locate = backup_on(origin, m)
                 return fetch_with_fallback(targets, f"backup {m.backup_id}", locate, one, clear_dir(d))
+            except BaseException:
+                failed.set()
+                raise
 
+        with ThreadPoolExecutor(workers, thread_name_prefix="fetch") as pool:
             futures = [pool.submit(fetch, m, d) for m, d in zip(chain, dirs, strict=True)]
-            for m, fut in zip(chain, futures, strict=True):
-                stored, raw = fut.result()
-                report.stored_bytes += stored
-                report.raw_bytes += max(raw, 0)  # -1: zstd did not report the size
-                log.info("fetched %s: %d stored bytes, %d extracted", m.backup_id, stored, raw)
+        for m, (stored, raw) in zip(chain, first_failure(futures), strict=True):
+            report.stored_bytes += stored
+            report.raw_bytes += max(raw, 0)  # -1: zstd did not report the size
+            log.info("fetched %s: %d stored bytes, %d extracted", m.backup_id, stored, raw)
     return dirs
+
+
+def first_failure(futures: list[Future[T]]) -> list[T]:
+    """The results of `futures` (all done), or the first failure that is not a stream cancelled
+    because of it."""
+    errors = [e for f in futures if (e := f.exception()) is not None]
+    if errors:
+        raise next((e for e in errors if not isinstance(e, Cancelled)), errors[0])
+    return [f.result() for f in futures]
 
 
 def _import_private(gpg: GpgHome, req: RestoreRequest, chain: list[Manifest]) -> None:
@@ -309,22 +327,31 @@ def fetch_one(
     dest: Path,
     gpg: GpgHome,
     progress_seconds: float = 10.0,
+    cancel: threading.Event | None = None,
 ) -> tuple[int, int]:
     """Stream one backup into `dest` (sha256 check, gpg, zstd, the extractor): its one object, or
-    its K data parts at once (one per core) and then its tail. Returns (stored, raw) bytes."""
+    its K data parts at once (one per core) and then its tail. Returns (stored, raw) bytes.
+    A part that fails stops the other parts; `cancel` (set by the caller) stops them all."""
     streams = m.streams
     if len(streams) == 1:
-        stored, raw = _fetch_stream(catalog, m, streams[0], tool, dest, gpg, progress_seconds)
+        stored, raw = _fetch_stream(catalog, m, streams[0], tool, dest, gpg, progress_seconds, (cancel,))
     else:
         data, tail = streams[:-1], streams[-1]
         workers = min(len(data), default_parallel_downloads())
+        failed = threading.Event()
+
+        def part(obj: StoredObject) -> tuple[int, int]:
+            try:
+                return _fetch_stream(catalog, m, obj, tool, dest, gpg, progress_seconds, (cancel, failed))
+            except BaseException:
+                failed.set()
+                raise
+
         with ThreadPoolExecutor(workers, thread_name_prefix=f"fetch-{m.backup_id}") as pool:
-            futures = [
-                pool.submit(_fetch_stream, catalog, m, obj, tool, dest, gpg, progress_seconds) for obj in data
-            ]
-            done = [f.result() for f in futures]  # the first failure, once every part has stopped
+            futures = [pool.submit(part, obj) for obj in data]
+        done = first_failure(futures)  # once every part has stopped
         # The tail renames and removes what the parts extracted: only after all of them.
-        done.append(_fetch_stream(catalog, m, tail, tool, dest, gpg, progress_seconds))
+        done.append(_fetch_stream(catalog, m, tail, tool, dest, gpg, progress_seconds, (cancel,)))
         stored = sum(s for s, _ in done)
         raw = -1 if any(r < 0 for _, r in done) else sum(r for _, r in done)
         try:
@@ -350,13 +377,14 @@ def _fetch_stream(
     dest: Path,
     gpg: GpgHome,
     progress_seconds: float,
+    cancel: tuple[threading.Event | None, ...] = (),
 ) -> tuple[int, int]:
     what = m.backup_id if obj.role is None else f"{m.backup_id} ({obj.key.rsplit('/', 1)[-1]})"
     progress = ProgressLogger(log, f"fetch of {what}", obj.size, progress_seconds, "the manifest's size")
     fd = passphrase_pipe(gpg.passphrase) if obj.encryption == "gpg" and gpg.passphrase is not None else None
     try:
         result = stream_from_store(
-            read_stored(catalog.store, obj),
+            cancellable(read_stored(catalog.store, obj), *cancel),
             extract_argv(tool, str(dest)),
             decrypt_argv=gpg.decrypt_argv(fd) if obj.encryption == "gpg" else None,
             pass_fds=(fd,) if fd is not None else (),
@@ -368,9 +396,11 @@ def _fetch_stream(
         )
         if obj.role is None:
             _require_checkpoints(tool, dest)
-    except ChecksumMismatch:
+    except (ChecksumMismatch, Cancelled):
         raise
     except PipelineError as exc:
+        if any(e is not None and e.is_set() for e in cancel):  # a sibling's failure stopped this one
+            raise Cancelled(f"backup {m.backup_id}: {obj.key}: stopped, another stream failed") from exc
         # Whichever stage noticed first, say which object and whether it is what the backup stored
         # (a StoredObjectDamaged when it is not: core/restore/sources.py then tries another target).
         raise stream_failure(f"backup {m.backup_id}", exc, catalog.store, obj) from exc
