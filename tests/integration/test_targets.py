@@ -93,8 +93,8 @@ class Fleet:
         return proc
 
     def host(self, *args: str) -> subprocess.CompletedProcess[str]:
-        """A host command: `args[0]` (and `args[1]` for binlogs) then the config, cluster and host."""
-        verb = list(args[:2]) if args[0] == "binlogs" else [args[0]]
+        """A host command: `args[0]` (and `args[1]` for binlogs, standby) then the config, cluster, host."""
+        verb = list(args[:2]) if args[0] in ("binlogs", "standby") else [args[0]]
         rest = args[len(verb) :]
         return self.cli(*verb, "--config", str(self.config), "--cluster", "c1", "--host", "db1", *rest)
 
@@ -543,3 +543,16 @@ def test_with_the_primary_down_restore_table_reads_the_copy(fleet, history, shor
         assert restored == history.at_gtid[table]
     finally:
         execute_unlogged(history.server, f"DROP TABLE IF EXISTS {copy}")
+
+
+def test_with_the_primary_down_pitr_from_the_standby_rolls_forward_over_the_copy(fleet, history, short_dir):
+    standby = short_dir / "standby"
+    refreshed = fleet.host("standby", "refresh", "--standby-dir", str(standby))
+    assert refreshed.returncode == 0, refreshed.stdout + refreshed.stderr
+    with fleet.primary_down():
+        proc, target = _restored(fleet, "pitr", "--from-standby", str(standby), "--to-gtid", history.gtid)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"from standby {standby}" in proc.stdout and f"GTID {history.gtid}" in proc.stdout
+    [note] = _notes(proc)
+    assert "storage target primary" in note and "Cannot reach" in note, proc.stdout
+    assert _checksums(fleet, history, target, 950) == history.at_gtid
