@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from ..catalog.manifest import Manifest
@@ -58,6 +59,12 @@ def standby_point_in_time_restore(
         )
     check_target(req.target_datadir)
     require_standby_dir(directory)
+    # The catalog that proves the standby and plans the roll-forward: the first storage target
+    # that holds backups (core/catalog/targets.py); a binlog damaged there comes from the next.
+    targets = req.targets()
+    targets.read(f"the backups of {req.catalog.host}", lambda catalog: catalog.latest_chain())
+    first = targets.first
+    req = replace(req, catalog=first.catalog, source_name=first.name, fallbacks=targets.sources[1:])
     with standby_lock(directory, "point-in-time restore from the standby", lock_wait):
         standby_tool(directory, req.binary)  # the tool's series, before anything is fetched
         state, chain = _base(req, directory)
@@ -68,7 +75,8 @@ def standby_point_in_time_restore(
             req, "point-in-time restore from the standby", [m.backup_id for m in chain], binlogs
         ) as lease:
             lease.check()
-            report = recover(req, plan, _restore_base(directory, state, chain, tool, move), alongside=True)
+            base = _restore_base(directory, state, chain, tool, move)
+            report = recover(req, plan, base, alongside=True, targets=targets)
     report.standby = str(directory)
     return report
 
