@@ -30,7 +30,9 @@ class ProvisionReplicaOperator(ChainRestoreOperator):
     with `source_gtid` (the source's position when replication started) for the sensor.
     """
 
-    template_fields: Sequence[str] = storage_template_fields("backup_id", "target_datadir", "clean_on_failure")
+    template_fields: Sequence[str] = storage_template_fields(
+        "backup_id", "target_datadir", "clean_on_failure"
+    )
     ui_color = "#d5f5e3"
 
     def __init__(

@@ -224,7 +224,6 @@ def check_source_login(
         raise ReplicationError(
             f"{who} cannot log in to {source.describe()} from this host, as {what} would: {errno} {said}"
             + (f"; {advice(errno)}" if advice(errno) else "")
-            + ". Nothing was restored"
         ) from None
     newest = str(query(source_admin, "SHOW MASTER STATUS")[0][0])
     with defaults_file(account) as creds:
@@ -244,8 +243,7 @@ def check_source_login(
     if proc.returncode != 0:
         raise ReplicationError(
             f"{who} logs in to {source.describe()} but cannot read its binlogs, as {what} must: "
-            f"{children.summarize_stderr(proc.stderr)}. Grant it REPLICATION SLAVE ON *.* on the source. "
-            "Nothing was restored"
+            f"{children.summarize_stderr(proc.stderr)}. Grant it REPLICATION SLAVE ON *.* on the source"
         )
 
 

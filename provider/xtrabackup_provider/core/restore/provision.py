@@ -32,6 +32,7 @@ from typing import Any
 
 from ..binlog.replication import (
     CatchUp,
+    ReplicationError,
     ReplicationSource,
     attach,
     check_binlogs_kept,
@@ -120,7 +121,10 @@ def provision_replica(req: ProvisionRequest) -> ProvisionReport:
     _refuse_flavour(backup)
     gtid = backup.gtid or ""
     source_facts = server_facts(req.source_admin)
-    check_source_login(req.source, req.source_admin, binary=req.binlog_binary, what="the new replica")
+    try:
+        check_source_login(req.source, req.source_admin, binary=req.binlog_binary, what="the new replica")
+    except ReplicationError as exc:
+        raise ReplicationError(f"{exc}. Nothing was restored") from None
     check_replica_account(req.source_admin, req.replica, source_facts.version)
     # A backup of the source itself records the source's own binlog: the first one the replica needs.
     first_needed = backup.binlog_file if backup.server_uuid == source_facts.server_uuid else None
