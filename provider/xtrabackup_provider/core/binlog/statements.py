@@ -19,7 +19,6 @@ then a reader per statement kind; no SQL grammar beyond what names tables.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 
@@ -540,8 +539,3 @@ _READERS = {
     "CALL": _may_write_anything,
     "SET": _set,
 }
-
-
-def iter_tables(named: Named, default: str) -> Iterator[str]:
-    for name in named.tables:
-        yield name.qualified(default)
