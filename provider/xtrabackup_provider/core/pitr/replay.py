@@ -64,6 +64,29 @@ def replay(
         shutil.rmtree(basedir, ignore_errors=True)
 
 
+def leave_gtid_slave_pos(datadir: Path, gtid: str, extra_args: list[str] | None = None) -> None:
+    """Set the stopped datadir's gtid_slave_pos to `gtid` (a sandbox on it, socket only, no binlog,
+    replication not started): what a replay leaves, for a restore that had nothing to replay."""
+    basedir = private_dir("gtidpos", "/tmp", on_sweep=stop_orphans)  # 0700; short socket path
+    server = SandboxServer.on_datadir(
+        datadir,
+        basedir,
+        server_id=REPLAY_SERVER_ID,
+        log_bin=False,
+        extra_args=["--skip-slave-start", *(extra_args or [])],
+    )
+    try:
+        server.start()
+        conn = server.connect()  # --skip-grant-tables: the one privileged session
+        try:
+            conn.cursor().execute("SET GLOBAL gtid_slave_pos = %s", (gtid,))
+        finally:
+            conn.close()
+    finally:
+        server.stop()
+        shutil.rmtree(basedir, ignore_errors=True)
+
+
 def replay_account(server: SandboxServer) -> MySQLTarget:
     """Turn the grant tables on and create a throwaway all-privileges account on the socket."""
     return privileged_account(server, "xbp_pitr")
