@@ -19,10 +19,12 @@ import yaml
 from helpers import root_target
 from xtrabackup_provider.cli import main as cli_main
 from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
+from xtrabackup_provider.core.binlog.ship import ShipRequest, ship_binlogs
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.catalog.manifest import Manifest
 from xtrabackup_provider.core.db.sandbox import SandboxServer
 from xtrabackup_provider.core.db.server import MySQLTarget
+from xtrabackup_provider.core.pitr.plan import PitrTarget
 from xtrabackup_provider.core.pitr.table import TableRestoreError, TableRestoreRequest, restore_tables
 from xtrabackup_provider.core.storage.local import LocalStore
 
@@ -52,6 +54,11 @@ def names(mariadb_factory, tmp_path_factory) -> Names:
     shutil.copytree(root / "store", root / "hollow")
     hollow = Catalog(LocalStore(root / "hollow"), "backups", "c1", "db1")
     hollow.store.delete([obj.key for obj in backup.objects])
+    # A table created after the backup: in no table list of a backup, named by a shipped binlog.
+    server.execute_script(
+        f"USE {db}; CREATE TABLE later (id INT PRIMARY KEY) ENGINE=InnoDB; INSERT INTO later VALUES (7);"
+    )
+    ship_binlogs(ShipRequest(catalog=catalog, target=root_target(server), allow_unencrypted=True, flush=True))
     return Names(server, root / "store", root / "hollow", backup, db)
 
 
@@ -116,6 +123,26 @@ def test_a_misspelled_table_is_one_cli_line_naming_it_before_any_download(
     assert rc == 2 and "Traceback" not in err
     (line,) = [line for line in err.splitlines() if line.startswith("error:")]
     assert f"{names.db}.T is not in backup" in line and f"{names.db}.t" in line, line  # names the near miss
+
+
+def test_a_table_created_after_the_backup_is_restored_to_a_later_point(names, tmp_path):
+    """Not in the backup's table list, but a shipped binlog after it creates it: not refused."""
+    db = names.db
+    gtid = PitrTarget.at_gtid(names.server.query("SELECT @@gtid_binlog_pos")[0][0])
+    try:
+        report = restore_tables(
+            _request(names, names.store, [f"{db}.later"], target=gtid, scratch_dir=tmp_path)
+        )
+        assert [t.created for t in report.tables] == [f"{db}.later_restored"]
+        assert names.server.query(f"SELECT id FROM {db}.later_restored") == [(7,)]
+    finally:
+        conn = names.server.connect()
+        try:
+            cur = conn.cursor()
+            cur.execute("SET SESSION sql_log_bin = 0")
+            cur.execute(f"DROP TABLE IF EXISTS {db}.later_restored")
+        finally:
+            conn.close()
 
 
 def test_a_rollback_that_cannot_drop_the_new_table_names_it(names, tmp_path):
