@@ -62,6 +62,18 @@ def names(mariadb_factory, tmp_path_factory) -> Names:
     return Names(server, root / "store", root / "hollow", backup, db)
 
 
+def _unlogged(server: SandboxServer, *statements: str) -> None:
+    """Run `statements` with binary logging off: the live server's own, as restore-table's copies are."""
+    conn = server.connect()
+    try:
+        cur = conn.cursor()
+        cur.execute("SET SESSION sql_log_bin = 0")
+        for sql in statements:
+            cur.execute(sql)
+    finally:
+        conn.close()
+
+
 def _request(names: Names, store: Path, tables: list[str], **kw) -> TableRestoreRequest:
     return TableRestoreRequest(
         catalog=Catalog(LocalStore(store), "backups", "c1", "db1"),
@@ -136,13 +148,7 @@ def test_a_table_created_after_the_backup_is_restored_to_a_later_point(names, tm
         assert [t.created for t in report.tables] == [f"{db}.later_restored"]
         assert names.server.query(f"SELECT id FROM {db}.later_restored") == [(7,)]
     finally:
-        conn = names.server.connect()
-        try:
-            cur = conn.cursor()
-            cur.execute("SET SESSION sql_log_bin = 0")
-            cur.execute(f"DROP TABLE IF EXISTS {db}.later_restored")
-        finally:
-            conn.close()
+        _unlogged(names.server, f"DROP TABLE IF EXISTS {db}.later_restored")
 
 
 def test_a_rollback_that_cannot_drop_the_new_table_names_it(names, tmp_path):
@@ -150,15 +156,12 @@ def test_a_rollback_that_cannot_drop_the_new_table_names_it(names, tmp_path):
     after the new table was created, and the rollback cannot drop it. On main the message said
     `the tables this run created were dropped again` while the table stayed on the live server."""
     db, password = names.db, uuid.uuid4().hex
-    conn = names.server.connect()
-    try:
-        cur = conn.cursor()
-        cur.execute("SET SESSION sql_log_bin = 0")
-        cur.execute("CREATE USER lim@localhost IDENTIFIED BY %s", (password,))
-        cur.execute(f"GRANT SELECT, CREATE, INSERT ON {db}.* TO lim@localhost")
-        cur.execute("GRANT BINLOG ADMIN, PROCESS ON *.* TO lim@localhost")
-    finally:
-        conn.close()
+    _unlogged(
+        names.server,
+        f"CREATE USER lim@localhost IDENTIFIED BY '{password}'",
+        f"GRANT SELECT, CREATE, INSERT ON {db}.* TO lim@localhost",
+        "GRANT BINLOG ADMIN, PROCESS ON *.* TO lim@localhost",
+    )
     live = MySQLTarget(socket=str(names.server.socket), user="lim", password=password)
     try:
         with pytest.raises(TableRestoreError) as err:
@@ -169,11 +172,4 @@ def test_a_rollback_that_cannot_drop_the_new_table_names_it(names, tmp_path):
         assert "were dropped again" not in message
         assert names.server.query(f"SHOW TABLES FROM {db} LIKE 't_restored'") == [("t_restored",)]
     finally:
-        conn = names.server.connect()
-        try:
-            cur = conn.cursor()
-            cur.execute("SET SESSION sql_log_bin = 0")
-            cur.execute(f"DROP TABLE IF EXISTS {db}.t_restored")
-            cur.execute("DROP USER lim@localhost")
-        finally:
-            conn.close()
+        _unlogged(names.server, f"DROP TABLE IF EXISTS {db}.t_restored", "DROP USER lim@localhost")
