@@ -26,6 +26,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,15 @@ from ..catalog.manifest import Manifest
 from ..common import children
 from ..db.checksum import ChecksumOptions, ChecksumRun, run_checksum
 from ..db.grants import GrantsUnreadable, account_grants, client_hosts
-from ..db.replica import GRACE_SECONDS, ReplicaError, ReplicaThreadError, read_state, wait_running
+from ..db.replica import (
+    GRACE_SECONDS,
+    ReplicaError,
+    ReplicaState,
+    ReplicaThreadError,
+    ReplicaWatch,
+    read_state,
+    wait_running,
+)
 from ..db.server import MySQLTarget, ServerError, connect, server_facts
 from .chain import RestoreRequest, check_target, empty_dir, plan_chain, restore
 
@@ -179,9 +188,7 @@ def _bring_up(req: ProvisionRequest, backup: Manifest, source_id: int, report: P
     finally:
         conn.close()
     try:  # even without the wait: a login the IO thread keeps failing fails here
-        wait_running(
-            lambda: read_state(lambda: connect(req.replica)), _watch(req), poll=min(req.poll_seconds, 1.0)
-        )
+        wait_running(lambda: _state(req), _watch(req), poll=min(req.poll_seconds, 1.0))
     except ReplicaThreadError as exc:
         raise purged_or_raise(exc) from None
     if req.wait:
@@ -189,7 +196,8 @@ def _bring_up(req: ProvisionRequest, backup: Manifest, source_id: int, report: P
         report.timings["catch_up"] = report.caught_up.seconds
     if req.checksum is not None:
         t0 = time.monotonic()
-        report.checksum = checksum_gate(req.source_admin, req.checksum)
+        watch = _watch(req)
+        report.checksum = checksum_gate(req.source_admin, req.checksum, lambda: watch.check(_state(req)))
         report.timings["checksum"] = time.monotonic() - t0
 
 
@@ -207,7 +215,11 @@ def _what(req: ProvisionRequest) -> str:
     return f"the new replica at {req.replica.address}"
 
 
-def _watch(req: ProvisionRequest) -> Any:
+def _state(req: ProvisionRequest) -> ReplicaState:
+    return read_state(lambda: connect(req.replica))
+
+
+def _watch(req: ProvisionRequest) -> ReplicaWatch:
     return watch_for(_what(req), req.source, req.grace_seconds)
 
 
@@ -313,9 +325,12 @@ def wait_for_replica(req: ProvisionRequest) -> CatchUp:
     )
 
 
-def checksum_gate(source_admin: MySQLTarget, options: ChecksumOptions) -> dict[str, Any]:
-    """pt-table-checksum on the source against the new replica; any differing chunk is an error."""
-    run: ChecksumRun = run_checksum(source_admin, options)
+def checksum_gate(
+    source_admin: MySQLTarget, options: ChecksumOptions, watch: Callable[[], object] | None = None
+) -> dict[str, Any]:
+    """pt-table-checksum on the source against the new replica; any differing chunk is an error.
+    `watch` (the replica's thread watcher) stops pt when the replica stops replicating."""
+    run: ChecksumRun = run_checksum(source_admin, options, watch=watch)
     summary = run.summary()
     if run.differing or run.problems:
         tables = ", ".join(summary["differing_tables"][:10])
