@@ -225,7 +225,10 @@ def check_source_login(
             f"{who} cannot log in to {source.describe()} from this host, as {what} would: {errno} {said}"
             + (f"; {advice(errno)}" if advice(errno) else "")
         ) from None
-    newest = str(query(source_admin, "SHOW MASTER STATUS")[0][0])
+    status = query(source_admin, "SHOW MASTER STATUS")
+    if not status:
+        raise ReplicationError(f"{source.describe()} has binary logging off: a replica has nothing to read")
+    newest = str(status[0][0])
     with defaults_file(account) as creds:
         # Stops after the first event: the format description, which the source sends only to an
         # account with REPLICATION SLAVE.
