@@ -7,8 +7,13 @@ with a `replication` section (`mysql_provision_replica_<cluster>_<host>`, no sch
 MASTER TO ... MASTER_USE_GTID with the account of `replication.conn_id`) and starts replication.
 `wait_caught_up` waits (reschedule mode) until its lag is under `max_lag_seconds`; then, unless
 the `checksum` param is off, pt-table-checksum on the source must find no differing chunk.
-A datadir that is not empty, or a source that purged the binlogs the backup needs, fails the
-first task before anything is restored, and the error says what to do.
+A datadir that is not empty, a replication account that cannot log in to the source from the
+new host (or read its binlogs), a new server's account without the privileges provisioning uses,
+or a source that purged the binlogs the backup needs, fails the first task before anything is
+restored, and the error says what to do. A replication error that persists (a wrong password,
+an unreachable source, a stopped SQL thread) fails `provision` or `wait_caught_up` within a
+minute, naming Last_IO_Errno / Last_SQL_Errno; `provision` then stops the server it started and,
+with the `clean_on_failure` param, empties the datadir.
 """
 
 from __future__ import annotations
@@ -63,6 +68,9 @@ def build_dag(config: FleetConfig, cluster: ClusterConfig, host: HostConfig) -> 
             "backup_id": Param("latest", type="string", description="a backup id, or latest"),
             "checksum": Param(settings.checksum, type="boolean", description="gate on pt-table-checksum"),
             "max_lag_seconds": Param(rep.max_lag_seconds, type="number", minimum=0),
+            "clean_on_failure": Param(
+                False, type="boolean", description="after a failure, empty the datadir it restored into"
+            ),
         },
         doc_md=__doc__,
     ) as dag:
@@ -87,6 +95,7 @@ def build_dag(config: FleetConfig, cluster: ClusterConfig, host: HostConfig) -> 
             aws_conn_id=storage.aws_conn_id,
             gpg_conn_id=config.encryption.private_gpg_conn_id if config.encryption.enabled else None,
             binary=host.binary,
+            clean_on_failure="{{ params.clean_on_failure }}",
         )
         caught_up = ReplicaCaughtUpSensor(
             task_id="wait_caught_up",

@@ -25,3 +25,10 @@ class KeptArguments:
     if TYPE_CHECKING:
 
         def __getattr__(self, name: str) -> Any: ...
+
+
+def flag(value: Any) -> bool:
+    """A boolean argument that may arrive rendered from a template ("True", "false", "1")."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes", "on")
+    return bool(value)
