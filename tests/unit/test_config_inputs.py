@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from xtrabackup_provider.core.config.load import parse_config
 from xtrabackup_provider.core.config.schema import ConfigError, check_schedule
@@ -246,3 +249,64 @@ def test_copies_are_accepted_exactly_when_they_do_not_see_each_others_objects(tm
         assert overlap, f"refused targets that do not overlap: {exc}"
         return
     assert not overlap, f"accepted targets that see each other's objects: {targets}"
+
+
+# -- LocalStore as a state machine: a dict of objects, or a StorageError naming the key ----------------------
+
+KEYS = st.lists(st.sampled_from(["a", "b", "x" * 256]), min_size=1, max_size=3).map("/".join)
+
+
+class LocalStoreMachine(RuleBasedStateMachine):
+    """Whatever keys come, the store behaves as a mapping of the keys it accepted; a key it cannot hold
+    (a name over 255 bytes, a key through another object, an object where keys continue) is refused
+    with a StorageError naming it, and changes nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.root = tempfile.mkdtemp(prefix="xbp-localstore-")
+        self.store = LocalStore(self.root)
+        self.model: dict[str, bytes] = {}
+
+    def teardown(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    @rule(key=KEYS, data=st.binary(max_size=8), new=st.booleans())
+    def put(self, key: str, data: bytes, new: bool) -> None:
+        try:
+            if new:
+                etag = self.store.put_new(key, data, None)
+                if etag is None:
+                    assert key in self.model
+                    return
+            else:
+                self.store.put_bytes(key, data)
+        except StorageError as exc:
+            assert key[:40] in str(exc) and key not in self.model, exc
+            return
+        self.model[key] = data
+
+    @rule(key=KEYS)
+    def get(self, key: str) -> None:
+        try:
+            assert self.store.get_bytes(key) == self.model[key]
+        except StorageError as exc:
+            assert key not in self.model and key[:40] in str(exc), exc
+
+    @rule(key=KEYS)
+    def delete(self, key: str) -> None:
+        try:
+            deleted = self.store.delete([key])
+        except StorageError as exc:
+            assert key not in self.model and key[:40] in str(exc), exc
+            return
+        assert deleted.keys == (1 if self.model.pop(key, None) is not None else 0)
+
+    @invariant()
+    def listing_is_the_model(self) -> None:
+        assert [o.key for o in self.store.list("")] == sorted(self.model)
+
+
+TestLocalStoreMachine = LocalStoreMachine.TestCase
+TestLocalStoreMachine.settings = settings(
+    derandomize=True, max_examples=60, stateful_step_count=15, deadline=None
+)
