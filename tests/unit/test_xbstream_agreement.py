@@ -7,6 +7,8 @@ its grammar is checked against the format as documented (the 'S' sparse chunk, n
 from __future__ import annotations
 
 import os
+import struct
+import zlib
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,8 +19,10 @@ from xbstream_build import (
     CHECKPOINTS_TEXT,
     checkpoints,
     end,
+    head,
     mbstream_x,
     payload,
+    remove,
     rename,
     seek,
     whole_file,
@@ -162,3 +166,34 @@ def test_any_stream_is_accepted_exactly_when_mbstream_extracts_it_and_the_tree_i
     assert real.ok, f"the check accepted what mbstream refuses: {real.stderr.strip()}"
     assert checker.tree.files() == real.sizes
     assert checker.tree.dirs() == real.dirs
+
+
+# -- XtraBackup's grammar (from the format as documented: its xbstream is not installable here) -------------
+
+
+def _sparse(path: str, pairs: list[tuple[int, int]], data: bytes, offset: int = 0) -> bytes:
+    """XtraBackup's 'S': entries, payload length, offset, CRC32 of map + payload, the map, the payload."""
+    smap = b"".join(struct.pack("<II", skip, n) for skip, n in pairs)
+    body = smap + data
+    return head(b"S", path) + struct.pack("<IQQI", len(pairs), len(data), offset, zlib.crc32(body)) + body
+
+
+def test_an_xtrabackup_stream_reads_sparse_chunks_and_has_no_rename_remove_or_seek():
+    stream = checkpoints() + _sparse("db/t.ibd", [(0, 4), (100, 2)], b"abcdef") + end("db/t.ibd")
+    checker = _check(stream, "xtrabackup")
+    assert checker.tree.files()["db/t.ibd"] == 106  # 4 bytes, a hole of 100, 2 bytes
+    with pytest.raises(XbstreamError, match="sparse map does not match the payload"):
+        _check(checkpoints() + _sparse("db/t.ibd", [(0, 4)], b"abcdef") + end("db/t.ibd"), "xtrabackup")
+    for chunk in (remove("db/t.ibd"), rename("a", "b"), seek("a", 0)):
+        with pytest.raises(XbstreamError, match="unknown type|ends inside a chunk"):
+            _check(checkpoints() + chunk, "xtrabackup")
+
+
+def test_an_xtrabackup_stream_has_no_rewrite_flag_and_no_leading_dot_rule():
+    """A file sent again fails to create whatever its flags (no truncation); a name starting with '.'
+    is mbstream's rule only; an absolute path is refused ("absolute path not allowed")."""
+    with pytest.raises(XbstreamError, match="sent again"):
+        _check(checkpoints() + whole_file("a", b"1") + whole_file("a", b"2", flags=2), "xtrabackup")
+    assert _check(checkpoints() + whole_file(".hidden", b"1"), "xtrabackup").tree.files()[".hidden"] == 1
+    with pytest.raises(XbstreamError, match="escape the target"):
+        _check(checkpoints() + whole_file("/etc/x", b"1"), "xtrabackup")
