@@ -11,20 +11,13 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from manifest_factory import make_manifest
 from xtrabackup_provider import cli
-from xtrabackup_provider.core.catalog.backups import Catalog
-from xtrabackup_provider.core.storage.local import LocalStore
 
 
 @pytest.fixture(scope="module")
-def store_dir(tmp_path_factory) -> str:
-    """A directory store with one backup (no binlogs): a filter that is dropped lists 'no transaction'."""
-    root = tmp_path_factory.mktemp("store")
-    catalog = Catalog(LocalStore(str(root)), "backups-prod", "c1", "db1")
-    full = make_manifest("20261101T000000Z-full")
-    catalog.store.put_bytes(catalog.manifest_key(full.backup_id), full.to_json())
-    return str(root)
+def store_dir(catalog_dir) -> str:
+    """A directory store with backups and no binlogs: a filter that is dropped lists nothing."""
+    return catalog_dir
 
 
 @pytest.fixture(scope="module")
