@@ -21,7 +21,7 @@ from ..core.pipeline.process import PipelineError
 from ..core.restore.prepare import PrepareError
 from ..core.storage.base import StorageError
 from . import backups, binlogs, fleet, monitor, replicas, standby
-from .options import load
+from .options import BadArgument, load, require_values
 
 USER_ERRORS = (
     ConfigError,
@@ -61,11 +61,18 @@ def build_parser() -> argparse.ArgumentParser:
     monitor.add_parsers(sub)
     replicas.add_parsers(sub)
     standby.add_parsers(sub)
+    require_values(parser)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+        if check := getattr(args, "check_args", None):  # what one argument alone cannot tell
+            check(args)
+    except BadArgument as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(message)s",

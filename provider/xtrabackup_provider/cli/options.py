@@ -12,6 +12,47 @@ from ..core.config.load import FieldNames, load_config, parse_config
 from ..core.config.schema import CONFIG_ENV, FleetConfig
 
 
+class BadArgument(Exception):
+    """A command-line value that would do nothing, or something other than asked: `main` prints
+    `error: <message>` (one line) and exits 2 before anything is read. Not a ValueError, so that
+    argparse lets it through instead of printing its usage."""
+
+
+def bad(flag: str, value: object, why: str) -> BadArgument:
+    """`--flag 'value': why`, the value quoted (a newline or blanks show)."""
+    text = repr(value)
+    return BadArgument(f"{flag} {text if len(text) <= 80 else text[:77] + '...'}: {why}")
+
+
+def require_values(parser: argparse.ArgumentParser) -> None:
+    """Every option that takes a value, in every verb, refuses a blank one: it was read as no
+    value (the config's prefix, no filter, every cluster, the default server). A value its type
+    refuses is one line naming the flag too (argparse prints its usage first)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                require_values(sub)
+        elif action.option_strings and action.nargs != 0:
+            action.type = _given(max(action.option_strings, key=len), action.type)
+
+
+def _given(flag: str, inner: Any) -> Any:
+    def given(text: str) -> Any:
+        if not text.strip():
+            raise bad(flag, text, f"empty; give a value or leave {flag} out")
+        if inner is None:
+            return text
+        try:
+            return inner(text)
+        except argparse.ArgumentTypeError as exc:  # its message quotes the value
+            raise BadArgument(f"{flag}: {exc}") from None
+        except (TypeError, ValueError) as exc:
+            raise bad(flag, text, str(exc)) from None
+
+    given.__name__ = getattr(inner, "__name__", "str")  # argparse names the type in its errors
+    return given
+
+
 def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="fleet config YAML (default: $XTRABACKUP_FLEET_CONFIG)")
     p.add_argument("--cluster", required=True)
