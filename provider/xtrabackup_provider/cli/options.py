@@ -8,18 +8,27 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from ..core.config.load import FieldNames, load_config, parse_config
+from ..core.config.load import FieldNames, config_path, load_config, parse_config
 from ..core.config.schema import CONFIG_ENV, FleetConfig
 
 
 def add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", help="fleet config YAML (default: $XTRABACKUP_FLEET_CONFIG)")
+    add_config(p)
     p.add_argument("--cluster", required=True)
     p.add_argument("--host", required=True, help="host name as in the fleet config")
     p.add_argument("--bucket", help="S3 bucket (overrides the config)")
     p.add_argument("--local-path", help="a directory used as the object store instead of S3")
     p.add_argument("--prefix", help="key prefix (default from config, else 'backups')")
     p.add_argument("--endpoint-url", help="S3 endpoint (MinIO, a test server)")
+
+
+CONFIG_HELP = (
+    "fleet config YAML (default: $XTRABACKUP_FLEET_CONFIG, else fleet.yaml in Airflow's dags folder)"
+)
+
+
+def add_config(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help=CONFIG_HELP)
 
 
 def output(as_json: bool, data: Any, lines: Iterable[str]) -> None:
@@ -72,12 +81,13 @@ def _flag(dest: str) -> str:
 
 
 def load(args: argparse.Namespace) -> FleetConfig:
-    """The fleet config from the file, or one built from flags; flags override the file."""
+    """The fleet config from the file (config_path), or, with --bucket / --local-path and no
+    --config or $XTRABACKUP_FLEET_CONFIG, one built from flags alone; flags override the file."""
     import os
 
-    if args.config or os.environ.get(CONFIG_ENV):
+    if args.config or os.environ.get(CONFIG_ENV) or not (args.bucket or args.local_path):
         raw: dict[str, Any] = load_config(args.config).model_dump(exclude_none=True)
-        source = args.config or os.environ[CONFIG_ENV]
+        source = str(config_path(args.config)[0])
     else:
         raw = {"clusters": [{"name": args.cluster, "hosts": [{"name": args.host}]}], "storage": {}}
         source = "command-line flags"

@@ -26,7 +26,7 @@ class ReplicaCaughtUpSensor(KeptArguments, BaseSensorOperator):
         *,
         replica_conn_id: str,
         target_gtid: str,
-        max_lag_seconds: float = 5,
+        max_lag_seconds: float | str = 5,  # templated: a DAG param
         replica_name: str = "the new replica",
         source_name: str = "",
         **kwargs: Any,
