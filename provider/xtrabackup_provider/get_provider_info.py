@@ -89,7 +89,12 @@ def get_provider_info() -> dict[str, Any]:
         "triggers": [
             {
                 "integration-name": "XtraBackup",
-                "python-modules": [f"{P}.triggers.checksum", f"{P}.triggers.glacier", f"{P}.triggers.binlog"],
+                "python-modules": [
+                    f"{P}.triggers.checksum",
+                    f"{P}.triggers.glacier",
+                    f"{P}.triggers.binlog",
+                    f"{P}.triggers.replica",
+                ],
             }
         ],
         "hooks": [

@@ -5,6 +5,8 @@ with its own log file; every wait is bounded and fails as soon as a component ex
 
 The components get a clean environment (nothing of the test process's AWS_* / AIRFLOW_*), the
 same JWT secret and fernet key, and ports of their own (other Airflows may run on this machine).
+The DAG files are where a user puts them: `xtrabackup-provider install-dags` writes them into
+$AIRFLOW_HOME/dags, next to the fleet config (no $XTRABACKUP_FLEET_CONFIG).
 """
 
 from __future__ import annotations
@@ -45,10 +47,10 @@ class ComponentExited(AssertionError):
 
 
 class AirflowStack:
-    def __init__(self, work: Path, fleet_config: Path) -> None:
+    def __init__(self, work: Path) -> None:
         self.work = work
         self.home = work / "airflow"
-        self.fleet_config = fleet_config
+        self.dags = self.home / "dags"  # Airflow's default dags folder
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.api_port = free_port()
         self.redis_port = free_port()
@@ -74,10 +76,8 @@ class AirflowStack:
         env.update(
             PATH=f"{BIN}:{os.environ.get('PATH', os.defpath)}",
             AIRFLOW_HOME=str(self.home),
-            XTRABACKUP_FLEET_CONFIG=str(self.fleet_config),
             AIRFLOW__CORE__EXECUTOR="CeleryExecutor",
             AIRFLOW__CORE__LOAD_EXAMPLES="False",
-            AIRFLOW__CORE__DAGS_FOLDER=str(Path(__file__).resolve().parents[2] / "dags"),
             AIRFLOW__CORE__FERNET_KEY=self._fernet,
             AIRFLOW__CORE__HOSTNAME_CALLABLE="xbp_worker_host.hostname",
             AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"{self.api}/execution/",
@@ -102,6 +102,38 @@ class AirflowStack:
         )
         env.update(extra)
         return env
+
+    def install_dags(self, fleet: dict[str, Any], **own_dags: str) -> None:
+        """As the docs tell a user: `xtrabackup-provider install-dags` into the dags folder, the
+        fleet config next to the files; `own_dags` (file name -> text) are the user's own DAGs."""
+        import yaml
+
+        self.dags.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run(
+            [str(BIN / "xtrabackup-provider"), "install-dags"],
+            env=self.env(),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        (self.dags / "fleet.yaml").write_text(yaml.safe_dump(fleet))
+        for name, text in own_dags.items():
+            (self.dags / name).write_text(text)
+
+    def provider_location(self) -> Path:
+        """Where the components import the provider from."""
+        done = subprocess.run(
+            [str(BIN / "python"), "-c", "import xtrabackup_provider; print(xtrabackup_provider.__file__)"],
+            env=self.env(),
+            cwd=self.work,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return Path(done.stdout.strip()).parent
 
     # -- processes -------------------------------------------------------------------------------
 

@@ -13,6 +13,8 @@ first task before anything is restored, and the error says what to do.
 
 from __future__ import annotations
 
+__all__ = ["build_dags"]
+
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
@@ -96,7 +98,7 @@ def build_dag(config: FleetConfig, cluster: ClusterConfig, host: HostConfig) -> 
             max_lag_seconds="{{ params.max_lag_seconds }}",
             replica_name=f"the new replica {cluster.name}/{host.name}",
             source_name=f"{cluster.name}/{source.name}",
-            mode="reschedule",
+            deferrable=True,  # a catch-up of hours waits in the triggerer
             poke_interval=max(30.0, rep.poll_seconds),
             timeout=rep.catch_up_timeout_minutes * 60,
         )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["ProvisionReplicaOperator"]
+
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,9 @@ class ProvisionReplicaOperator(ChainRestoreOperator):
     with `source_gtid` (the source's position when replication started) for the sensor.
     """
 
-    template_fields: Sequence[str] = storage_template_fields("backup_id", "target_datadir")
+    template_fields: Sequence[str] = storage_template_fields(
+        "backup_id", "target_datadir", "source_conn_id", "replication_conn_id", "replica_conn_id"
+    )
     ui_color = "#d5f5e3"
 
     def __init__(
