@@ -20,6 +20,8 @@ no boto3, zstandard or gnupg: the operators import them when they run.
 
 from __future__ import annotations
 
+__all__ = ["build_dags"]
+
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any

@@ -9,6 +9,8 @@ check`). The task fails when a host is critical, so Airflow's own alerting fires
 
 from __future__ import annotations
 
+__all__ = ["build_dags"]
+
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 

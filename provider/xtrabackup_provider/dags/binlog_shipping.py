@@ -10,6 +10,8 @@ purged before it was shipped fails that host's task once, with the gap recorded.
 
 from __future__ import annotations
 
+__all__ = ["build_dags"]
+
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 

@@ -12,6 +12,8 @@ never pass and names the host.
 
 from __future__ import annotations
 
+__all__ = ["build_dags"]
+
 import random
 from collections.abc import Iterator
 from datetime import datetime

@@ -9,6 +9,8 @@ drift alerts at once rather than at the next backup.
 
 from __future__ import annotations
 
+__all__ = ["build_dags"]
+
 from collections.abc import Iterator
 from datetime import datetime
 

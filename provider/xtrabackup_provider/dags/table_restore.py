@@ -10,6 +10,8 @@ written to and nothing reaches the binlog (see XtraBackupTableRestoreOperator).
 
 from __future__ import annotations
 
+__all__ = ["build_dags"]
+
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any

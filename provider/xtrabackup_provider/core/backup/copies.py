@@ -18,6 +18,8 @@ on the first target: it is registered before a copy starts.
 
 from __future__ import annotations
 
+__all__ = ["copy_host"]
+
 import hashlib
 import logging
 import time

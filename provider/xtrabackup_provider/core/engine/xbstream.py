@@ -29,6 +29,8 @@ Run as `python -m xtrabackup_provider.core.engine.xbstream [--flavour F] [--role
 
 from __future__ import annotations
 
+__all__ = ["checker_args"]
+
 import argparse
 import json
 import os

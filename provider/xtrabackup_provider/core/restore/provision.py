@@ -12,6 +12,8 @@ it must come up on this datadir with a server_id of its own (both are checked).
 
 from __future__ import annotations
 
+__all__ = ["provision_replica"]
+
 import logging
 import os
 import shutil

@@ -16,6 +16,8 @@ the source, as in any pt-table-checksum run; the results go to their own table
 
 from __future__ import annotations
 
+__all__ = ["SourceCompare"]
+
 import logging
 import shutil
 from dataclasses import dataclass, field, replace

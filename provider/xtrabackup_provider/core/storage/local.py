@@ -9,6 +9,8 @@ deleted even if the data deleted after it is what survives a crash.
 
 from __future__ import annotations
 
+__all__ = ["LocalStore"]
+
 import builtins
 import contextlib
 import os
