@@ -171,7 +171,7 @@ def _group_queue(cluster: ClusterConfig, group_id: str, hosts: list[HostConfig])
             f"cluster {cluster.name!r} ({group_id}): hosts use different queues {queues}, so each mapped "
             "backup task must be routed to its host's queue; add `from ..policy import "
             "task_instance_mutation_hook` to $AIRFLOW_HOME/config/airflow_local_settings.py on every "
-            "Airflow component (see README, 'Queues')"
+            "Airflow component (docs/install.md, 'Queues')"
         )
     return policy.HOST_QUEUE
 
