@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from doc_commands import CLI, cli_lines
 from xtrabackup_provider.cli.main import build_parser
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = sorted({REPO / "README.md", *(REPO / "docs").glob("*.md")} - {REPO / "docs" / "changelog.md"})
-CLI = "xtrabackup-provider"
 # What a placeholder of the docs (`ID`, `N`, `DIR`, ...) becomes when its option checks its value.
 EXAMPLES = ("20261130T103000Z-full", "1", "2026-11-30T10:15:00Z", "0-1-4242", "mysql-bin.000042:1234", "x")
 
@@ -37,22 +37,6 @@ def test_the_readme_is_a_short_front_page():
     assert "| capability | state |" in text and "## Where to go next" in text
 
 
-def _code_lines(text: str) -> list[str]:
-    """Command lines of the fenced blocks, continuation lines (`\\`) joined."""
-    lines, joined, fenced = [], "", False
-    for line in text.splitlines():
-        if line.lstrip().startswith("```"):
-            fenced = not fenced
-            continue
-        if not fenced:
-            continue
-        joined += line.rstrip("\\").rstrip() + " " if line.rstrip().endswith("\\") else line
-        if not line.rstrip().endswith("\\"):
-            lines.append(joined)
-            joined = ""
-    return lines
-
-
 def documented_commands() -> list[tuple[str, str, bool]]:
     """(page, command text after `xtrabackup-provider `, whole?) for each line of a code block that
     runs the CLI (whole: every required argument must be there) and each inline `xtrabackup-provider
@@ -60,10 +44,8 @@ def documented_commands() -> list[tuple[str, str, bool]]:
     found = []
     for page in PAGES:
         text = page.read_text()
-        for line in _code_lines(text):
-            command = re.sub(r"^\s*(\$\s+)?", "", line)
-            if command.startswith(f"{CLI} "):
-                found.append((page.name, command.removeprefix(f"{CLI} "), True))
+        for line in cli_lines(text):
+            found.append((page.name, line.removeprefix(f"{CLI} "), True))
         for span in re.findall(rf"`{CLI} ([^`]+)`", text):
             found.append((page.name, span, False))
     return found
