@@ -145,8 +145,10 @@ def test_backup_dag_counts_a_backup_only_once_its_binlogs_are_stored(binlog_flee
     # The restore-test DAG's point-in-time branch: restore to a time after that backup.
     server.query("INSERT INTO gate_dag.t VALUES (1, NOW())")
     reached = server.query("SELECT @@gtid_binlog_pos")[0][0]
-    target = datetime.fromtimestamp(int(time.time()) + 1, UTC)
-    while time.time() < target.timestamp() + 0.05:
+    # The server stamps its binlog events: the target is the next second of its own clock.
+    stamped = int(server.query("SELECT UNIX_TIMESTAMP()")[0][0])
+    target = datetime.fromtimestamp(stamped + 1, UTC)
+    while int(server.query("SELECT UNIX_TIMESTAMP()")[0][0]) <= stamped:
         time.sleep(0.05)
     server.query("INSERT INTO gate_dag.t VALUES (2, NOW())")
     ship_binlogs(
