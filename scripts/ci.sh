@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # What .ci/run runs (2 cores, 30 minutes): the set-up, lint and the docs build while the other
-# Airflow minors' environments install; then four suites side by side, each logging to its own
-# file: every suite on Airflow 3.3 (but the deployment test), the deployment test from the built
-# wheel, and the unit and DAG suites on Airflow 3.1 and on 3.2 with Python 3.13. Most of a suite's
-# time is spent waiting for servers, tools and Airflow's own loops, so they share the cores well.
-# Each log is printed whole once all have ended; the exit status is 1 if any failed.
+# Airflow minors' environments install; then six runs side by side, each logging to its own
+# file: every suite on Airflow 3.3 but the deployment test (in three shards), the deployment test
+# from the built wheel, and the unit and DAG suites on Airflow 3.1 and on 3.2 with Python 3.13.
+# The suites spend most of their time waiting for servers, tools and Airflow's own loops (a run of
+# the 3.3 suite alone used a quarter of one core), so they share 2 cores well. Each log is printed
+# whole once all have ended; the exit status is 1 if any failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 logs=$(mktemp -d "${TMPDIR:-/tmp}/xbp-ci-XXXXXX")
@@ -26,14 +27,23 @@ if [[ $checks -ne 0 || $built -ne 0 ]]; then
     exit 1
 fi
 
-suites=(main wheel airflow-3.1 airflow-3.2-py3.13)
+suites=(integration-1 integration-2 faults-dags-unit wheel airflow-3.1 airflow-3.2-py3.13)
 run() {
     local name=$1
     shift
     ( "$@" > "$logs/$name.log" 2>&1; echo $? > "$logs/$name.rc"; stamp "$name ended" ) &
 }
-run main scripts/run-pytest.sh -m "not slow" --ignore=tests/deployment -p no:cacheprovider \
-    --basetemp="$logs/tmp-main"
+pytest_main() {  # the Airflow 3.3 suite's pytest, with a basetemp of its own per shard
+    local name=$1
+    shift
+    run "$name" scripts/run-pytest.sh -m "not slow" -p no:cacheprovider --basetemp="$logs/tmp-$name" "$@"
+}
+# The Airflow 3.3 suite in three shards (tests/integration halved by scripts/shard.py).
+mapfile -t half1 < <(.venv/bin/python scripts/shard.py 1 2 tests/integration)
+mapfile -t half2 < <(.venv/bin/python scripts/shard.py 2 2 tests/integration)
+pytest_main integration-1 "${half1[@]}"
+pytest_main integration-2 "${half2[@]}"
+pytest_main faults-dags-unit tests/faults tests/dags tests/unit
 run wheel scripts/test-wheel.sh --basetemp="$logs/tmp-wheel"
 run airflow-3.1 env PYTEST=.venv-airflow-3.1/bin/pytest scripts/run-pytest.sh -m "not slow" \
     -p no:cacheprovider --basetemp="$logs/tmp-af31" tests/unit tests/dags
