@@ -61,6 +61,8 @@ $(AF31)/.installed: pyproject.toml constraints-airflow-3.1.txt $(STAMP)
 	@test -x $(AF31)/bin/python || python3 -m venv --without-pip $(AF31)
 	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(AF31)/bin/python \
 		-c constraints-airflow-3.1.txt -e '.[test]'
+	@# Our own modules for this interpreter too (PYTHONDONTWRITEBYTECODE may be set).
+	@$(AF31)/bin/python -m compileall -q provider dags scripts > /dev/null
 	@touch $@
 
 lock-airflow-3.1:
@@ -77,6 +79,8 @@ $(AF32)/.installed: pyproject.toml constraints-airflow-3.2-py3.13.txt $(STAMP)
 	@test -x $(AF32)/bin/python || "$$(scripts/find-python.sh 3.13)" -m venv --without-pip $(AF32)
 	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(AF32)/bin/python \
 		-c constraints-airflow-3.2-py3.13.txt -e '.[test]'
+	@# Our own modules for this interpreter too (PYTHONDONTWRITEBYTECODE may be set).
+	@$(AF32)/bin/python -m compileall -q provider dags scripts > /dev/null
 	@touch $@
 
 lock-airflow-3.2:
