@@ -109,31 +109,29 @@ class AirflowStack:
         import yaml
 
         self.dags.mkdir(parents=True, exist_ok=True)
-        done = subprocess.run(
-            [str(BIN / "xtrabackup-provider"), "install-dags"],
-            env=self.env(),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
+        self._run_bin("xtrabackup-provider", "install-dags")
         (self.dags / "fleet.yaml").write_text(yaml.safe_dump(fleet))
         for name, text in own_dags.items():
             (self.dags / name).write_text(text)
 
     def provider_location(self) -> Path:
         """Where the components import the provider from."""
+        out = self._run_bin("python", "-c", "import xtrabackup_provider; print(xtrabackup_provider.__file__)")
+        return Path(out.strip()).parent
+
+    def _run_bin(self, program: str, *args: str) -> str:
+        """A program of the components' virtualenv, in their environment (not in the checkout)."""
         done = subprocess.run(
-            [str(BIN / "python"), "-c", "import xtrabackup_provider; print(xtrabackup_provider.__file__)"],
+            [str(BIN / program), *args],
             env=self.env(),
             cwd=self.work,
+            stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=300,
         )
-        assert done.returncode == 0, done.stderr[-3000:]
-        return Path(done.stdout.strip()).parent
+        assert done.returncode == 0, f"{program} {args[0]} exited {done.returncode}: {done.stderr[-3000:]}"
+        return done.stdout
 
     # -- processes -------------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ __all__ = ["build_dags"]
 
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from airflow.sdk import DAG, task_group
@@ -260,6 +261,5 @@ def _dags(config: FleetConfig) -> Iterator[DAG]:
         yield build_dag(config, cluster)
 
 
-def build_dags(dag_file: str) -> dict[str, DAG]:
-    """The DAGs of the fleet config of `dag_file` (a DAG file in a dags folder calls this)."""
-    return fleet_dags(dag_file, _dags)
+# build_dags(dag_file): this kind's DAGs of the fleet config of that DAG file (the file calls it).
+build_dags = partial(fleet_dags, build=_dags)
