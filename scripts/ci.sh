@@ -33,22 +33,23 @@ run() {
     shift
     ( "$@" > "$logs/$name.log" 2>&1; echo $? > "$logs/$name.rc"; stamp "$name ended" ) &
 }
-pytest_main() {  # the Airflow 3.3 suite's pytest, with a basetemp of its own per shard
-    local name=$1
-    shift
-    run "$name" scripts/run-pytest.sh -m "not slow" -p no:cacheprovider --basetemp="$logs/tmp-$name" "$@"
+# Each run gets a basetemp of its own, short: sandbox sockets live under it (107 bytes at most).
+pytest_main() {  # the Airflow 3.3 suite's pytest
+    local name=$1 tmp=$2
+    shift 2
+    run "$name" scripts/run-pytest.sh -m "not slow" -p no:cacheprovider --basetemp="$logs/$tmp" "$@"
 }
 # The Airflow 3.3 suite in three shards (tests/integration halved by scripts/shard.py).
 mapfile -t half1 < <(.venv/bin/python scripts/shard.py 1 2 tests/integration)
 mapfile -t half2 < <(.venv/bin/python scripts/shard.py 2 2 tests/integration)
-pytest_main integration-1 "${half1[@]}"
-pytest_main integration-2 "${half2[@]}"
-pytest_main faults-dags-unit tests/faults tests/dags tests/unit
-run wheel scripts/test-wheel.sh --basetemp="$logs/tmp-wheel"
+pytest_main integration-1 i1 "${half1[@]}"
+pytest_main integration-2 i2 "${half2[@]}"
+pytest_main faults-dags-unit f tests/faults tests/dags tests/unit
+run wheel scripts/test-wheel.sh --basetemp="$logs/w"
 run airflow-3.1 env PYTEST=.venv-airflow-3.1/bin/pytest scripts/run-pytest.sh -m "not slow" \
-    -p no:cacheprovider --basetemp="$logs/tmp-af31" tests/unit tests/dags
+    -p no:cacheprovider --basetemp="$logs/a31" tests/unit tests/dags
 run airflow-3.2-py3.13 env PYTEST=.venv-airflow-3.2-py3.13/bin/pytest scripts/run-pytest.sh -m "not slow" \
-    -p no:cacheprovider --basetemp="$logs/tmp-af32" tests/unit tests/dags
+    -p no:cacheprovider --basetemp="$logs/a32" tests/unit tests/dags
 wait
 
 status=0
