@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What .ci/run runs (2 cores, 30 minutes): the set-up, lint and the docs build while the other
-# Airflow minors' environments install; then six runs side by side, each logging to its own
-# file: every suite on Airflow 3.3 but the deployment test (in three shards), the deployment test
+# Airflow minors' environments install; then seven runs side by side, each logging to its own
+# file: every suite on Airflow 3.3 but the deployment test (in four shards), the deployment test
 # from the built wheel, and the unit and DAG suites on Airflow 3.1 and on 3.2 with Python 3.13.
 # The suites spend most of their time waiting for servers, tools and Airflow's own loops (a run of
 # the 3.3 suite alone used a quarter of one core), so they share 2 cores well. Each log is printed
@@ -27,7 +27,7 @@ if [[ $checks -ne 0 || $built -ne 0 ]]; then
     exit 1
 fi
 
-suites=(integration-1 integration-2 faults-dags-unit wheel airflow-3.1 airflow-3.2-py3.13)
+suites=(integration-1 integration-2 faults-unit dags wheel airflow-3.1 airflow-3.2-py3.13)
 run() {
     local name=$1
     shift
@@ -39,12 +39,13 @@ pytest_main() {  # the Airflow 3.3 suite's pytest
     shift 2
     run "$name" scripts/run-pytest.sh -m "not slow" -p no:cacheprovider --basetemp="$logs/$tmp" "$@"
 }
-# The Airflow 3.3 suite in three shards (tests/integration halved by scripts/shard.py).
+# The Airflow 3.3 suite in four shards (tests/integration halved by scripts/shard.py).
 mapfile -t half1 < <(.venv/bin/python scripts/shard.py 1 2 tests/integration)
 mapfile -t half2 < <(.venv/bin/python scripts/shard.py 2 2 tests/integration)
 pytest_main integration-1 i1 "${half1[@]}"
 pytest_main integration-2 i2 "${half2[@]}"
-pytest_main faults-dags-unit f tests/faults tests/dags tests/unit
+pytest_main faults-unit f tests/faults tests/unit
+pytest_main dags d tests/dags
 run wheel scripts/test-wheel.sh --basetemp="$logs/w"
 run airflow-3.1 env PYTEST=.venv-airflow-3.1/bin/pytest scripts/run-pytest.sh -m "not slow" \
     -p no:cacheprovider --basetemp="$logs/a31" tests/unit tests/dags
