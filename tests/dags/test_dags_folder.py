@@ -48,7 +48,10 @@ def dags_folder(tmp_path, monkeypatch) -> Path:
 
 
 def _parse(folder: Path):
-    from airflow.dag_processing.dagbag import DagBag
+    try:
+        from airflow.dag_processing.dagbag import DagBag
+    except ImportError:  # Airflow 3.1
+        from airflow.models.dagbag import DagBag
 
     return DagBag(str(folder))
 
