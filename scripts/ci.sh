@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What .ci/run runs (2 cores, 30 minutes): the set-up, lint and the docs build while the other
-# Airflow minors' environments install; then seven runs side by side, each logging to its own
+# Airflow minors' environments install; then nine runs side by side, each logging to its own
 # file: every suite on Airflow 3.3 but the deployment test (in four shards), the deployment test
 # from the built wheel, and the unit and DAG suites on Airflow 3.1 and on 3.2 with Python 3.13.
 # The suites spend most of their time waiting for servers, tools and Airflow's own loops (a run of
@@ -27,30 +27,33 @@ if [[ $checks -ne 0 || $built -ne 0 ]]; then
     exit 1
 fi
 
-suites=(integration-1 integration-2 faults-unit dags wheel airflow-3.1 airflow-3.2-py3.13)
+suites=(integration-1 integration-2 faults-unit dags wheel unit-3.1 dags-3.1 unit-3.2-py3.13 dags-3.2-py3.13)
 run() {
     local name=$1
     shift
     ( "$@" > "$logs/$name.log" 2>&1; echo $? > "$logs/$name.rc"; stamp "$name ended" ) &
 }
-# Each run gets a basetemp of its own, short: sandbox sockets live under it (107 bytes at most).
-pytest_main() {  # the Airflow 3.3 suite's pytest
-    local name=$1 tmp=$2
-    shift 2
-    run "$name" scripts/run-pytest.sh -m "not slow" -p no:cacheprovider --basetemp="$logs/$tmp" "$@"
+# One pytest run: its name, the environment's pytest, a short basetemp of its own (sandbox sockets
+# live under it: 107 bytes at most), the tests.
+pytest_run() {
+    local name=$1 venv=$2 tmp=$3
+    shift 3
+    run "$name" env PYTEST="$venv/bin/pytest" scripts/run-pytest.sh -m "not slow" -p no:cacheprovider \
+        --basetemp="$logs/$tmp" "$@"
 }
-# The Airflow 3.3 suite in four shards (tests/integration halved by scripts/shard.py).
+# Airflow 3.3: tests/integration halved by scripts/shard.py, faults + unit, dags; the deployment
+# test from the wheel. Airflow 3.1, and 3.2 on Python 3.13: unit, dags.
 mapfile -t half1 < <(.venv/bin/python scripts/shard.py 1 2 tests/integration)
 mapfile -t half2 < <(.venv/bin/python scripts/shard.py 2 2 tests/integration)
-pytest_main integration-1 i1 "${half1[@]}"
-pytest_main integration-2 i2 "${half2[@]}"
-pytest_main faults-unit f tests/faults tests/unit
-pytest_main dags d tests/dags
+pytest_run integration-1 .venv i1 "${half1[@]}"
+pytest_run integration-2 .venv i2 "${half2[@]}"
+pytest_run faults-unit .venv fu tests/faults tests/unit
+pytest_run dags .venv d tests/dags
 run wheel scripts/test-wheel.sh --basetemp="$logs/w"
-run airflow-3.1 env PYTEST=.venv-airflow-3.1/bin/pytest scripts/run-pytest.sh -m "not slow" \
-    -p no:cacheprovider --basetemp="$logs/a31" tests/unit tests/dags
-run airflow-3.2-py3.13 env PYTEST=.venv-airflow-3.2-py3.13/bin/pytest scripts/run-pytest.sh -m "not slow" \
-    -p no:cacheprovider --basetemp="$logs/a32" tests/unit tests/dags
+pytest_run unit-3.1 .venv-airflow-3.1 u31 tests/unit
+pytest_run dags-3.1 .venv-airflow-3.1 d31 tests/dags
+pytest_run unit-3.2-py3.13 .venv-airflow-3.2-py3.13 u32 tests/unit
+pytest_run dags-3.2-py3.13 .venv-airflow-3.2-py3.13 d32 tests/dags
 wait
 
 status=0
