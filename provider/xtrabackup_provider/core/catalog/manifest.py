@@ -10,6 +10,8 @@ validation and retention never need keys.
 
 from __future__ import annotations
 
+__all__ = ["Manifest", "StoredObject", "read_stored"]
+
 import json
 import re
 from collections.abc import Iterable, Iterator

@@ -20,6 +20,8 @@ The report (restore-report.json, next to the backup) is what retention reads as 
 
 from __future__ import annotations
 
+__all__ = ["run_restore_test", "LEVELS"]
+
 import json
 import logging
 import random
