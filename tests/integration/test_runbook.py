@@ -57,6 +57,8 @@ def test_the_runbook_as_written(mariadb, gpg_keys, tmp_path):
         yaml.safe_dump(
             {
                 "storage": {"local_path": str(tmp_path / "store")},
+                # The runbook's copy (`--target-store offsite`, `copy --from offsite`).
+                "copies": [{"name": "offsite", "local_path": str(tmp_path / "offsite")}],
                 "encryption": {
                     "public_key_files": [str(tmp_path / "public.asc")],
                     "private_key_file": str(private),
@@ -68,6 +70,7 @@ def test_the_runbook_as_written(mariadb, gpg_keys, tmp_path):
                             {
                                 "name": "db1",
                                 "defaults_file": str(mariadb.write_client_defaults(tmp_path / "db1.cnf")),
+                                "standby_dir": str(tmp_path / "standby" / "db1"),  # `standby refresh`
                             }
                         ],
                     }
@@ -79,7 +82,12 @@ def test_the_runbook_as_written(mariadb, gpg_keys, tmp_path):
 
     def run(*argv: str):
         done = cli(*argv, env=env, cwd=tmp_path)  # `--config fleet.yaml` as the runbook writes it
-        assert done.returncode == 0, f"{CLI} {' '.join(argv)}: exit {done.returncode}\n{done.stderr[-3000:]}"
+        if argv[0] == "check" and done.returncode == 1:  # warnings (a fresh host: no restore test yet)
+            assert "CRITICAL" not in done.stdout, done.stdout
+            return done
+        assert done.returncode == 0, (
+            f"{CLI} {' '.join(argv)}: exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+        )
         return done
 
     # Before the incident: the host's backups and binlogs, as the DAGs would have stored them.

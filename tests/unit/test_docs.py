@@ -14,6 +14,7 @@ import pytest
 
 from doc_commands import CLI, cli_lines
 from xtrabackup_provider.cli.main import build_parser
+from xtrabackup_provider.cli.options import BadArgument
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = sorted({REPO / "README.md", *(REPO / "docs").glob("*.md")} - {REPO / "docs" / "changelog.md"})
@@ -116,7 +117,7 @@ def _fill(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
         for example in EXAMPLES:
             try:
                 (action.type or str)(example)
-            except (argparse.ArgumentTypeError, ValueError, TypeError):
+            except (argparse.ArgumentTypeError, ValueError, TypeError, BadArgument):
                 continue
             out[i] = example
             break
@@ -136,6 +137,8 @@ def _check(parser: argparse.ArgumentParser, argv: list[str], whole: bool) -> str
             assert not unknown, f"no such option: {unknown}"
     except SystemExit:
         return "the parser refused it (its message is above)"
+    except BadArgument as exc:  # a value the option refuses (cli/options.py require_values)
+        return str(exc)
     except AssertionError as exc:
         return str(exc)
     return None
