@@ -149,6 +149,9 @@ class ImpactConfig(_Model):
     ionice: Literal["idle", "best-effort"] | None = None  # I/O scheduling class of the tool
     ionice_level: int = Field(7, ge=0, le=7)  # with best-effort: 0 highest .. 7 lowest
     max_upload_mib_per_second: float | None = Field(None, gt=0)  # cap on the upload to `storage`
+    # Seconds of COUNT(*) a backup may spend on the server for exact row counts of its smallest
+    # InnoDB tables (what restore tests compare exactly; core/db/rowcounts.py). 0: none.
+    row_count_seconds: float = Field(1.0, ge=0, le=60, allow_inf_nan=False)
 
 
 class CheckConfig(_Model):
