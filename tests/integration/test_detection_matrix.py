@@ -51,7 +51,7 @@ from xtrabackup_provider.core.db.checksum import ChecksumOptions
 from xtrabackup_provider.core.db.sandbox import SandboxServer, quote_ident
 from xtrabackup_provider.core.pitr.roll_forward import ShippedBinlogs
 from xtrabackup_provider.core.report.check import check_host
-from xtrabackup_provider.core.restore.evidence import ROW_TOLERANCE
+from xtrabackup_provider.core.restore.evidence import ROW_TOLERANCE, rows_close
 from xtrabackup_provider.core.restore.replica_compare import SourceCompare
 from xtrabackup_provider.core.restore.restore_test import (
     LEVELS,
@@ -302,15 +302,31 @@ def _counted(backup: Manifest, table: str) -> None:
 # -- no false alarms ---------------------------------------------------------------------------------
 
 
-def test_right_after_a_bulk_load_without_analyze(lab, matrix):
-    catalog = lab.catalog("good")
+def _after_each(
+    lab: Lab, steps: list[str], table: Callable[[int], str], stats_only: int | None = None
+) -> list[Manifest]:
+    """A full backup of the replica right after each step (SQL on the source); the step numbered
+    `stats_only` is backed up without exact counts, so the estimates decide. `table(n)`: a table
+    that step's backup must have counted."""
     backups = []
+    for n, step in enumerate(steps):
+        lab.sql(step)
+        backups.append(
+            lab.backup(
+                lab.catalog("good"), kind="full", **({"impact": STATS_ONLY} if n == stats_only else {})
+            )
+        )
+        _counted(backups[-1], table(n))
+    return backups
+
+
+def test_right_after_a_bulk_load_without_analyze(lab, matrix):
     with schema(lab, "bulk") as db:
-        for n in range(4):
-            lab.sql(table_sql(db, f"bulk{n}", 100_000 + 5_000 * n))
-            backups.append(lab.backup(catalog, kind="full", **({"impact": STATS_ONLY} if n == 3 else {})))
-            _counted(backups[-1], f"{db}.bulk{n}")
-        _all_levels_pass(lab, matrix, "right after a bulk load of 100k rows (no ANALYZE)", catalog, backups)
+        steps = [table_sql(db, f"bulk{n}", 100_000 + 5_000 * n) for n in range(4)]
+        backups = _after_each(lab, steps, lambda n: f"{db}.bulk{n}", stats_only=3)
+        _all_levels_pass(
+            lab, matrix, "right after a bulk load of 100k rows (no ANALYZE)", lab.catalog("good"), backups
+        )
 
 
 def test_statistics_persisted_before_a_restart(lab, matrix):
@@ -324,8 +340,12 @@ def test_statistics_persisted_before_a_restart(lab, matrix):
         lab.sql(f"ANALYZE TABLE `{db}`.loaded; DELETE FROM `{db}`.loaded;")
         _restart(lab)
         backups.append(lab.backup(catalog, kind="full", impact=STATS_ONLY))
-        for backup in backups:
-            assert backup.source_shape and f"{db}.loaded" in (backup.source_shape.stale_statistics or [])
+        for backup, real in zip(backups, (60_000, 0), strict=True):
+            # Flagged, or (InnoDB recounted it at its first open after the restart) right.
+            shape = backup.source_shape
+            assert shape is not None and shape.stale_statistics is not None
+            estimate = next(t.rows for t in shape.tables if t.name == f"{db}.loaded")
+            assert f"{db}.loaded" in shape.stale_statistics or rows_close(real, estimate), (real, estimate)
         _all_levels_pass(
             lab, matrix, "a bulk load, or a mass DELETE, then a restart (statistics only)", catalog, backups
         )
@@ -348,32 +368,24 @@ def test_during_heavy_update_churn(lab, matrix):
 
 
 def test_right_after_alter_table_force(lab, matrix):
-    catalog = lab.catalog("good")
-    backups = []
     with schema(lab, "alter") as db:
         lab.sql(table_sql(db, "t", 60_000) + f"ANALYZE TABLE `{db}`.t;")
-        for n in range(3):
-            lab.sql(f"DELETE FROM `{db}`.t WHERE id % 5 = {n}; ALTER TABLE `{db}`.t FORCE;")
-            backups.append(lab.backup(catalog, kind="full", **({"impact": STATS_ONLY} if n == 2 else {})))
-            _counted(backups[-1], f"{db}.t")
-        _all_levels_pass(lab, matrix, "right after DELETE + ALTER TABLE ... FORCE", catalog, backups)
+        steps = [f"DELETE FROM `{db}`.t WHERE id % 5 = {n}; ALTER TABLE `{db}`.t FORCE;" for n in range(3)]
+        backups = _after_each(lab, steps, lambda n: f"{db}.t", stats_only=2)
+        _all_levels_pass(
+            lab, matrix, "right after DELETE + ALTER TABLE ... FORCE", lab.catalog("good"), backups
+        )
 
 
 def test_after_truncate_and_reload(lab, matrix):
-    catalog = lab.catalog("good")
-    backups = []
     with schema(lab, "trunc") as db:
         lab.sql(table_sql(db, "t", 80_000) + f"ANALYZE TABLE `{db}`.t;")
-        for n in range(4):
-            lab.sql(f"TRUNCATE TABLE `{db}`.t;" + fill_sql(db, "t", 90_000 + 7_000 * n))
-            backups.append(lab.backup(catalog, kind="full", **({"impact": STATS_ONLY} if n == 3 else {})))
-            _counted(backups[-1], f"{db}.t")
-        _all_levels_pass(lab, matrix, "right after TRUNCATE and a reload", catalog, backups)
+        steps = [f"TRUNCATE TABLE `{db}`.t;" + fill_sql(db, "t", 90_000 + 7_000 * n) for n in range(4)]
+        backups = _after_each(lab, steps, lambda n: f"{db}.t", stats_only=3)
+        _all_levels_pass(lab, matrix, "right after TRUNCATE and a reload", lab.catalog("good"), backups)
 
 
 def test_three_row_and_empty_tables(lab, matrix):
-    catalog = lab.catalog("good")
-    backups = []
     with schema(lab, "tiny") as db:
         lab.sql(
             table_sql(db, "three", 3)
@@ -381,49 +393,43 @@ def test_three_row_and_empty_tables(lab, matrix):
             + f"CREATE TABLE `{db}`.aria3 (id INT PRIMARY KEY) ENGINE=Aria; INSERT INTO `{db}`.aria3 VALUES (1), (2), (3);"
             + f"CREATE TABLE `{db}`.myisam0 (id INT PRIMARY KEY) ENGINE=MyISAM;"
         )
-        for n in range(3):
-            lab.sql(f"DELETE FROM `{db}`.three WHERE id = {n + 1};" + fill_sql(db, "three", 1, start=n + 4))
-            backups.append(lab.backup(catalog, kind="full"))
-            assert backups[-1].table_rows[f"{db}.three"] == 3 and backups[-1].table_rows[f"{db}.empty"] == 0
-        _all_levels_pass(lab, matrix, "3-row and empty tables (InnoDB, Aria, MyISAM)", catalog, backups)
+        steps = [
+            f"DELETE FROM `{db}`.three WHERE id = {n + 1};" + fill_sql(db, "three", 1, start=n + 4)
+            for n in range(3)
+        ]
+        backups = _after_each(lab, steps, lambda n: f"{db}.empty")
+        assert all(b.table_rows[f"{db}.three"] == 3 and b.table_rows[f"{db}.empty"] == 0 for b in backups)
+        _all_levels_pass(
+            lab, matrix, "3-row and empty tables (InnoDB, Aria, MyISAM)", lab.catalog("good"), backups
+        )
 
 
 def test_after_partitions_added_and_dropped(lab, matrix):
-    catalog = lab.catalog("good")
-    backups = []
     with schema(lab, "part") as db:
-        lab.sql(
-            table_sql(
-                db,
-                "p",
-                19_999,
-                extra="PARTITION BY RANGE (id) (PARTITION p0 VALUES LESS THAN (10000),"
-                " PARTITION p1 VALUES LESS THAN (20000))",
-            )
-        )
-        for n in range(3):
-            lab.sql(
-                f"ALTER TABLE `{db}`.p ADD PARTITION (PARTITION p{n + 2} VALUES LESS THAN ({(n + 3) * 10_000}));"
-                + fill_sql(db, "p", 10_000, start=(n + 2) * 10_000)
-                + f"ALTER TABLE `{db}`.p DROP PARTITION p{n};"
-            )
-            backups.append(lab.backup(catalog, kind="full", **({"impact": STATS_ONLY} if n == 2 else {})))
-            _counted(backups[-1], f"{db}.p")
-        _all_levels_pass(lab, matrix, "after partitions added and dropped", catalog, backups)
+        ranges = "PARTITION p0 VALUES LESS THAN (10000), PARTITION p1 VALUES LESS THAN (20000)"
+        lab.sql(table_sql(db, "p", 19_999, extra=f"PARTITION BY RANGE (id) ({ranges})"))
+        steps = [
+            f"ALTER TABLE `{db}`.p ADD PARTITION (PARTITION p{n + 2} VALUES LESS THAN ({(n + 3) * 10_000}));"
+            + fill_sql(db, "p", 10_000, start=(n + 2) * 10_000)
+            + f"ALTER TABLE `{db}`.p DROP PARTITION p{n};"
+            for n in range(3)
+        ]
+        backups = _after_each(lab, steps, lambda n: f"{db}.p", stats_only=2)
+        _all_levels_pass(lab, matrix, "after partitions added and dropped", lab.catalog("good"), backups)
 
 
 def test_after_a_table_was_emptied_on_purpose(lab, matrix):
-    catalog = lab.catalog("good")
-    backups = []
     with schema(lab, "emptied") as db:
         lab.sql(table_sql(db, "t", 0))
-        for n in range(3):
-            # Statistics that say 60k rows, then every row deleted right before the backup.
-            lab.sql(fill_sql(db, "t", 60_000) + f"ANALYZE TABLE `{db}`.t; DELETE FROM `{db}`.t;")
-            backups.append(lab.backup(catalog, kind="full", **({"impact": STATS_ONLY} if n == 2 else {})))
-            _counted(backups[-1], f"{db}.t")
+        # Statistics that say 60k rows, then every row deleted right before the backup.
+        steps = [fill_sql(db, "t", 60_000) + f"ANALYZE TABLE `{db}`.t; DELETE FROM `{db}`.t;"] * 3
+        backups = _after_each(lab, steps, lambda n: f"{db}.t", stats_only=2)
         _all_levels_pass(
-            lab, matrix, "right after a table of 60k rows was emptied on purpose", catalog, backups
+            lab,
+            matrix,
+            "right after a table of 60k rows was emptied on purpose",
+            lab.catalog("good"),
+            backups,
         )
 
 
@@ -500,17 +506,11 @@ def test_incrementals(lab, matrix, chain):
 
 
 def _caught(
-    lab: Lab,
-    matrix: Matrix,
-    case: str,
-    level: str,
-    check: str,
-    catalog: Catalog,
-    backup_id: str,
-    hook: Hook | None = None,
+    lab: Lab, matrix: Matrix, case: str, at: str, catalog: Catalog, backup_id: str, hook: Hook | None = None
 ) -> RestoreTestReport:
-    """The levels up to `level`: the ones below pass (what they cannot see, as documented), `level`
-    fails `check`, and its report (written beside the backup) says so."""
+    """`at` is "<level>: <check>". The levels up to that level: the ones below pass (what they
+    cannot see, as documented), that level fails the check, and its report (beside the backup) says so."""
+    level, check = at.split(": ")
     row = matrix.row(case, "fault", f"{level}: `{check}`")
     row.backups = 1
     reports = {}
@@ -590,61 +590,55 @@ def stored(lab) -> Iterator[Stored]:
         yield Stored(catalog, db, b1, b2, b3)
 
 
-def test_a_small_table_emptied_in_the_restored_copy(lab, matrix, stored):
-    caught = _caught(
-        lab,
-        matrix,
+# A restore that lost rows (the before_checks hook), in a table the backup counted (b2) or in one it
+# left to the estimates (b3): the case, the level and check that must catch it, and what it says.
+ROWS_LOST = [
+    (
         "a small table emptied in the restored copy",
+        "b2",
+        "small",
+        "1",
         "quick",
         "row_counts",
-        stored.catalog,
-        stored.b2.backup_id,
-        _delete(stored.table("small")),
-    )
-    assert f"{stored.db}.small: 0 rows, 1010 at the backup" in caught.reasons[0]
-
-
-def test_one_percent_of_a_small_tables_rows_lost(lab, matrix, stored):
-    caught = _caught(
-        lab,
-        matrix,
+        "small: 0 rows, 1010 at the backup",
+    ),
+    (
         "1 % of a counted table's rows lost in the restored copy",
+        "b2",
+        "small",
+        "id % 100 = 7 AND id < 1000",
         "quick",
         "row_counts",
-        stored.catalog,
-        stored.b2.backup_id,
-        _delete(stored.table("small"), "id % 100 = 7 AND id < 1000"),
-    )
-    assert caught.failed_checks == ["row_counts"]
-    assert f"{stored.db}.small: 1000 rows, 1010 at the backup" in caught.reasons[0]
-
-
-def test_a_large_uncounted_table_emptied(lab, matrix, stored):
-    caught = _caught(
-        lab,
-        matrix,
+        "small: 1000 rows, 1010 at the backup",
+    ),
+    (
         "an uncounted table of 60k rows emptied in the restored copy",
+        "b3",
+        "big",
+        "1",
         "quick",
         "source_shape",
-        stored.catalog,
-        stored.b3.backup_id,
-        _delete(stored.table("big")),
-    )
-    assert f"{stored.db}.big: about 0 rows" in caught.reasons[0]
-
-
-def test_one_percent_of_a_large_uncounted_table_lost(lab, matrix, stored):
-    caught = _caught(
-        lab,
-        matrix,
+        "big: about 0 rows",
+    ),
+    (
         "1 % of an uncounted table's rows lost in the restored copy",
+        "b3",
+        "big",
+        "id % 100 = 7",
         "deep",
         "replica_checksum",
-        stored.catalog,
-        stored.b3.backup_id,
-        _delete(stored.table("big"), "id % 100 = 7"),
-    )
-    assert f"{stored.db}.big" in caught.reasons[0]
+        "big (",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "backup", "table", "where", "level", "check", "says"), ROWS_LOST)
+def test_rows_lost_in_the_restored_copy(lab, matrix, stored, case, backup, table, where, level, check, says):
+    manifest = getattr(stored, backup)
+    hook = _delete(stored.table(table), where)
+    caught = _caught(lab, matrix, case, f"{level}: {check}", stored.catalog, manifest.backup_id, hook)
+    assert caught.failed_checks == [check], caught.reasons
+    assert f"{stored.db}.{says}" in caught.reasons[0]
 
 
 def test_a_table_missing_from_the_backup(lab, matrix, stored, tmp_path):
@@ -656,7 +650,7 @@ def test_a_table_missing_from_the_backup(lab, matrix, stored, tmp_path):
 
     rewrite_backup(catalog, stored.b2, tmp_path, drop)
     caught = _caught(
-        lab, matrix, "a table missing from the backup", "quick", "source_shape", catalog, stored.b2.backup_id
+        lab, matrix, "a table missing from the backup", "quick: source_shape", catalog, stored.b2.backup_id
     )
     assert f"table(s) the source had are missing: {stored.db}.gone" in " ".join(caught.reasons)
 
@@ -671,15 +665,8 @@ def test_a_table_from_an_older_backup(lab, matrix, stored, tmp_path):
         )
 
     rewrite_backup(catalog, stored.b2, tmp_path, swap)
-    caught = _caught(
-        lab,
-        matrix,
-        "a table's tablespace from an older backup of the host",
-        "quick",
-        "row_counts",
-        catalog,
-        stored.b2.backup_id,
-    )
+    case = "a table's tablespace from an older backup of the host"
+    caught = _caught(lab, matrix, case, "quick: row_counts", catalog, stored.b2.backup_id)
     assert caught.failed_checks == ["row_counts"], "its pages are valid: only the count tells"
     assert f"{stored.db}.small: 1000 rows, 1010 at the backup" in caught.reasons[0]
 
@@ -694,15 +681,8 @@ def test_a_backup_of_another_host(lab, matrix, stored, mariadb_factory, tmp_path
         mariadb_factory.discard(other)
     catalog = lab.copy("sf", tmp_path)
     transplant(theirs, foreign.backup_id, catalog)
-    caught = _caught(
-        lab,
-        matrix,
-        "another host's backup under this host's name",
-        "full",
-        "roll_forward",
-        catalog,
-        foreign.backup_id,
-    )
+    case = "another host's backup under this host's name"
+    caught = _caught(lab, matrix, case, "full: roll_forward", catalog, foreign.backup_id)
     assert "none of them the backup's server" in " ".join(caught.reasons)
 
 
@@ -711,15 +691,8 @@ def test_a_flipped_page_no_query_reads(lab, matrix, stored, tmp_path):
     rewrite_backup(
         catalog, stored.b2, tmp_path, lambda d: flip_page(backup_tablespace(d, stored.db, "quiet"), page=1)
     )
-    caught = _caught(
-        lab,
-        matrix,
-        "a flipped byte in a page no query reads (change-buffer bitmap)",
-        "quick",
-        "innochecksum",
-        catalog,
-        stored.b2.backup_id,
-    )
+    case = "a flipped byte in a page no query reads (change-buffer bitmap)"
+    caught = _caught(lab, matrix, case, "quick: innochecksum", catalog, stored.b2.backup_id)
     assert caught.failed_checks == ["innochecksum"], "CHECK TABLE does not read that page"
     assert f"{stored.db}/quiet.ibd" in caught.reasons[0]
 
@@ -734,15 +707,8 @@ def _damaged_index_page(stored: Stored, dest: Path, lab: Lab) -> Catalog:
 
 def test_a_damaged_index_page(lab, matrix, stored, tmp_path):
     catalog = _damaged_index_page(stored, tmp_path, lab)
-    caught = _caught(
-        lab,
-        matrix,
-        "a damaged leaf page of a table the binlogs later update",
-        "quick",
-        "innochecksum",
-        catalog,
-        stored.b2.backup_id,
-    )
+    case = "a damaged leaf page of a table the binlogs later update"
+    caught = _caught(lab, matrix, case, "quick: innochecksum", catalog, stored.b2.backup_id)
     assert f"{stored.db}/victim.ibd" in caught.reasons[0]
 
 
@@ -774,15 +740,8 @@ def test_a_shipped_binlog_missing_for_the_roll_forward(lab, matrix, stored, tmp_
     lost = after[0]
     prefix = binlogs.manifest_key(lost).rsplit("/", 1)[0] + "/"
     _move(catalog, [i.key for i in catalog.store.list(prefix) if f"/{lost}" in i.key])
-    caught = _caught(
-        lab,
-        matrix,
-        "a shipped binlog moved away (roll-forward cannot reach the newest)",
-        "full",
-        "roll_forward",
-        catalog,
-        stored.b2.backup_id,
-    )
+    case = "a shipped binlog moved away (roll-forward cannot reach the newest)"
+    caught = _caught(lab, matrix, case, "full: roll_forward", catalog, stored.b2.backup_id)
     assert f"{lost} is not shipped although later binlogs are" in " ".join(caught.reasons)
 
 
@@ -812,15 +771,8 @@ def test_a_wrong_gtid_position(lab, matrix, tmp_path):
     lab.sql("INSERT INTO lab.after (v) VALUES (7), (8), (9);")
     backup = lab.backup(catalog, kind="full", binary=str(tool))
     lab.ship(catalog)
-    caught = _caught(
-        lab,
-        matrix,
-        "a backup recorded at a wrong GTID position (the tool misreported it)",
-        "quick",
-        "position",
-        catalog,
-        backup.backup_id,
-    )
+    case = "a backup recorded at a wrong GTID position (the tool misreported it)"
+    caught = _caught(lab, matrix, case, "quick: position", catalog, backup.backup_id)
     assert f"differs from the manifest's {backup.gtid}" in " ".join(caught.reasons)
 
 

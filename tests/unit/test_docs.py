@@ -16,3 +16,12 @@ def test_operator_reference_is_current():
         text=True,
     )
     assert proc.returncode == 0, proc.stderr
+
+
+def test_the_restore_test_check_table_in_the_docs_is_current():
+    """docs/BENCHMARKS.md holds the table the HTML report renders (core/restore/coverage.py)."""
+    from xtrabackup_provider.core.restore.coverage import coverage_markdown
+    from xtrabackup_provider.core.restore.evidence import ROW_TOLERANCE
+
+    assert coverage_markdown() in (REPO / "docs/BENCHMARKS.md").read_text()
+    assert f"{ROW_TOLERANCE:.0%}".replace("%", " %") in coverage_markdown()

@@ -32,60 +32,64 @@ CHECKS = (
     CheckInfo(
         "restore",
         "all",
-        "an object missing, damaged (sha256), not decryptable; a prepare that fails",
+        "an object missing, damaged (sha256) or not decryptable; a prepare that fails",
         "-",
     ),
     CheckInfo(
         "innochecksum",
         "all",
         "a page with a wrong checksum in any tablespace, pages no query reads included",
-        "pages with a valid checksum but wrong content (a table from another backup), lost rows",
+        "a page with a valid checksum but the wrong content (a tablespace from an older backup); rows lost "
+        "without damage",
     ),
     CheckInfo(
         "check_table",
         f"quick: {QUICK_SAMPLE} random tables; full, deep: all",
-        "broken index structures and index/row mismatches",
-        "rows missing consistently from every index; at quick, the tables not sampled",
+        "damaged index pages, index and row mismatches",
+        "rows lost alike from every index; at quick, the tables not in the sample",
     ),
     CheckInfo(
         "canary",
         "all",
-        "a replica backed up before it applied the heartbeat written at backup start (stopped, far behind)",
+        "a replica backed up before it applied the heartbeat its source wrote at backup start (stopped, "
+        "or further behind than heartbeat_wait)",
         "-",
     ),
     CheckInfo(
         "row_counts",
         "all",
-        "any table counted at backup time (smallest first, impact.row_count_seconds on the source, at the "
-        "backup's own point) whose row count differs by even one: emptied, rows lost, an older copy",
-        "tables left uncounted by the budget; rows changed in place with the same count",
+        "a count off by even one row in a table the backup counted (COUNT(*) on the source in a snapshot "
+        "at the backup's own point, smallest tables first within impact.row_count_seconds): a table "
+        "emptied, 1 % lost, a tablespace from an older backup",
+        "tables the budget left uncounted (the report says how many); rows changed in place",
     ),
     CheckInfo(
         "position",
         "all",
-        "restored binlog coordinates or GTID other than the manifest's; InnoDB's last transaction past "
-        "the manifest's position (a backup recorded at the wrong position)",
-        "a position wrong the same way in the data and the manifest but within what the server reported",
+        "binlog coordinates or GTID of the copy other than the manifest's; InnoDB's record of its last "
+        "transaction past the manifest's position (a tool that misreported its position)",
+        "a position wrong alike in the data and the manifest, inside what the server reported",
     ),
     CheckInfo(
         "source_shape",
         "all",
         "a table missing or extra, an engine changed, a GTID outside what the server reported around "
         "the backup; an uncounted table whose row estimate is off by more than 25 % (emptied, mostly lost)",
-        "losses under 25 % in uncounted tables; content changes; tables created or dropped during the backup",
+        "under 25 % lost from an uncounted table; uncounted InnoDB tables whose statistics are older "
+        "than the source's last start; rows changed in place",
     ),
     CheckInfo(
         "roll_forward",
         "full, deep",
         "a backup that does not fit the host's shipped binlogs (another host's backup, a wrong start "
         "position), a shipped binlog missing, a replay that fails on the copy's rows",
-        "data the binlogs after the backup never touch",
+        "damage to rows the binlogs after the backup never touch",
     ),
     CheckInfo(
         "replica_checksum",
         "deep",
-        "any row that differs from the source, in every table pt-table-checksum reads, after the copy "
-        "caught up as the source's replica",
+        "any row that differs from the source (1 % of an uncounted table lost), in every table "
+        "pt-table-checksum reads, once the copy caught up as the source's replica",
         "the mysql, sys, heartbeat and percona schemas",
     ),
 )

@@ -202,15 +202,12 @@ def row_counts_check(server: SandboxServer, manifest: Manifest) -> CheckResult:
             continue
         if got != expected:
             wrong.append(f"{name}: {got} rows, {expected} at the backup")
-    reasons = []
-    if wrong:
-        reasons.append(f"row counts differ in {len(wrong)} of {len(counted)} table(s): {_listed(wrong)}")
-    if missing:
-        reasons.append(f"{len(missing)} counted table(s) missing from the restored copy: {_listed(missing)}")
-    if unreadable:
-        reasons.append(
-            f"{len(unreadable)} counted table(s) cannot be counted in the copy: {_listed(unreadable)}"
-        )
+    found = [
+        (wrong, f"row counts differ in {{n}} of {len(counted)} table(s)"),
+        (missing, "{n} counted table(s) missing from the restored copy"),
+        (unreadable, "{n} counted table(s) cannot be counted in the copy"),
+    ]
+    reasons = [f"{text.format(n=len(items))}: {_listed(items)}" for items, text in found if items]
     left = how.get("not_counted")
     note = (
         f"{len(counted)} table(s) counted on the source at {how.get('at') or 'the backup point'}, compared exactly"
