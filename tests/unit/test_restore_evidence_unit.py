@@ -79,9 +79,10 @@ def test_the_shape_tolerates_statistics_but_not_lost_tables_engines_or_rows():
 
 
 def test_row_estimates_have_no_absolute_slack_and_exact_counts_are_left_to_row_counts():
-    assert not rows_close(1000, 0) and not rows_close(2000, 1000) and not rows_close(3, 0)
+    assert not rows_close(1000, 0) and not rows_close(2000, 1000) and not rows_close(100, 0)
     assert rows_close(0, 0) and rows_close(100_000, 80_000) and rows_close(80_000, 100_000)
-    shape = _shape(_t("a.counted", rows=3), _t("a.estimated", rows=1000))
+    assert rows_close(0, 3), "an estimate reloaded from disk may lag by InnoDB's recount threshold (16 rows)"
+    shape = _shape(_t("a.counted", rows=3), _t("a.estimated", rows=1000))  # a.counted: 3 exact rows
     restored = [_t("a.counted", rows=0), _t("a.estimated", rows=0)]
     (problem,) = compare_shape(shape, restored, exact={"a.counted"})
     assert "a.estimated: about 0 rows, the source reported 1000" in problem and "a.counted" not in problem

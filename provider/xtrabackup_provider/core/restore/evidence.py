@@ -12,10 +12,12 @@ last binlog position against the manifest. Each check gives a CheckResult; the r
   restored copy with the same engine, and the restored copy has no table the source did not
   report (tables created or dropped while the backup ran may be either way);
 - rows of the tables not counted exactly: the restored copy's estimate, after a fresh ANALYZE on
-  the copy, within ROW_TOLERANCE of the larger of it and the source's (no absolute slack: a table
+  the copy, within ROW_TOLERANCE of the larger of it and the source's plus STATS_LAG_ROWS (a table
   of 1000 rows that came back empty fails). The source's TABLE_ROWS is InnoDB's n_rows, which every
-  insert and delete moves, so it stays close after a bulk load, a TRUNCATE or a mass DELETE; but a
-  restart reloads the persisted estimate, which may predate such a change: InnoDB tables whose
+  insert and delete moves, so it stays close after a bulk load, a TRUNCATE or a mass DELETE; but
+  reopening a table reloads the persisted estimate, which lags by up to the changes InnoDB lets pass
+  before it recounts (16 + 10 %; the 5,000-table case of the matrix met it: tables evicted from
+  the cache), and a restart may reload one from before such a change: InnoDB tables whose
   statistics are older than the source's last start (SourceShape.stale_statistics) are not compared;
 - sizes are not compared: data_length and index_length change only when InnoDB recomputes its
   statistics (seconds to minutes after a bulk load, or never before a restart), so the source's
@@ -46,7 +48,10 @@ from ..db.shape import table_shapes, tables_sql
 
 log = logging.getLogger(__name__)
 
-ROW_TOLERANCE = 0.25  # estimates agree within 25 % of the larger (the matrix: docs/BENCHMARKS.md)
+ROW_TOLERANCE = 0.25  # estimates agree within 25 % of the larger (the matrix: docs/BENCHMARKS.md) ...
+# ... plus the changes InnoDB lets pass before it recounts (16 + 10 %): a table evicted from its
+# cache and reopened reloads the persisted estimate, which may lag the table by that much.
+STATS_LAG_ROWS = 16
 ANALYZE_BATCH = 100  # tables per ANALYZE statement on the restored copy
 MAX_LISTED = 5  # problems named per check; the count is always exact
 TRX_SYS_PAGE = 5  # of the system tablespace: where the doublewrite buffer is described
@@ -229,8 +234,9 @@ _BASE_TABLES_SQL = (
 
 
 def rows_close(source: int, restored: int) -> bool:
-    """Two row estimates of one table agree: within ROW_TOLERANCE of the larger, no absolute slack."""
-    return abs(restored - source) <= ROW_TOLERANCE * max(source, restored)
+    """Two row estimates of one table agree: within ROW_TOLERANCE of the larger, and the rows
+    InnoDB's own recount rule lets its estimate lag (an empty copy of a table of 1000 rows fails)."""
+    return abs(restored - source) <= ROW_TOLERANCE * max(source, restored) + STATS_LAG_ROWS
 
 
 def not_estimated(shape: SourceShape, exact: Collection[str] = ()) -> set[str]:
