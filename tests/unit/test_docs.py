@@ -158,3 +158,12 @@ def test_a_documented_command_parses(page, command, whole, capsys):
         argv = _fill(parser, argv)
         problem = _check(parser, argv, whole)
         assert problem is None, f"{page}: `{CLI} {shlex.join(argv)}`: {problem}\n{capsys.readouterr().err}"
+
+
+def test_the_restore_test_check_table_in_the_docs_is_current():
+    """docs/BENCHMARKS.md holds the table the HTML report renders (core/restore/coverage.py)."""
+    from xtrabackup_provider.core.restore.coverage import coverage_markdown
+    from xtrabackup_provider.core.restore.evidence import ROW_TOLERANCE
+
+    assert coverage_markdown() in (REPO / "docs/BENCHMARKS.md").read_text()
+    assert f"{ROW_TOLERANCE:.0%}".replace("%", " %") in coverage_markdown()

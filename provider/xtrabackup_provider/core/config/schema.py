@@ -221,6 +221,9 @@ class ImpactConfig(_Model):
     max_upload_mib_per_second: float | None = Field(  # cap on the upload to `storage`
         None, ge=UPLOAD_CAP_MIB_RANGE[0], le=UPLOAD_CAP_MIB_RANGE[1]
     )
+    # Seconds of COUNT(*) a backup may spend on the server for exact row counts of its smallest
+    # InnoDB tables (what restore tests compare exactly; core/db/rowcounts.py). 0: none.
+    row_count_seconds: float = Field(1.0, ge=0, le=60, allow_inf_nan=False)
 
 
 class CheckConfig(_Model):
