@@ -37,3 +37,30 @@ def test_two_hosts_sharing_one_standby_dir_on_one_queue_are_refused_by_name():
             {"name": "h2", "standby_dir": "/srv/standby", "queue": "h2"},
         )
     )
+
+
+@pytest.mark.parametrize(
+    "other",
+    ["/srv/standby//", "/srv//standby", "/srv/./standby", "/srv/x/../standby", "//srv/standby"],
+)
+def test_one_standby_dir_spelled_another_way_is_refused(other):
+    """Two spellings of one directory are one directory: the check resolves them as the copies
+    targets' check does (lexically: the config is checked where the directory may not exist)."""
+    with pytest.raises(ConfigError, match=r"host c/h2: standby_dir .* is also c/h1's"):
+        parse_config(
+            _config(
+                {"name": "h1", "standby_dir": "/srv/standby", "queue": "spare"},
+                {"name": "h2", "standby_dir": other, "queue": "spare"},
+            )
+        )
+
+
+def test_a_standby_dir_inside_another_hosts_is_refused():
+    """A rebuild empties its directory: a standby nested in another's would be deleted by it."""
+    with pytest.raises(ConfigError, match=r"host c/h2: standby_dir /srv/standby/h2 .* inside c/h1's"):
+        parse_config(
+            _config(
+                {"name": "h1", "standby_dir": "/srv/standby", "queue": "spare"},
+                {"name": "h2", "standby_dir": "/srv/standby/h2", "queue": "spare"},
+            )
+        )

@@ -20,8 +20,9 @@ class BadArgument(Exception):
 
 def bad(flag: str, value: object, why: str) -> BadArgument:
     """`--flag 'value': why`, the value quoted (a newline or blanks show)."""
-    text = repr(value)
-    return BadArgument(f"{flag} {text if len(text) <= 80 else text[:77] + '...'}: {why}")
+    from ..core.common.values import quoted
+
+    return BadArgument(f"{flag} {quoted(value)}: {why}")
 
 
 def require_values(parser: argparse.ArgumentParser) -> None:

@@ -80,6 +80,18 @@ def check_schedule(value: str | None) -> str | None:
 Schedule = Annotated[str | None, AfterValidator(check_schedule)]
 
 
+def path_names(path: str) -> tuple[str, ...]:
+    """The names of `path` from the root, spellings resolved lexically (`//`, `.`, `..`, a trailing
+    `/`): the schema reads no files, and the directory may not exist where the config is checked."""
+    return tuple(p for p in os.path.normpath(os.path.abspath(path)).split("/") if p)
+
+
+def nests(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+    """Whether one of two paths (as path_names gives them) is the other or inside it."""
+    n = min(len(a), len(b))
+    return a[:n] == b[:n]
+
+
 def check_path(value: str | None) -> str | None:
     """A local path the OS can open: at most 4095 bytes, each part at most 255, no NUL."""
     if value is None:
@@ -175,8 +187,7 @@ class StorageConfig(_Model):
         store, and the names under it (a local target's whole path, then the prefix)."""
         prefix = tuple(p for p in self.prefix.split("/") if p)
         if self.local_path:
-            root = os.path.normpath(os.path.abspath(self.local_path))
-            return "file", tuple(p for p in root.split("/") if p) + prefix
+            return "file", path_names(self.local_path) + prefix
         return f"s3 {_endpoint(self.endpoint_url)} {self.bucket}", prefix
 
     def describe_place(self) -> str:
@@ -530,19 +541,28 @@ class FleetConfig(_Model):
 
     @model_validator(mode="after")
     def _distinct_standby_dirs(self) -> FleetConfig:
-        """Two hosts' standbys in one directory would rebuild each other's (one chain per standby)."""
-        seen: dict[tuple[str, str], str] = {}
+        """Two hosts' standbys in one directory would rebuild each other's (one chain per standby),
+        and a rebuild empties its directory: one inside another's would be deleted by it."""
+        seen: list[tuple[str, tuple[str, ...], str]] = []
         for cluster in self.clusters:
             for host in cluster.hosts:
                 if host.standby_dir is None:
                     continue
-                place = (host.queue, host.standby_dir.rstrip("/"))
-                if place in seen:
-                    raise ValueError(
-                        f"host {cluster.name}/{host.name}: standby_dir {host.standby_dir} on queue {host.queue!r} "
-                        f"is also {seen[place]}'s; give each host its own standby_dir"
-                    )
-                seen[place] = f"{cluster.name}/{host.name}"
+                queue, names = host.queue, path_names(host.standby_dir)
+                for other_queue, other, who in seen:
+                    if other_queue == queue and nests(names, other):
+                        how = (
+                            "is also"
+                            if names == other
+                            else "is inside"
+                            if len(names) > len(other)
+                            else "holds"
+                        )
+                        raise ValueError(
+                            f"host {cluster.name}/{host.name}: standby_dir {host.standby_dir} on queue {queue!r} "
+                            f"{how} {who}'s; give each host its own standby_dir, none inside another"
+                        )
+                seen.append((queue, names, f"{cluster.name}/{host.name}"))
         return self
 
     @model_validator(mode="after")
@@ -553,10 +573,9 @@ class FleetConfig(_Model):
             where = "storage" if i == 0 else f"copies[{i - 1}]"
             if target.name in seen:
                 raise ValueError(f"{where}: target name {target.name!r} is also used by {seen[target.name]}")
-            (store, names), n = target.place(), 0
+            store, names = target.place()
             for (other_store, other_names), other in places:
-                n = min(len(names), len(other_names))
-                if store == other_store and names[:n] == other_names[:n]:
+                if store == other_store and nests(names, other_names):
                     how = "in the same place as" if len(names) == len(other_names) else "where it nests with"
                     raise ValueError(
                         f"{where} stores {how} {other} ({target.describe_place()}); a copy must go elsewhere, "
