@@ -37,6 +37,7 @@ from xtrabackup_provider.core.config.schema import (
     HostConfig,
 )
 from xtrabackup_provider.dag_tasks.gates import binlog_gate, checksum_gate
+from xtrabackup_provider.dag_tasks.targets import read_targets
 from xtrabackup_provider.operators.backup import BACKUP_LABEL, KIND_FROM_RUN_CONF, XtraBackupOperator
 from xtrabackup_provider.operators.copies import CopyBackupsOperator
 from xtrabackup_provider.operators.retention import ApplyRetentionOperator
@@ -249,6 +250,7 @@ def _backup_group(
                 gpg_conn_id=config.encryption.private_gpg_conn_id if config.encryption.enabled else None,
                 map_index_template="{{ task.host }}",
                 **_storage_args(config),
+                **read_targets(config),  # the copies, where the first target cannot be read
             )
 
     per_host.expand_kwargs([_host_args(config, host) for host in hosts])

@@ -31,6 +31,7 @@ from xtrabackup_provider.core.config.replication import (
     PROVISION_REPLICATE,
 )
 from xtrabackup_provider.core.config.schema import ClusterConfig, ConfigError, FleetConfig, HostConfig
+from xtrabackup_provider.dag_tasks.targets import read_targets
 from xtrabackup_provider.operators.checksum import TableChecksumOperator
 from xtrabackup_provider.operators.provision import ProvisionReplicaOperator
 from xtrabackup_provider.sensors.replica import ReplicaCaughtUpSensor
@@ -96,6 +97,7 @@ def build_dag(config: FleetConfig, cluster: ClusterConfig, host: HostConfig) -> 
             gpg_conn_id=config.encryption.private_gpg_conn_id if config.encryption.enabled else None,
             binary=host.binary,
             clean_on_failure="{{ params.clean_on_failure }}",
+            **read_targets(config),  # the copies, where the first target cannot be read
         )
         caught_up = ReplicaCaughtUpSensor(
             task_id="wait_caught_up",

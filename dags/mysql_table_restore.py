@@ -17,6 +17,7 @@ from airflow.sdk import DAG, Param, task
 
 from xtrabackup_provider.core.config.load import load_config
 from xtrabackup_provider.core.config.schema import ClusterConfig, FleetConfig
+from xtrabackup_provider.dag_tasks.targets import read_targets
 from xtrabackup_provider.operators.restore import XtraBackupTableRestoreOperator
 
 
@@ -68,6 +69,7 @@ def build_dag(config: FleetConfig, cluster: ClusterConfig) -> DAG:
                 prefix=storage.prefix,
                 aws_conn_id=storage.aws_conn_id,
                 gpg_conn_id=config.encryption.private_gpg_conn_id if config.encryption.enabled else None,
+                **read_targets(config),  # the copies, where the first target cannot be read
             )
     return dag
 

@@ -17,6 +17,7 @@ from ..catalog.backups import Catalog
 from ..catalog.manifest import Manifest
 from ..catalog.origin import ORIGIN_KEY, airflow_origin
 from ..catalog.reports import REPORT_NAME, read_report
+from ..catalog.targets import Source, Targets
 from ..config.schema import FleetConfig
 from ..config.wiring import make_store
 from ..storage.base import ObjectStore, StorageError
@@ -89,6 +90,11 @@ class HostReport:
     binlog: BinlogStatus | None = None
     problems: list[str] = field(default_factory=list)
     copies: list[CopyState] = field(default_factory=list)  # per further storage target
+    source: str = ""  # the storage target the rows were read from (the first that can be read)
+
+    def targets_of(self, backup_id: str) -> list[str]:
+        """The storage targets that hold `backup_id`: the one read, and the copies that have it."""
+        return [self.source, *(c.target for c in self.copies if backup_id in c.held)]
 
     @property
     def latest(self) -> BackupRow | None:
@@ -131,12 +137,27 @@ def collect(
 
     def one(catalog: Catalog) -> HostReport:
         copies = [(t.name, Catalog(stores[t.name], t.prefix, cluster, catalog.host)) for t in config.copies]
-        return host_report(catalog, now, copies)
+        return host_report_on([(config.storage.name, catalog), *copies], now)
 
     with ThreadPoolExecutor(4) as pool:
         hosts = list(pool.map(one, catalogs))
     where = "/".join(p for p in (store.location, config.storage.prefix.strip("/"), cluster) if p)
     return ClusterReport(cluster, where, now, config.policy.max_chain_length, hosts)
+
+
+def host_report_on(catalogs: Sequence[tuple[str, Catalog]], now: datetime) -> HostReport:
+    """The host's report from the first storage target that can be read (`catalogs`: its catalog on
+    each target, the first target first), the other targets as its copies; a target that could not
+    be read is named in `problems`. With one target, exactly host_report."""
+    targets = Targets([Source(name, catalog) for name, catalog in catalogs])
+
+    def on(catalog: Catalog) -> HostReport:
+        return host_report(catalog, now, [(n, c) for n, c in catalogs if c is not catalog])
+
+    report = targets.read(f"the backups of {catalogs[0][1].host}", on)
+    report.source = targets.first.name
+    report.problems[:0] = targets.notes
+    return report
 
 
 def host_report(catalog: Catalog, now: datetime, copies: Sequence[tuple[str, Catalog]] = ()) -> HostReport:

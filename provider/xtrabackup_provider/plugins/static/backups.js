@@ -233,6 +233,7 @@ function drawBackups(backups) {
     el("td", { class: "num", text: bytes(b.stored_bytes) }),
     el("td", { class: "num", text: bytes(b.raw_bytes) }),
     el("td", { text: b.storage_class }),
+    el("td", { class: "small", text: b.targets.join(", ") }),
     el("td", {}, b.proved_by.length ? b.proved_by.map((p) => el("div", { class: "small", text: `${p.level}: ${p.backup_id}` })) : el("span", { class: "small", text: "-" })),
     el("td", {}, originLinks(b.origin)))));
 }
@@ -286,7 +287,7 @@ async function hostPage() {
   document.getElementById("status-line").replaceChildren(badge(r.status), " ",
     r.newest_restorable ? `newest restorable ${r.newest_restorable}, ${duration(r.backup_age_seconds)} old` : "no restorable backup",
     r.pitr ? ` · point in time from ${utc(r.pitr.from)} to ${utc(r.pitr.until)} UTC` : "",
-    ` · read ${utc(r.checked_at)} UTC`);
+    ` · read ${utc(r.checked_at)} UTC`, data.source ? ` from storage target ${data.source}` : "");
   const show = (id) => { document.getElementById(id).hidden = false; };
   show("findings-section");
   document.getElementById("findings").replaceChildren(...r.findings.slice().sort((a, b) => LEVEL[b.status] - LEVEL[a.status])
