@@ -14,7 +14,9 @@ class XtraBackupStandbyOperator(ChainRestoreOperator):
     """After each backup, merge the new incrementals into a standby directory on this worker,
     so that a restore from it needs only the final step (see core/restore/standby.py for the rules).
     One run at a time holds the directory; another waits a minute, then fails naming the holder.
-    No `standby_dir` (a host of a mapped group without one): skipped."""
+    No `standby_dir` (a host of a mapped group without one): skipped. Give it the `queue` of the
+    worker where the directory lives (the fleet config's `standby_queue`): it reads the private
+    key, which a database host that only takes backups does not need."""
 
     template_fields: Sequence[str] = read_template_fields("standby_dir", "binary")
 

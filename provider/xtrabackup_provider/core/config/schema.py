@@ -360,10 +360,13 @@ class HostConfig(_Model):
     option_files: list[str] = Field(default_factory=list)
     restore_test: bool = True  # false: the restore-test DAG leaves this host out (xtrabackup hosts must)
     provision: ProvisionConfig | None = None
-    # A directory on this host's worker (its `queue`) kept as a prepared standby of the newest
-    # chain (core/restore/standby.py): the backup DAG refreshes it after each backup, the CLI's
-    # `standby refresh` too; `restore --from-standby` restores from it (with --to-*: rolled forward).
+    # A directory kept as a prepared standby of the newest chain (core/restore/standby.py): the
+    # backup DAG refreshes it after each backup, the CLI's `standby refresh` too; `restore
+    # --from-standby` restores from it (with --to-*: rolled forward). It lives on the worker of
+    # `standby_queue` (else the cluster's): that worker reads the private key to apply backups, so
+    # there is no default; the host's own `queue` keeps it on the database host, by choice.
     standby_dir: str | None = None
+    standby_queue: str | None = Field(None, pattern=NAME)
 
     @field_validator("binary", "datadir", "defaults_file", "socket", "standby_dir")
     @classmethod
@@ -455,6 +458,7 @@ class ClusterConfig(_Model):
     backup_pool: PoolConfig | None = None  # caps concurrent backups; slots default: max_parallel_backups
     restore_test_schedule: Schedule = "@weekly"
     restore_workdir: str = "/tmp"  # scratch for restore tests on the restore worker
+    standby_queue: str | None = Field(None, pattern=NAME)  # its hosts' standby_queue unless they set one
 
     @field_validator("restore_workdir")
     @classmethod
@@ -466,6 +470,35 @@ class ClusterConfig(_Model):
     binlogs: BinlogConfig | None = None
     check: CheckConfig = Field(default_factory=CheckConfig)
     replication: ReplicationConfig | None = None
+
+    @model_validator(mode="after")
+    def _standby_queues(self) -> ClusterConfig:
+        """A standby names the worker it lives on; a standby_queue without a standby does nothing."""
+        for i, host in enumerate(self.hosts):
+            if host.standby_dir is None and host.standby_queue is not None:
+                raise ValueError(
+                    f"hosts.{i}.standby_queue: host {host.name!r} has no standby_dir, so nothing runs on "
+                    f"{host.standby_queue!r}; set its standby_dir or leave standby_queue out"
+                )
+            if host.standby_dir is not None and self.standby_queue_of(host) is None:
+                raise ValueError(
+                    f"hosts.{i}.standby_dir: host {host.name!r} needs a standby_queue (on the host or the "
+                    "cluster): the queue of the worker where the directory lives, which reads the private key "
+                    "to apply backups, e.g. a recovery host. To keep it on the database host, which then holds "
+                    f"the private key, set standby_queue: {host.queue}"
+                )
+        if self.standby_queue is not None and not any(h.standby_dir for h in self.hosts):
+            raise ValueError(
+                f"standby_queue: no host of cluster {self.name!r} has a standby_dir, so nothing runs on "
+                f"{self.standby_queue!r}; give a host a standby_dir or leave standby_queue out"
+            )
+        return self
+
+    def standby_queue_of(self, host: HostConfig) -> str | None:
+        """The queue of the worker where `host`'s standby lives (None: it has none)."""
+        if host.standby_dir is None:
+            return None
+        return host.standby_queue or self.standby_queue
 
     @model_validator(mode="after")
     def _unique_hosts(self) -> ClusterConfig:
@@ -548,7 +581,7 @@ class FleetConfig(_Model):
             for host in cluster.hosts:
                 if host.standby_dir is None:
                     continue
-                queue, names = host.queue, path_names(host.standby_dir)
+                queue, names = cluster.standby_queue_of(host) or "", path_names(host.standby_dir)
                 for other_queue, other, who in seen:
                     if other_queue == queue and nests(names, other):
                         how = (

@@ -81,7 +81,9 @@ class HostView:
     manifests: list[Manifest] = field(default_factory=list)
     binlogs: dict[str, BinlogIndex] = field(default_factory=dict)  # server uuid -> its shipped binlogs
     pitr: tuple[datetime, datetime] | None = None  # any instant in it can be restored to
-    catalog: Catalog | None = None  # the target's read (report.source), read once: the detail reads binlog manifests
+    catalog: Catalog | None = (
+        None  # the target's read (report.source), read once: the detail reads binlog manifests
+    )
 
     @property
     def dag_id(self) -> str:
