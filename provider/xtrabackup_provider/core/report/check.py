@@ -14,6 +14,9 @@ Per host, against its cluster's `check:` settings, over every storage target (`s
   - binlogs (a cluster with `binlogs:`, or a host that has shipped some): a gap after the newest
     restorable backup's binlog position (point-in-time recovery from it stops there), no binlog
     shipped, or the shipped binlogs lagging more than `binlog_max_lag_minutes`: critical;
+  - a promoted server (core/binlog/timeline.py, the newest timeline) with no backup of its own:
+    nothing it wrote can be restored to a point in time (PITR on a timeline starts from its first
+    full backup): warning, critical once the promotion is older than `rpo_hours`;
   - further storage targets: a backup not there `copies_max_behind_hours` after it finished, or a
     target that cannot be read: warning;
   - a manifest or restore report that cannot be read: warning.
@@ -30,6 +33,7 @@ from typing import Any, Literal
 
 from ..backup.copies import copy_state
 from ..binlog.catalog import BinlogCatalog, BinlogError
+from ..binlog.timeline import timelines
 from ..catalog.backups import Catalog
 from ..catalog.chain import resolve_chain
 from ..catalog.manifest import CatalogError, Manifest
@@ -151,6 +155,7 @@ def check_host(
     if readable:  # else there is nothing to judge them by: the targets' errors say so
         _restore_tests(result, readable, settings, now)
         _binlogs(result, readable, newest, settings, binlogs_on, now)
+        _timeline(result, readable, held, settings, now)
     _copies(result, targets, held, errors, settings, now)
     return result
 
@@ -323,6 +328,34 @@ def _binlogs(
         result.add("critical", text + f", over {fmt_seconds(limit)}")
     else:
         result.add("ok", text)
+
+
+def _timeline(
+    result: HostCheck,
+    readable: list[Source],
+    held: dict[str, list[Manifest]],
+    settings: CheckConfig,
+    now: datetime,
+) -> None:
+    """The newest promoted identity of the host, when no target holds a backup of it."""
+    for source in readable:
+        try:
+            records = timelines(source.catalog)  # copied with the binlogs: the first readable says
+            break
+        except (StorageError, BinlogError) as exc:
+            result.add("warning", f"cannot read the timeline records on {source.name}: {exc}")
+    else:
+        return
+    if not records or any(m.server_uuid == records[-1].server_uuid for ms in held.values() for m in ms):
+        return
+    current = records[-1]
+    age = max((now - current.promoted_at).total_seconds(), 0.0)
+    result.add(
+        "critical" if age > settings.rpo_hours * 3600 else "warning",
+        f"promoted {fmt_seconds(age)} ago to the new timeline {current.server_uuid} (forked from "
+        f"{current.parent_server_uuid} at {current.fork_gtid or '-'}), which has no backup yet: nothing written "
+        "since can be restored to a point in time; take a full backup of the new primary",
+    )
 
 
 def _later(a: BinlogStatus, b: BinlogStatus) -> bool:
