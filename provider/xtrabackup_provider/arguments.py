@@ -6,6 +6,8 @@ filled in is assigned again after it."""
 
 from __future__ import annotations
 
+__all__ = ["keep_arguments"]
+
 from typing import TYPE_CHECKING, Any
 
 _NOT_ARGUMENTS = ("self", "kwargs", "__class__")

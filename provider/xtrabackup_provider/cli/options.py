@@ -8,7 +8,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from ..core.config.load import FieldNames, load_config, parse_config
+from ..core.config.load import FieldNames, config_path, load_config, parse_config
 from ..core.config.schema import CONFIG_ENV, FleetConfig
 
 
@@ -55,7 +55,7 @@ def _given(flag: str, inner: Any) -> Any:
 
 
 def add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", help="fleet config YAML (default: $XTRABACKUP_FLEET_CONFIG)")
+    add_config(p)
     p.add_argument("--cluster", required=True)
     p.add_argument("--host", required=True, help="host name as in the fleet config")
     p.add_argument("--bucket", help="S3 bucket (overrides the config)")
@@ -89,6 +89,15 @@ def print_notes(notes: Iterable[str], stream: Any = None) -> None:
     """One `note:` line per fallback to another storage target (core/catalog/targets.py)."""
     for note in notes:
         print(f"note: {note}", file=stream)
+
+
+CONFIG_HELP = (
+    "fleet config YAML (default: $XTRABACKUP_FLEET_CONFIG, else fleet.yaml in Airflow's dags folder)"
+)
+
+
+def add_config(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help=CONFIG_HELP)
 
 
 def output(as_json: bool, data: Any, lines: Iterable[str]) -> None:
@@ -141,12 +150,13 @@ def _flag(dest: str) -> str:
 
 
 def load(args: argparse.Namespace) -> FleetConfig:
-    """The fleet config from the file, or one built from flags; flags override the file."""
+    """The fleet config from the file (config_path), or, with --bucket / --local-path and no
+    --config or $XTRABACKUP_FLEET_CONFIG, one built from flags alone; flags override the file."""
     import os
 
-    if args.config or os.environ.get(CONFIG_ENV):
+    if args.config or os.environ.get(CONFIG_ENV) or not (args.bucket or args.local_path):
         raw: dict[str, Any] = load_config(args.config).model_dump(exclude_none=True)
-        source = args.config or os.environ[CONFIG_ENV]
+        source = str(config_path(args.config)[0])
     else:
         raw = {"clusters": [{"name": args.cluster, "hosts": [{"name": args.host}]}], "storage": {}}
         source = "command-line flags"

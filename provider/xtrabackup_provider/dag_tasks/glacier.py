@@ -95,7 +95,7 @@ def glacier_tasks(cluster: str, config: FleetConfig) -> tuple[Any, list[Any]]:
         **where,
     )
     wait = GlacierRestoreSensor(
-        task_id="wait_glacier_restore", poke_interval=storage.glacier_poll_seconds, **where
+        task_id="wait_glacier_restore", poke_interval=storage.glacier_poll_seconds, deferrable=True, **where
     )
     readable = EmptyOperator(task_id="chain_readable")
     check = check_archive()

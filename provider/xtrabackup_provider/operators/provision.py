@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["ProvisionReplicaOperator"]
+
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,14 @@ class ProvisionReplicaOperator(ChainRestoreOperator):
     with `source_gtid` (the source's position when replication started) for the sensor.
     """
 
-    template_fields: Sequence[str] = read_template_fields("backup_id", "target_datadir", "clean_on_failure")
+    template_fields: Sequence[str] = read_template_fields(
+        "backup_id",
+        "target_datadir",
+        "clean_on_failure",
+        "source_conn_id",
+        "replication_conn_id",
+        "replica_conn_id",
+    )
     ui_color = "#d5f5e3"
 
     def __init__(
@@ -52,7 +61,7 @@ class ProvisionReplicaOperator(ChainRestoreOperator):
         poll_seconds: float = 5,
         start_timeout_seconds: float = 600,
         grace_seconds: float = 30,
-        clean_on_failure: bool = False,
+        clean_on_failure: bool | str = False,  # templated: a DAG param
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["RestoreTestOperator"]
+
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -21,8 +23,9 @@ class RestoreTestFailed(RuntimeError):
 
 class RestoreTestOperator(RestoreTestingOperator):
     """Restore `backup_id` (or the newest) of `cluster/host` into a scratch dir on this worker and
-    run the checks of `level` (core/restore/restore_test.py has the table): quick (page checksums of
-    every tablespace, the source's shape at backup time, canary, position, CHECK TABLE on a sample),
+    run the checks of `level` (core/restore/coverage.py says what each can and cannot catch): quick
+    (the chain, page checksums of every tablespace, exact row counts taken at the backup's point,
+    the source's shape at backup time, canary, position, CHECK TABLE on a sample),
     full (+ CHECK TABLE on every table, the shipped binlogs rolled forward to the newest), deep (+
     the copy attached as a replica of the source `source_conn_id` with the replication account of
     `replication_conn_id`, caught up, pt-table-checksum equal). Writes restore-report.json next to
@@ -35,7 +38,9 @@ class RestoreTestOperator(RestoreTestingOperator):
     Each outlet Asset gets an event whose extra names the host and backup verified.
     """
 
-    template_fields: Sequence[str] = read_template_fields("backup_id", "level", "workdir_root")
+    template_fields: Sequence[str] = read_template_fields(
+        "backup_id", "level", "workdir_root", "source_conn_id", "replication_conn_id"
+    )
 
     def __init__(
         self,

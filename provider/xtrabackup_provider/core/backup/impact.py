@@ -43,6 +43,9 @@ class ImpactSettings:
     ionice: str | None = None  # "idle" | "best-effort" for the tool
     ionice_level: int = 7
     max_upload_bytes_per_second: int | None = None
+    # Exact row counts of the smallest InnoDB tables at the backup's point (core/db/rowcounts.py):
+    # at most this many seconds of COUNT(*) on the server; 0 counts nothing.
+    row_count_seconds: float = 1.0
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> ImpactSettings:
@@ -57,6 +60,8 @@ class ImpactSettings:
                     "leave it unset for none"
                 )
             data["max_upload_bytes_per_second"] = int(float(mib) * 1024 * 1024)
+        if data.get("row_count_seconds") is None:
+            data.pop("row_count_seconds", None)
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in data.items() if k in known})
 
@@ -382,12 +387,14 @@ def _tool_time(text: str) -> datetime | None:
 
 class LockWatch:
     """Reads the tool's stderr file while the tool writes it, stamping each line with the time it
-    was read; `phases()` after the tool ended. Reads with pread: the tool shares the file's offset."""
+    was read; `phases()` after the tool ended. Reads with pread: the tool shares the file's offset.
+    `on_line` sees each line as it is read (core/db/rowcounts.py opens its snapshot on one)."""
 
     POLL = 0.05
 
-    def __init__(self, flavour: str) -> None:
+    def __init__(self, flavour: str, on_line: Callable[[str], None] | None = None) -> None:
         self.flavour = flavour
+        self.on_line = on_line
         self.lines: list[LogLine] = []
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -409,7 +416,8 @@ class LockWatch:
                     offset += len(chunk)
                     now = time.time()
                     *complete, pending = (pending + chunk).split(b"\n")
-                    self.lines += [LogLine(now, c.decode(errors="replace")) for c in complete]
+                    for raw in complete:
+                        self._read(LogLine(now, raw.decode(errors="replace")))
                 if exited:
                     if pending:
                         self.lines.append(LogLine(time.time(), pending.decode(errors="replace")))
@@ -417,6 +425,11 @@ class LockWatch:
                 time.sleep(self.POLL)
         finally:
             os.close(fd)
+
+    def _read(self, line: LogLine) -> None:
+        self.lines.append(line)
+        if self.on_line is not None:
+            self.on_line(line.text)
 
     def phases(self) -> list[LockPhase]:
         if self._thread is not None:

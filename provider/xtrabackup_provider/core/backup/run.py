@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["BackupRequest", "run_backup"]
+
 import logging
 import os
 import shutil
@@ -40,6 +42,7 @@ from ..db.heartbeat import (
     wait_for_heartbeat,
     write_source_heartbeat,
 )
+from ..db.rowcounts import SnapshotCounter
 from ..db.server import MySQLTarget, ServerFacts, data_position, defaults_file, server_facts, tablespace_count
 from ..db.shape import capture_shape, table_names
 from ..engine.argv import BackupOptions, backup_argv
@@ -176,8 +179,9 @@ def _run_locked(req: BackupRequest, now: datetime | None, lock: HostLock) -> Man
     canary = _heartbeat(req, backup_id) if req.heartbeat else {"heartbeat": False}
     where = f"host {req.catalog.cluster}/{req.catalog.host}"
     applied = apply_settings(req.impact, tool, req.parallel, where)
-    watch = LockWatch(tool.flavour)
-    with GpgHome() as gpg, private_workdir("backup") as work:
+    counter = _row_counter(req, tool)
+    watch = LockWatch(tool.flavour, on_line=counter.on_line)
+    with counter, GpgHome() as gpg, private_workdir("backup") as work:
         recipients = _recipients(gpg, req)
         before = _shape_before(req.target)
         stored = _stream(req, tool, decision, work, datadir, backup_id, gpg, recipients, applied, watch)
@@ -188,6 +192,7 @@ def _run_locked(req: BackupRequest, now: datetime | None, lock: HostLock) -> Man
         checkpoints = read_checkpoints(lsn_dir)
         info = read_info(lsn_dir)
         binlog = read_binlog_position(lsn_dir)
+        counts = counter.finish(binlog.file, binlog.position)
     if decision.parent and checkpoints.from_lsn != decision.parent.to_lsn:
         raise BackupError(
             f"{backup_id}: the tool started at LSN {checkpoints.from_lsn}, not at parent "
@@ -226,10 +231,11 @@ def _run_locked(req: BackupRequest, now: datetime | None, lock: HostLock) -> Man
         stored_bytes=sum(o.size for o in stored),
         gates=req.gates,
         estimate_memory=tool.capabilities.estimate_memory,
-        extra=canary | ({ORIGIN_KEY: req.origin} if req.origin else {}),
+        extra=canary | {"row_counts": counts.summary} | ({ORIGIN_KEY: req.origin} if req.origin else {}),
         impact=applied.record(watch.phases()),
         option_files=option_files,
         source_shape=shape,
+        table_rows=counts.rows,
     )
     crash_point("backup.after_objects")
     lock.confirm(f"registering {backup_id}")  # fencing: a run that lost its lock registers nothing
@@ -263,6 +269,12 @@ def _shape_after(target: MySQLTarget, before: tuple[str, set[str]] | None) -> So
     except Exception as exc:  # noqa: BLE001 - the backup is good without it; restore tests say so
         log.warning("cannot read the source's tables after the backup (%s); recording none", exc)
         return None
+
+
+def _row_counter(req: BackupRequest, tool: ToolVersion) -> SnapshotCounter:
+    """Exact row counts of the smallest InnoDB tables at the backup's own point, read in a snapshot
+    taken while the tool blocks commits (core/db/rowcounts.py), within impact.row_count_seconds."""
+    return SnapshotCounter(req.target, req.impact.row_count_seconds, tool.flavour)
 
 
 def _abort_stale_uploads(req: BackupRequest) -> None:

@@ -10,6 +10,8 @@ validation and retention never need keys.
 
 from __future__ import annotations
 
+__all__ = ["Manifest", "StoredObject", "read_stored"]
+
 import json
 import re
 from collections.abc import Iterable, Iterator
@@ -180,7 +182,9 @@ class Manifest(BaseModel):
     gates: list[GateResult] = Field(default_factory=list)
     estimate_memory: bool = False
     prepare_memory_estimate: int | None = Field(None, ge=0, le=2**63)
-    table_rows: dict[str, int] = Field(default_factory=dict)  # exact counts; no backup writes them
+    # Exact COUNT(*) of the smallest InnoDB tables at the backup's own point (core/db/rowcounts.py;
+    # how they were taken, or why none were: extra["row_counts"]). Restore tests compare them exactly.
+    table_rows: dict[str, int] = Field(default_factory=dict, max_length=20_000)
     source_shape: SourceShape | None = (
         None  # the source at backup time (catalog/shape.py); older manifests: None
     )

@@ -232,6 +232,9 @@ class ImpactConfig(_Model):
     max_upload_mib_per_second: float | None = Field(  # cap on the upload to `storage`
         None, ge=UPLOAD_CAP_MIB_RANGE[0], le=UPLOAD_CAP_MIB_RANGE[1]
     )
+    # Seconds of COUNT(*) a backup may spend on the server for exact row counts of its smallest
+    # InnoDB tables (what restore tests compare exactly; core/db/rowcounts.py). 0: none.
+    row_count_seconds: float = Field(1.0, ge=0, le=60, allow_inf_nan=False)
 
 
 class CheckConfig(_Model):
@@ -270,7 +273,7 @@ class PolicyConfig(_Model):
     compression_level: int = Field(3, ge=1, le=19)
     zstd_threads: int = Field(0, ge=0, le=256)
     parallel: int = Field(2, ge=1, le=64)
-    # K-part backups (README "Parallel streams"): at most this many parts, each >= part_min_gib.
+    # K-part backups (docs/configuration.md, "Parallel streams"): at most this many parts, each >= part_min_gib.
     max_parts: int = Field(1, ge=1, le=64)
     part_min_gib: float = Field(8, ge=0, le=1024 * 1024, allow_inf_nan=False)
     full_every_days: float = Field(7, gt=0, le=3650, allow_inf_nan=False)

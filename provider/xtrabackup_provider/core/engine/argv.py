@@ -5,6 +5,8 @@ refused.
 
 from __future__ import annotations
 
+__all__ = ["backup_argv", "prepare_steps", "prepare_argv", "copy_back_argv", "extract_argv"]
+
 import re
 from dataclasses import dataclass, field
 

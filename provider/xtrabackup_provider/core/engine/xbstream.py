@@ -39,6 +39,8 @@ or exit 1 with the first problem on stderr.
 
 from __future__ import annotations
 
+__all__ = ["checker_args"]
+
 import argparse
 import json
 import os

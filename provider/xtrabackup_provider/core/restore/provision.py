@@ -21,6 +21,8 @@ is stopped (SHUTDOWN through the new server's account) and the message says what
 
 from __future__ import annotations
 
+__all__ = ["provision_replica"]
+
 import logging
 import os
 import shutil

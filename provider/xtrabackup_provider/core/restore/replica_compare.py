@@ -23,6 +23,8 @@ or lasts `grace_seconds` fails the check naming Last_IO_Errno / Last_SQL_Errno a
 
 from __future__ import annotations
 
+__all__ = ["SourceCompare"]
+
 import logging
 import shutil
 from dataclasses import dataclass, field, replace

@@ -29,8 +29,6 @@ from .verify import StoredObjectDamaged
 T = TypeVar("T")
 R = TypeVar("R")
 
-__all__ = ["Located", "NoIntactSource", "NotHere", "Source", "backup_on", "clear_dir", "fetch_with_fallback"]
-
 # What says the stored object (not this worker) is the problem: try the next target's copy.
 STORE_SIDE = (StoredObjectDamaged, ChecksumMismatch, StorageError)
 

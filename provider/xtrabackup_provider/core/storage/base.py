@@ -9,6 +9,8 @@ are protocol members that the others answer with "not supported", so callers nev
 
 from __future__ import annotations
 
+__all__ = ["ObjectStore", "ObjectWriter"]
+
 import builtins
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field

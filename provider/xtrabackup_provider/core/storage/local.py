@@ -12,6 +12,8 @@ naming it, like every other refusal of a store.
 
 from __future__ import annotations
 
+__all__ = ["LocalStore"]
+
 import builtins
 import contextlib
 import os
