@@ -34,8 +34,8 @@ from ..core.config.replication import (
     PROVISION_REPLICATE,
 )
 from ..core.config.schema import ClusterConfig, ConfigError, FleetConfig, HostConfig
-from ..operators.checksum import TableChecksumOperator
 from ..dag_tasks.targets import read_targets
+from ..operators.checksum import TableChecksumOperator
 from ..operators.provision import ProvisionReplicaOperator
 from ..sensors.replica import ReplicaCaughtUpSensor
 from . import fleet_dags

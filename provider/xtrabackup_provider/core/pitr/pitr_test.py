@@ -85,7 +85,9 @@ def run_pitr_test(
         t0 = time.monotonic()
         server = SandboxServer.on_datadir(datadir, basedir, server_id=4_000_000_001, log_bin=False)
         server.start()
-        report.reasons = verify(server, datadir, targets.first.catalog.get(pitr.backup_id), level, report.checks)
+        report.reasons = verify(
+            server, datadir, targets.first.catalog.get(pitr.backup_id), level, report.checks
+        )
         report.timings["verify"] = time.monotonic() - t0
         report.verdict = "fail" if report.reasons else "pass"
     except Exception as exc:  # noqa: BLE001 - any failure is the verdict, reported with its reason
