@@ -127,21 +127,26 @@ def collect(
     store: ObjectStore | None = None,
     now: datetime | None = None,
     copy_stores: dict[str, ObjectStore] | None = None,
+    only: str | None = None,
 ) -> ClusterReport:
-    """`store`: the first target's (default: from the config); `copy_stores`: by target name."""
+    """`store`: the first target's (default: from the config); `copy_stores`: by target name.
+    Each host is read from the first target that can be read (host_report_on); `only`: that
+    target alone (`report --target-store`)."""
     settings = config.cluster(cluster)
-    store = store or make_store(config.storage)
     now = now or datetime.now(UTC)
-    catalogs = [Catalog(store, config.storage.prefix, cluster, h.name) for h in settings.hosts]
-    stores = {t.name: (copy_stores or {}).get(t.name) or make_store(t) for t in config.copies}
+    targets = [config.target(only)] if only else config.targets()
+    given = (copy_stores or {}) | ({config.storage.name: store} if store else {})
+    stores = {t.name: given.get(t.name) or make_store(t) for t in targets}
 
-    def one(catalog: Catalog) -> HostReport:
-        copies = [(t.name, Catalog(stores[t.name], t.prefix, cluster, catalog.host)) for t in config.copies]
-        return host_report_on([(config.storage.name, catalog), *copies], now)
+    def one(host: str) -> HostReport:
+        return host_report_on(
+            [(t.name, Catalog(stores[t.name], t.prefix, cluster, host)) for t in targets], now
+        )
 
     with ThreadPoolExecutor(4) as pool:
-        hosts = list(pool.map(one, catalogs))
-    where = "/".join(p for p in (store.location, config.storage.prefix.strip("/"), cluster) if p)
+        hosts = list(pool.map(one, [h.name for h in settings.hosts]))
+    first = targets[0]
+    where = "/".join(p for p in (stores[first.name].location, first.prefix.strip("/"), cluster) if p)
     return ClusterReport(cluster, where, now, config.policy.max_chain_length, hosts)
 
 
