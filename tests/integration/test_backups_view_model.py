@@ -169,3 +169,19 @@ def test_with_the_first_target_down_the_html_report_shows_the_copy(tmp_path):
     assert host.source == "offsite" and host.last_verified is not None
     page = render_html(report)
     assert made[-1].backup_id in page and "storage target primary cannot be read" in page
+
+
+def test_a_restore_test_that_proved_the_copy_shows_on_the_host_page(tmp_path):
+    """A restore test writes its report on the target it read (the restore-test DAG's
+    target_store=offsite): the host page's history and the row's last verified backup show it, as
+    check does."""
+    now = datetime.now(UTC)
+    first = Catalog(LocalStore(tmp_path / "first"), "backups", "c1", "db1")
+    copy = Catalog(LocalStore(tmp_path / "copy"), "far", "c1", "db1")
+    made = write_host(first, now, chains=1, tested=False)
+    write_host(copy, now, chains=1)  # the same backups, the newest restore-tested from the copy
+    view = build_host([("primary", first), ("offsite", copy)], CheckConfig(), True, now, "c1")
+    detail = view.detail()
+    assert [t["backup_id"] for t in detail["restore_tests"]] == [made[-1].backup_id], detail["problems"]
+    assert view.row()["last_verified"]["backup_id"] == made[-1].backup_id
+    assert view.row()["last_restore_test"] == "pass"  # check's field: the same test

@@ -45,7 +45,7 @@ from ..config.schema import CheckConfig, FleetConfig
 from ..config.wiring import make_store
 from ..storage.base import ObjectStore, StorageError
 from .html import fmt_seconds
-from .model import BinlogStatus, RestoreTestRow, newest_binlog, restore_tests
+from .model import BinlogStatus, newest_binlog, restore_tests_on
 
 Status = Literal["ok", "warning", "critical"]
 LEVEL: dict[str, int] = {"ok": 0, "warning": 1, "critical": 2}
@@ -250,19 +250,12 @@ def _restore_tests(result: HostCheck, readable: list[Source], settings: CheckCon
     """The restore tests reported on any target (a report is copied with its backup, and written
     where the test read the chain)."""
     problems: list[str] = []
-    found: dict[tuple[str, datetime | None], RestoreTestRow] = {}
-    for source in readable:
-        try:
-            rows = restore_tests(source.catalog, problems)
-        except StorageError as exc:
-            result.add("warning", f"cannot read the restore tests on {source.name}: {exc}")
-            continue
-        for row in rows:
-            found.setdefault((row.backup_id, row.finished_at), row)
+    errors: list[str] = []
+    rows = restore_tests_on([(s.name, s.catalog) for s in readable], problems, errors)
+    for error in errors:
+        result.add("warning", error)
     for problem in problems[:2]:
         result.add("warning", f"unreadable restore report: {problem}")
-    epoch = datetime.min.replace(tzinfo=UTC)
-    rows = sorted(found.values(), key=lambda r: (r.finished_at or epoch, r.backup_id))
     limit = settings.restore_test_max_age_days * 86400
     passed = [r for r in rows if r.passed]
     if rows:

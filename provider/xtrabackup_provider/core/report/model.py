@@ -67,6 +67,7 @@ class RestoreTestRow:
     # Every check the level ran: {"name", "status", "note"} (reasons are in `reasons`).
     results: list[dict[str, str]] = field(default_factory=list)
     origin: dict[str, Any] = field(default_factory=dict)  # the Airflow task that ran it, as BackupRow's
+    source: str = ""  # the storage target the test read the chain from (older reports: unknown)
 
     @property
     def passed(self) -> bool:
@@ -162,7 +163,36 @@ def host_report_on(catalogs: Sequence[tuple[str, Catalog]], now: datetime) -> Ho
     report = targets.read(f"the backups of {catalogs[0][1].host}", on)
     report.source = targets.first.name
     report.problems[:0] = targets.notes
+    # A restore test writes its report where it read the chain: a test that proved a copy is there.
+    others = {s.target for s in report.copies if not s.error}
+    if others:
+        readable = [(n, c) for n, c in catalogs if n in others]
+        report.restore_tests = restore_tests_on(
+            readable, report.problems, report.problems, report.restore_tests
+        )
     return report
+
+
+def restore_tests_on(
+    catalogs: Sequence[tuple[str, Catalog]],
+    problems: list[str],
+    errors: list[str],
+    known: Sequence[RestoreTestRow] = (),
+) -> list[RestoreTestRow]:
+    """The restore tests reported on any of the targets (a report is copied with its backup, and
+    written where the test read the chain), and `known` (already read), each once, oldest first.
+    Unreadable reports go to `problems`, targets whose reports cannot be listed to `errors`."""
+    found = {(row.backup_id, row.finished_at): row for row in known}
+    for name, catalog in catalogs:
+        try:
+            rows = restore_tests(catalog, problems)
+        except StorageError as exc:
+            errors.append(f"cannot read the restore tests on {name}: {exc}")
+            continue
+        for row in rows:
+            found.setdefault((row.backup_id, row.finished_at), row)
+    epoch = datetime.min.replace(tzinfo=UTC)
+    return sorted(found.values(), key=lambda r: (r.finished_at or epoch, r.backup_id))
 
 
 def host_report(catalog: Catalog, now: datetime, copies: Sequence[tuple[str, Catalog]] = ()) -> HostReport:
@@ -254,6 +284,7 @@ def _restore_row(catalog: Catalog, backup_id: str) -> RestoreTestRow | str | Non
             failed_checks=[str(c) for c in data.get("failed_checks") or []],
             results=[_check_result(r) for r in data.get("results") or []],
             origin=airflow_origin(data.get(ORIGIN_KEY)),
+            source=str(data.get("source") or ""),
         )
     except (TypeError, ValueError, AttributeError) as exc:
         return f"not a restore report: {exc}"

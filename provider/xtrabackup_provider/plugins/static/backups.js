@@ -261,7 +261,7 @@ function drawTests(tests) {
   document.querySelector("#tests tbody").replaceChildren(...tests.slice().reverse().map((t) => el("tr", { "data-backup": t.backup_id },
     el("td", { text: utc(t.finished_at) }),
     el("td", { text: t.backup_id }),
-    el("td", { text: t.level }),
+    el("td", { text: t.source ? `${t.level} (${t.source})` : t.level, title: t.source ? `read from storage target ${t.source}` : "" }),
     el("td", {}, badge(t.passed ? "ok" : "critical"), t.passed ? "" : el("div", { class: "small", text: t.reasons.slice(0, 2).join("; ") })),
     el("td", {}, el("ul", { class: "checks" }, t.results.map((c) => el("li", { class: c.status, title: c.note, text: `${c.status === "pass" ? "\u2713" : c.status === "fail" ? "\u2717" : "\u2013"} ${c.name}` })))),
     el("td", { class: "num", text: duration(t.restore_seconds) }),
