@@ -77,6 +77,13 @@ def render() -> str:
         "Every operator also takes Airflow's usual `BaseOperator` arguments (`task_id`, `queue`,",
         "`pool`, `retries`, ...). Backup operators must run on a worker on the database host: set `queue`.",
         "",
+        "The operators that read backups (restores, restore tests, provisioning, the standby) read the",
+        "storage target of `bucket` / `local_path` (named `storage_name`) and, where it cannot be read or",
+        "an object on it is damaged, each of `fallback_targets` in order (dicts with `name`, `bucket` or",
+        "`local_path`, `prefix`, `aws_conn_id`: the fleet config's `copies`, as the shipped DAGs pass them),",
+        "as the CLI does; each fallback is a warning in the task log and the XCom's `source` names the",
+        "target read. `target_store` (templated) reads the target of that name alone.",
+        "",
     ]
     groups = [
         ("Operators", "operators", ("BaseOperator",)),

@@ -1,7 +1,8 @@
 """The Backups view's model (core/report/view.py) on real stores: a bucket that never answers is
 that host's status within the bound, never the page's; the row is `check`'s verdict for the host;
 the host page reads the binlog gaps and the restore tests that proved each backup; what the
-catalog says about the Airflow task that made a backup is reduced to ids."""
+catalog says about the Airflow task that made a backup is reduced to ids; with the first storage
+target down, the host page and the HTML report read the copy and say so."""
 
 from __future__ import annotations
 
@@ -14,8 +15,12 @@ import pytest
 from fleet_factory import write_host
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.catalog.origin import airflow_origin
+from xtrabackup_provider.core.config.load import parse_config
 from xtrabackup_provider.core.config.schema import CheckConfig
+from xtrabackup_provider.core.db.sandbox import free_port
 from xtrabackup_provider.core.report.check import check_host
+from xtrabackup_provider.core.report.html import render_html
+from xtrabackup_provider.core.report.model import collect
 from xtrabackup_provider.core.report.view import FleetCache, build_host, fleet_payload
 from xtrabackup_provider.core.storage.local import LocalStore
 from xtrabackup_provider.core.storage.s3 import S3Store, make_s3_client
@@ -107,3 +112,76 @@ def test_a_recorded_origin_keeps_only_ids():
         "conn": "secret",
     }
     assert airflow_origin(value) == {"dag_id": "d", "run_id": "r", "task_id": "t", "map_index": 2}
+
+
+def _down(host: str = "db1") -> Catalog:
+    """A first target whose endpoint refuses connections (nothing listens on the port)."""
+    client = make_s3_client(f"http://127.0.0.1:{free_port()}", "us-east-1", max_attempts=1,
+                            aws_access_key_id="x", aws_secret_access_key="y")  # fmt: skip
+    return Catalog(S3Store(client, "gone-bucket"), "backups", "c1", host)
+
+
+def test_with_the_first_target_down_the_host_page_reads_the_copy(tmp_path):
+    """The host page shows the chains, binlogs and restore tests of the copy that can be read,
+    which target each backup is on, and where it read them, as restore and check do."""
+    now = datetime.now(UTC)
+    copy = Catalog(LocalStore(tmp_path), "far", "c1", "db1")
+    made = write_host(copy, now, binlogs=5)
+    view = build_host([("primary", _down()), ("offsite", copy)], CheckConfig(), True, now, "c1")
+    detail = view.detail()
+    assert [b["backup_id"] for b in detail["backups"]] == [m.backup_id for m in made], detail["problems"]
+    assert {tuple(b["targets"]) for b in detail["backups"]} == {("offsite",)}
+    assert detail["source"] == "offsite"
+    assert detail["restore_tests"] and detail["binlogs"], detail
+    row = view.row()
+    assert row["newest_backup"]["backup_id"] == made[-1].backup_id and row["pitr"] is not None
+    assert row["restorable_from"] == ["offsite"]
+    assert any("storage target primary cannot be read" in p for p in detail["problems"])
+
+
+def test_the_host_page_names_the_targets_holding_each_backup(tmp_path):
+    now = datetime.now(UTC)
+    first = Catalog(LocalStore(tmp_path / "first"), "backups", "c1", "db1")
+    copy = Catalog(LocalStore(tmp_path / "copy"), "far", "c1", "db1")
+    made = write_host(first, now, chains=1, incrementals=2)
+    assert [m.backup_id for m in write_host(copy, now, chains=1, incrementals=2)] == [
+        m.backup_id for m in made
+    ]
+    copy.store.delete([copy.object_key(made[-1].backup_id, "manifest.json")])  # the copy is one behind
+    detail = build_host([("primary", first), ("offsite", copy)], CheckConfig(), True, now, "c1").detail()
+    assert detail["source"] == "primary"
+    assert [b["targets"] for b in detail["backups"]] == [["primary", "offsite"]] * 2 + [["primary"]]
+
+
+def test_with_the_first_target_down_the_html_report_shows_the_copy(tmp_path):
+    now = datetime.now(UTC)
+    config = parse_config(
+        {
+            "storage": {"bucket": "gone-bucket"},
+            "copies": [{"name": "offsite", "local_path": str(tmp_path), "prefix": "far"}],
+            "clusters": [{"name": "c1", "hosts": [{"name": "db1"}]}],
+        }
+    )
+    made = write_host(Catalog(LocalStore(tmp_path), "far", "c1", "db1"), now)
+    report = collect(config, "c1", store=_down().store, now=now)
+    (host,) = report.hosts
+    assert [b.backup_id for b in host.backups] == [m.backup_id for m in made], host.problems
+    assert host.source == "offsite" and host.last_verified is not None
+    page = render_html(report)
+    assert made[-1].backup_id in page and "storage target primary cannot be read" in page
+
+
+def test_a_restore_test_that_proved_the_copy_shows_on_the_host_page(tmp_path):
+    """A restore test writes its report on the target it read (the restore-test DAG's
+    target_store=offsite): the host page's history and the row's last verified backup show it, as
+    check does."""
+    now = datetime.now(UTC)
+    first = Catalog(LocalStore(tmp_path / "first"), "backups", "c1", "db1")
+    copy = Catalog(LocalStore(tmp_path / "copy"), "far", "c1", "db1")
+    made = write_host(first, now, chains=1, tested=False)
+    write_host(copy, now, chains=1)  # the same backups, the newest restore-tested from the copy
+    view = build_host([("primary", first), ("offsite", copy)], CheckConfig(), True, now, "c1")
+    detail = view.detail()
+    assert [t["backup_id"] for t in detail["restore_tests"]] == [made[-1].backup_id], detail["problems"]
+    assert view.row()["last_verified"]["backup_id"] == made[-1].backup_id
+    assert view.row()["last_restore_test"] == "pass"  # check's field: the same test

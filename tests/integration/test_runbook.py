@@ -71,6 +71,7 @@ def test_the_runbook_as_written(mariadb, gpg_keys, tmp_path):
                                 "name": "db1",
                                 "defaults_file": str(mariadb.write_client_defaults(tmp_path / "db1.cnf")),
                                 "standby_dir": str(tmp_path / "standby" / "db1"),  # `standby refresh`
+                                "standby_queue": "recovery",  # the worker it lives on (the DAG's)
                             }
                         ],
                     }

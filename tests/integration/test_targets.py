@@ -556,3 +556,36 @@ def test_with_the_primary_down_pitr_from_the_standby_rolls_forward_over_the_copy
     [note] = _notes(proc)
     assert "storage target primary" in note and "Cannot reach" in note, proc.stdout
     assert _checksums(fleet, history, target, 950) == history.at_gtid
+
+
+def test_with_the_primary_down_standby_refresh_and_glacier_restore_read_the_copy(fleet, history, short_dir):
+    standby = short_dir / "standby"
+    with fleet.primary_down():
+        refreshed = fleet.host("standby", "refresh", "--standby-dir", str(standby))
+        glacier = fleet.host("glacier-restore", "--json")
+    assert refreshed.returncode == 0, refreshed.stdout + refreshed.stderr
+    assert f"holds {history.inc} (chain {history.full}), read from target offsite" in refreshed.stdout
+    [note] = _notes(refreshed)
+    assert "storage target primary" in note and "Cannot reach" in note, refreshed.stdout
+    assert glacier.returncode == 0, glacier.stdout + glacier.stderr
+    states = json.loads(glacier.stdout)
+    assert {s["state"] for s in states} == {"readable"} and all(s["key"].startswith("far/") for s in states)
+    assert "note: " in glacier.stderr and "storage target primary" in glacier.stderr
+    proc, target = _restored(fleet, "standby", "--from-standby", str(standby))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _checksums(fleet, history, target, 951) == history.at_inc
+
+
+def test_with_the_primary_down_report_shows_the_copy_and_target_store_reads_it_alone(fleet, history):
+    out = fleet.tmp / "report.html"
+    report = ["report", "--config", str(fleet.config), "--cluster", "c1", "--out", str(out)]
+    with fleet.primary_down():
+        fallen = fleet.cli(*report)
+        alone = fleet.cli(*report, "--target-store", "offsite")
+    assert fallen.returncode == 1, fallen.stdout + fallen.stderr  # a warning: the first target is down
+    assert fallen.stdout.startswith("db1\t2 backup(s)\tlast verified restore:"), fallen.stdout
+    assert "WARNING: db1: storage target primary cannot be read" in fallen.stderr, fallen.stderr
+    assert alone.returncode == 0, alone.stdout + alone.stderr
+    assert alone.stdout.startswith("db1\t2 backup(s)") and not alone.stderr, alone.stdout + alone.stderr
+    page = out.read_text()
+    assert history.inc in page and fleet.buckets[1] in page and fleet.buckets[0] not in page

@@ -152,6 +152,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument(
         "--timeout", type=seconds, default=3 * 86400, help="give up waiting after this many seconds"
     )
+    add_target_store(p)
     p.add_argument("--json", action="store_true")
     p = sub.add_parser(
         "verify", help="check stored backups without restoring them (exit 1 if anything is wrong)"
@@ -313,12 +314,10 @@ def cmd_standby_restore(args: argparse.Namespace, config: FleetConfig) -> int:
         raise SetupError("--from-standby restores the backup the standby holds; leave out --backup-id")
     key, passphrase = read_private_key(config, args.private_key_file)
     # The catalog proves what the standby holds: the first storage target that can be read.
-    targets = Targets(read_sources(config, args.cluster, args.host, args.target_store))
-    targets.read(f"the backups of {args.host}", lambda catalog: catalog.latest_chain())
     report = restore_standby(
-        targets.first.catalog,
-        args.from_standby,
-        args.target_datadir,
+        directory=args.from_standby,
+        target_datadir=args.target_datadir,
+        **read_from(config, args),
         private_key=key,
         passphrase=passphrase,
         binary=config.find_host(args.cluster, args.host).binary,
@@ -327,9 +326,9 @@ def cmd_standby_restore(args: argparse.Namespace, config: FleetConfig) -> int:
         without_read_lease=args.without_read_lease,
     )
     if args.json:
-        print(json.dumps(asdict(report) | {"fallbacks": targets.notes}, indent=2))
+        print(json.dumps(asdict(report), indent=2))
         return 0
-    print_notes(targets.notes)
+    print_notes(report.fallbacks)
     if report.applied_first:
         print(f"applied the newer incremental(s) {', '.join(report.applied_first)} to the standby first")
     if report.older:
@@ -377,15 +376,19 @@ def cmd_restore_table(args: argparse.Namespace, config: FleetConfig) -> int:
 
 
 def cmd_glacier_restore(args: argparse.Namespace, config: FleetConfig) -> int:
-    """Request restores; with --wait, poll until every object is readable (exit 2 on timeout)."""
-    catalog = make_catalog(config, args.cluster, args.host)
-    states = chain_states(catalog, None if args.backup_id == "latest" else args.backup_id)
-    tier = args.tier or config.storage.glacier_restore_tier
-    states = request_restores(catalog.store, states, tier, args.days or config.storage.glacier_restore_days)
+    """Request restores; with --wait, poll until every object is readable (exit 2 on timeout). On
+    the first storage target whose catalog resolves the chain (or the --target-store named)."""
+    targets = Targets(read_sources(config, args.cluster, args.host, args.target_store))
+    wanted = None if args.backup_id == "latest" else args.backup_id
+    states = targets.read(f"the chain of {args.backup_id}", lambda catalog: chain_states(catalog, wanted))
+    store, where = targets.first.catalog.store, config.target(targets.first.name)
+    tier = args.tier or where.glacier_restore_tier
+    states = request_restores(store, states, tier, args.days or where.glacier_restore_days)
+    print_notes(targets.notes, sys.stderr if args.json else None)
     if args.wait and waiting(states):
         keys = [s.key for s in states]
         states = wait_for_restores(
-            catalog.store, keys, poll=args.poll_interval, timeout=args.timeout, on_poll=_print_pending
+            store, keys, poll=args.poll_interval, timeout=args.timeout, on_poll=_print_pending
         )
     until = (f"  (until {s.expiry:%Y-%m-%d})" if s.expiry else "" for s in states)
     lines = (f"{s.state:10} {s.storage_class:13} {s.key}{u}" for s, u in zip(states, until, strict=True))

@@ -20,8 +20,9 @@ class BadArgument(Exception):
 
 def bad(flag: str, value: object, why: str) -> BadArgument:
     """`--flag 'value': why`, the value quoted (a newline or blanks show)."""
-    text = repr(value)
-    return BadArgument(f"{flag} {text if len(text) <= 80 else text[:77] + '...'}: {why}")
+    from ..core.common.values import quoted
+
+    return BadArgument(f"{flag} {quoted(value)}: {why}")
 
 
 def require_values(parser: argparse.ArgumentParser) -> None:
@@ -76,10 +77,12 @@ def add_target_store(p: argparse.ArgumentParser) -> None:
 def read_from(config: FleetConfig, args: argparse.Namespace, host: str | None = None) -> dict[str, Any]:
     """The fields of a read path's request: the host's catalog on the first storage target to read
     and the others to fall back to (`--target-store NAME`: that one alone). core/catalog/targets.py."""
+    from ..core.catalog.targets import read_fields
     from ..core.config.wiring import read_sources
 
-    sources = read_sources(config, args.cluster, host or args.host, getattr(args, "target_store", None))
-    return {"catalog": sources[0].catalog, "source_name": sources[0].name, "fallbacks": sources[1:]}
+    return read_fields(
+        read_sources(config, args.cluster, host or args.host, getattr(args, "target_store", None))
+    )
 
 
 def print_notes(notes: Iterable[str], stream: Any = None) -> None:

@@ -3,7 +3,9 @@ over its hosts: optional checksum gate -> `backup` -> `retention` (core/retentio
 only with `retention.confirm: true`) -> optional binlog gate, and per further storage target
 (`copies:`) `copy_<target>` -> `retention_<target>` (that target's own policy); a host with a
 `standby_dir` also gets `standby` after its backup: the new backup merged into its prepared standby
-(on the host's queue, with the private key's connection), so `restore --from-standby` is current.
+(on its `standby_queue`, the worker where the directory lives, with the private key's connection:
+never the database host's worker unless the config names that queue), so `restore --from-standby`
+is current.
 
 `backup` decides full or incremental itself, on the host's worker and under the host lock (the
 chain policy, core/backup/decide.py); the run conf {"kind": "full"} (or "incremental") overrides
@@ -13,7 +15,8 @@ the backup ran, the kind it took: `db1 (incremental)`.
 Hosts with different `checksum_gate` settings get one mapped group each (`backup`,
 `gated_backup`, ...). A backup must run on its host's worker: when the hosts of a group have
 different queues, xtrabackup_provider.policy (installed in airflow_local_settings.py) routes
-each mapped backup task to its host's queue, because Airflow cannot map `queue`.
+each mapped backup task to its host's queue, because Airflow cannot map `queue` (and each standby
+task to its host's `standby_queue` when those differ).
 
 The fleet config ($XTRABACKUP_FLEET_CONFIG, else fleet.yaml next to the DAG file) is validated at parse
 time, so a bad file shows as an import error naming the field and the file. Parsing imports
@@ -40,6 +43,7 @@ from ..core.config.schema import (
     HostConfig,
 )
 from ..dag_tasks.gates import binlog_gate, checksum_gate
+from ..dag_tasks.targets import read_targets
 from ..operators.backup import BACKUP_LABEL, KIND_FROM_RUN_CONF, XtraBackupOperator
 from ..operators.copies import CopyBackupsOperator
 from ..operators.retention import ApplyRetentionOperator
@@ -86,8 +90,9 @@ def _backup_args(config: FleetConfig, cluster: ClusterConfig) -> dict[str, Any]:
     )
 
 
-def _host_args(config: FleetConfig, host: HostConfig) -> dict[str, Any]:
-    """One map index of a backup group: what differs between hosts (policy.py reads `queue`)."""
+def _host_args(config: FleetConfig, host: HostConfig, standby_queue: str) -> dict[str, Any]:
+    """One map index of a backup group: what differs between hosts (policy.py reads `queue` and
+    `standby_queue`)."""
     return {
         "host": host.name,
         "mysql_conn_id": host.mysql_conn_id or f"mysql_{host.name.replace('.', '_')}",
@@ -99,6 +104,7 @@ def _host_args(config: FleetConfig, host: HostConfig) -> dict[str, Any]:
         "impact": config.impact_for(host).model_dump(exclude_none=True),
         "option_files": list(host.option_files),
         "standby_dir": host.standby_dir,
+        "standby_queue": standby_queue,
     }
 
 
@@ -166,19 +172,35 @@ def _by_gate(cluster: ClusterConfig) -> list[tuple[str, ChecksumGateConfig | Non
     return named
 
 
-def _group_queue(cluster: ClusterConfig, group_id: str, hosts: list[HostConfig]) -> str:
-    """The queue the group's backup tasks are created with: the hosts' one queue, or policy's placeholder."""
-    queues = sorted({host.queue for host in hosts})
+def _group_queue(cluster: ClusterConfig, group_id: str, queues: set[str], placeholder: str) -> str:
+    """The queue a group's mapped tasks are created with: the hosts' one queue, or the policy's
+    `placeholder` (xtrabackup_provider.policy routes each to its host's)."""
     if len(queues) == 1:
-        return queues[0]
+        return next(iter(queues))
     if not policy.installed():
+        task = "standby" if placeholder == policy.STANDBY_QUEUE else "backup"
         raise ConfigError(
-            f"cluster {cluster.name!r} ({group_id}): hosts use different queues {queues}, so each mapped "
-            "backup task must be routed to its host's queue; add `from ..policy import "
-            "task_instance_mutation_hook` to $AIRFLOW_HOME/config/airflow_local_settings.py on every "
-            "Airflow component (docs/install.md, 'Queues')"
+            f"cluster {cluster.name!r} ({group_id}): hosts use different {policy.ROUTED[placeholder]}s "
+            f"{sorted(queues)}, so each mapped {task} task must be routed to its host's; add `from "
+            "xtrabackup_provider.policy import task_instance_mutation_hook` to "
+            "$AIRFLOW_HOME/config/airflow_local_settings.py on every Airflow component (docs/install.md, 'Queues')"
         )
-    return policy.HOST_QUEUE
+    return placeholder
+
+
+def _standby_queues(
+    cluster: ClusterConfig, group_id: str, hosts: list[HostConfig]
+) -> tuple[str, dict[str, str]]:
+    """The queue the group's standby tasks are created with, and each host's `standby_queue`. One
+    worker keeping every standby of the group needs no routing: the hosts without a standby skip
+    there too. Otherwise those skip on their own worker."""
+    kept = {q for h in hosts if (q := cluster.standby_queue_of(h))}
+    if len(kept) <= 1:
+        queue = next(iter(kept), hosts[0].queue)
+        return queue, {h.name: queue for h in hosts}
+    return _group_queue(cluster, group_id, kept, policy.STANDBY_QUEUE), {
+        h.name: cluster.standby_queue_of(h) or h.queue for h in hosts
+    }
 
 
 def _backup_group(
@@ -188,7 +210,9 @@ def _backup_group(
     gate: ChecksumGateConfig | None,
     hosts: list[HostConfig],
 ) -> None:
-    common = _backup_args(config, cluster) | {"queue": _group_queue(cluster, group_id, hosts)}
+    queue = _group_queue(cluster, group_id, {h.queue for h in hosts}, policy.HOST_QUEUE)
+    common = _backup_args(config, cluster) | {"queue": queue}
+    standby_task_queue, standby_queues = _standby_queues(cluster, group_id, hosts)
 
     @task_group(group_id=group_id, tooltip=f"backup of each host of {cluster.name}, then its retention")
     def per_host(
@@ -202,6 +226,7 @@ def _backup_group(
         impact: dict[str, Any],
         option_files: list[str],
         standby_dir: str | None,
+        standby_queue: str,  # read by xtrabackup_provider.policy, not by a task
     ) -> None:
         checked = checksum_gate(cluster, gate, mysql_conn_id, host)  # None without a gate
 
@@ -246,16 +271,17 @@ def _backup_group(
                 host=host,
                 standby_dir=standby_dir,
                 binary=binary,
-                queue=common["queue"],  # where the standby lives: the host's worker
+                queue=standby_task_queue,  # where the standbys live (policy.py routes a placeholder)
                 # Another run holding the standby (a CLI refresh, a restore from it): try again later.
                 retries=2,
                 retry_delay=timedelta(minutes=15),
                 gpg_conn_id=config.encryption.private_gpg_conn_id if config.encryption.enabled else None,
                 map_index_template="{{ task.host }}",
                 **_storage_args(config),
+                **read_targets(config),  # the copies, where the first target cannot be read
             )
 
-    per_host.expand_kwargs([_host_args(config, host) for host in hosts])
+    per_host.expand_kwargs([_host_args(config, host, standby_queues[host.name]) for host in hosts])
 
 
 def build_dag(config: FleetConfig, cluster: ClusterConfig) -> DAG:

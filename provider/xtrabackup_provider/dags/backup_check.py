@@ -18,6 +18,7 @@ from functools import partial
 from airflow.sdk import DAG
 
 from ..core.config.schema import ClusterConfig, FleetConfig
+from ..dag_tasks.targets import target_args
 from ..operators.check import BackupCheckOperator
 from . import fleet_dags
 
@@ -37,16 +38,7 @@ def build_dag(config: FleetConfig, cluster: ClusterConfig) -> DAG:
             task_id="check",
             cluster=cluster.name,
             hosts=[h.name for h in cluster.hosts],
-            targets=[
-                {
-                    "name": t.name,
-                    "bucket": t.bucket,
-                    "local_path": t.local_path,
-                    "prefix": t.prefix,
-                    "aws_conn_id": t.aws_conn_id,
-                }
-                for t in config.targets()
-            ],
+            targets=[target_args(t) for t in config.targets()],
             check=cluster.check.model_dump(),
             binlogs=cluster.binlogs is not None,
             retries=0,  # a retry would only delay the alert

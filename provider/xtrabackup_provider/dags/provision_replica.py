@@ -34,6 +34,7 @@ from ..core.config.replication import (
     PROVISION_REPLICATE,
 )
 from ..core.config.schema import ClusterConfig, ConfigError, FleetConfig, HostConfig
+from ..dag_tasks.targets import read_targets
 from ..operators.checksum import TableChecksumOperator
 from ..operators.provision import ProvisionReplicaOperator
 from ..sensors.replica import ReplicaCaughtUpSensor
@@ -100,6 +101,7 @@ def build_dag(config: FleetConfig, cluster: ClusterConfig, host: HostConfig) -> 
             gpg_conn_id=config.encryption.private_gpg_conn_id if config.encryption.enabled else None,
             binary=host.binary,
             clean_on_failure="{{ params.clean_on_failure }}",
+            **read_targets(config),  # the copies, where the first target cannot be read
         )
         caught_up = ReplicaCaughtUpSensor(
             task_id="wait_caught_up",

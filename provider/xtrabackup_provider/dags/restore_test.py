@@ -5,7 +5,9 @@ socket-only sandbox, verifies it, writes restore-report.json next to the backup 
 reads it as "verified") and emits an Asset event that downstream DAGs can be scheduled on.
 Trigger by hand with Params: host (or "random"), backup_id (or "latest"), level (quick, full, and
 deep when the cluster has a `replication` section; core/restore/restore_test.py lists what each
-level checks). Hosts with `restore_test: false` are left out. An XtraBackup host must be: the
+level checks), and with `copies:` target_store (any: the first storage target, and the copies in
+order where it cannot be read or an object is damaged; or one target by name, to prove a copy).
+Hosts with `restore_test: false` are left out. An XtraBackup host must be: the
 sandbox starts MariaDB's mariadbd only, so the DAG refuses to build a restore test that could
 never pass and names the host.
 """
@@ -24,6 +26,7 @@ from airflow.sdk import DAG, Asset, Param, task
 
 from ..core.config.schema import ClusterConfig, ConfigError, FleetConfig, HostConfig
 from ..dag_tasks.glacier import glacier_tasks
+from ..dag_tasks.targets import read_targets
 from ..operators.pitr import PitrRestoreTestOperator
 from ..operators.restore_test import RestoreTestOperator
 from . import fleet_dags
@@ -87,6 +90,10 @@ def deep_args(config: FleetConfig, cluster: ClusterConfig) -> dict[str, Any]:
     }
 
 
+# The target_store Param as the operators take it: "any" (or no Param: no copies) is every target.
+TARGET_STORE = "{{ '' if params.get('target_store', 'any') == 'any' else params.target_store }}"
+
+
 def build_dag(config: FleetConfig, cluster: ClusterConfig) -> DAG:
     hosts = [h.name for h in tested_hosts(config, cluster)]
     deep = deep_args(config, cluster)
@@ -111,6 +118,17 @@ def build_dag(config: FleetConfig, cluster: ClusterConfig) -> DAG:
             **(
                 {"target_time": Param("", type="string", description="ISO time, UTC: restore to it (PITR)")}
                 if cluster.binlogs
+                else {}
+            ),
+            **(
+                {
+                    "target_store": Param(
+                        "any",
+                        enum=["any", *(t.name for t in config.targets())],
+                        description="the storage target to read: any (the first, then the copies), or one",
+                    )
+                }
+                if config.copies
                 else {}
             ),
         },
@@ -140,6 +158,8 @@ def build_dag(config: FleetConfig, cluster: ClusterConfig) -> DAG:
             workdir_root=cluster.restore_workdir,
             gpg_conn_id=config.encryption.private_gpg_conn_id if config.encryption.enabled else None,
             outlets=[verified_asset(cluster.name)],
+            target_store=TARGET_STORE,
+            **read_targets(config),
         )
         latest = RestoreTestOperator(task_id="restore_latest_chain", backup_id="latest", **common, **deep)
         given = RestoreTestOperator(
@@ -147,7 +167,7 @@ def build_dag(config: FleetConfig, cluster: ClusterConfig) -> DAG:
         )
         host, path = pick_host(), choose_path()
         if storage.bucket:  # archived backups: request restore -> wait (deferred) -> restore test
-            first, last = glacier_tasks(cluster.name, storage)
+            first, last = glacier_tasks(cluster.name, config)
             host >> first
             last >> path
         else:

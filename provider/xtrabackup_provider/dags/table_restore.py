@@ -20,6 +20,7 @@ from typing import Any
 from airflow.sdk import DAG, Param, task
 
 from ..core.config.schema import ClusterConfig, FleetConfig
+from ..dag_tasks.targets import read_targets
 from ..operators.restore import XtraBackupTableRestoreOperator
 from . import fleet_dags
 
@@ -72,6 +73,7 @@ def build_dag(config: FleetConfig, cluster: ClusterConfig) -> DAG:
                 prefix=storage.prefix,
                 aws_conn_id=storage.aws_conn_id,
                 gpg_conn_id=config.encryption.private_gpg_conn_id if config.encryption.enabled else None,
+                **read_targets(config),  # the copies, where the first target cannot be read
             )
     return dag
 

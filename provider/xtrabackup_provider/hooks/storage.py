@@ -8,11 +8,13 @@ from __future__ import annotations
 
 __all__ = ["BackupStorageHook"]
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow.sdk import BaseHook
 
 from ..core.catalog.backups import Catalog
+from ..core.catalog.targets import Source, choose
 from ..core.storage.base import MEMORY_MIB_RANGE, MiB, ObjectStore
 from ..core.storage.local import LocalStore
 from ..core.storage.partplan import DEFAULT_MEMORY, PartLimits
@@ -80,3 +82,22 @@ class BackupStorageHook(BaseHook):
 
     def get_catalog(self, prefix: str, cluster: str, host: str) -> Catalog:
         return Catalog(self.get_store(), prefix, cluster, host)
+
+
+def target_catalog(target: Mapping[str, Any], cluster: str, host: str) -> Catalog:
+    """The host's catalog on a storage target given as the DAGs pass one: `bucket` (through
+    `aws_conn_id`) or `local_path`, under `prefix`."""
+    hook = BackupStorageHook(
+        target.get("aws_conn_id") or "aws_default", target.get("bucket"), target.get("local_path")
+    )
+    return hook.get_catalog(target.get("prefix") or "backups", cluster, host)
+
+
+def target_sources(
+    first: Source, fallbacks: Sequence[Mapping[str, Any]], only: str | None = None
+) -> list[Source]:
+    """`first`, then the host's catalog on each of `fallbacks` (target dicts, by `name`): the
+    targets a read tries in order (core/catalog/targets.py); `only`: the one of that name alone."""
+    cluster, host = first.catalog.cluster, first.catalog.host
+    sources = [first, *(Source(t["name"], target_catalog(t, cluster, host)) for t in fallbacks)]
+    return choose(sources, only or None)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..arguments import flag, keep_arguments
-from .base import ChainRestoreOperator, storage_template_fields
+from .base import ChainRestoreOperator, read_template_fields
 
 
 class ProvisionReplicaOperator(ChainRestoreOperator):
@@ -32,7 +32,7 @@ class ProvisionReplicaOperator(ChainRestoreOperator):
     with `source_gtid` (the source's position when replication started) for the sensor.
     """
 
-    template_fields: Sequence[str] = storage_template_fields(
+    template_fields: Sequence[str] = read_template_fields(
         "backup_id",
         "target_datadir",
         "clean_on_failure",
@@ -77,7 +77,7 @@ class ProvisionReplicaOperator(ChainRestoreOperator):
         args = self.restore_args()
         report = provision_replica(
             ProvisionRequest(
-                catalog=self.catalog(),
+                **self.read_args(),
                 target_datadir=Path(self.target_datadir),
                 source=XtraBackupHook(self.replication_conn_id).get_replication_source(
                     self.source_host,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..arguments import keep_arguments
 from . import _metrics
-from .base import RestoreTestingOperator, storage_template_fields, task_origin
+from .base import RestoreTestingOperator, read_template_fields, task_origin
 
 if TYPE_CHECKING:
     from ..core.restore.replica_compare import SourceCompare
@@ -38,7 +38,7 @@ class RestoreTestOperator(RestoreTestingOperator):
     Each outlet Asset gets an event whose extra names the host and backup verified.
     """
 
-    template_fields: Sequence[str] = storage_template_fields(
+    template_fields: Sequence[str] = read_template_fields(
         "backup_id", "level", "workdir_root", "source_conn_id", "replication_conn_id"
     )
 
@@ -63,19 +63,22 @@ class RestoreTestOperator(RestoreTestingOperator):
 
         if self.level not in LEVELS:
             raise ValueError(f"level must be one of {', '.join(LEVELS)}, not {self.level!r}")
-        catalog = self.catalog()
+        read = self.read_args()  # the same targets for the restore and the roll-forward
         args = self.test_args() | {"level": self.level}
         report = run_restore_test(
             RestoreTestRequest(
-                catalog=catalog,
+                **read,
                 workdir=self.scratch_dir("rt"),
                 backup_id=None if self.backup_id in (None, "", "latest") else self.backup_id,
-                roll_forward=ShippedBinlogs(catalog, args["private_key"], args["passphrase"]),
+                roll_forward=ShippedBinlogs(
+                    **read, private_key=args["private_key"], passphrase=args["passphrase"]
+                ),
                 deep=self._deep() if self.level == "deep" else None,
                 origin=task_origin(context),
                 **args,
             )
         )
+        self.log.info("read %s from storage target %s", report.backup_id, report.source)
         self.log.info("phase timings (s): %s", {k: round(v, 2) for k, v in report.timings.items()})
         _metrics.restore_test_done(self.cluster, self.host, report.passed, report.timings)
         if not report.passed:

@@ -519,6 +519,7 @@ class CopyState:
     behind: list[tuple[str, datetime]]  # (backup id, finished on the source) not there yet
     binlogs_behind: int
     error: str | None = None
+    held: list[str] = field(default_factory=list)  # the backup ids registered there
 
     def oldest_behind(self) -> datetime | None:
         return min((when for _, when in self.behind), default=None)
@@ -533,4 +534,4 @@ def copy_state(source: Catalog, source_manifests: list[Manifest], name: str, des
         binlogs = len(binlogs_behind(source, dest))
     except (StorageError, CatalogError, BinlogError, OSError) as exc:
         return CopyState(name, dest.describe(), 0, [], 0, _one_line(exc))
-    return CopyState(name, dest.describe(), len(ids), behind, binlogs)
+    return CopyState(name, dest.describe(), len(ids), behind, binlogs, held=list(ids))

@@ -149,6 +149,24 @@ class Targets:
         return min(errors, key=lambda item: item[0])[1]
 
 
+def read_fields(sources: Sequence[Source]) -> dict[str, Any]:
+    """A read path's request fields (`catalog`, `source_name`, `fallbacks`) for `sources`, the
+    first first: what the CLI's `--target-store` / config and the operators' targets both give."""
+    first, *rest = sources
+    return {"catalog": first.catalog, "source_name": first.name, "fallbacks": rest}
+
+
+def choose(sources: Sequence[Source], only: str | None) -> list[Source]:
+    """`sources`, or the one named `only` alone (a `--target-store`); an unknown name is refused
+    naming the targets there are."""
+    if not only:
+        return list(sources)
+    found = [s for s in sources if s.name == only]
+    if not found:
+        raise ValueError(f"no storage target {only!r}; targets are {[s.name for s in sources]}")
+    return found
+
+
 def list_backups(targets: Targets, problems: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Every backup on any of the targets, oldest first: its row (manifest_summary) from the first
     target that has it, with `targets` naming each target that does; and per target its location

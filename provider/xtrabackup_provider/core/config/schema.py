@@ -80,6 +80,18 @@ def check_schedule(value: str | None) -> str | None:
 Schedule = Annotated[str | None, AfterValidator(check_schedule)]
 
 
+def path_names(path: str) -> tuple[str, ...]:
+    """The names of `path` from the root, spellings resolved lexically (`//`, `.`, `..`, a trailing
+    `/`): the schema reads no files, and the directory may not exist where the config is checked."""
+    return tuple(p for p in os.path.normpath(os.path.abspath(path)).split("/") if p)
+
+
+def nests(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+    """Whether one of two paths (as path_names gives them) is the other or inside it."""
+    n = min(len(a), len(b))
+    return a[:n] == b[:n]
+
+
 def check_path(value: str | None) -> str | None:
     """A local path the OS can open: at most 4095 bytes, each part at most 255, no NUL."""
     if value is None:
@@ -175,8 +187,7 @@ class StorageConfig(_Model):
         store, and the names under it (a local target's whole path, then the prefix)."""
         prefix = tuple(p for p in self.prefix.split("/") if p)
         if self.local_path:
-            root = os.path.normpath(os.path.abspath(self.local_path))
-            return "file", tuple(p for p in root.split("/") if p) + prefix
+            return "file", path_names(self.local_path) + prefix
         return f"s3 {_endpoint(self.endpoint_url)} {self.bucket}", prefix
 
     def describe_place(self) -> str:
@@ -352,10 +363,13 @@ class HostConfig(_Model):
     option_files: list[str] = Field(default_factory=list)
     restore_test: bool = True  # false: the restore-test DAG leaves this host out (xtrabackup hosts must)
     provision: ProvisionConfig | None = None
-    # A directory on this host's worker (its `queue`) kept as a prepared standby of the newest
-    # chain (core/restore/standby.py): the backup DAG refreshes it after each backup, the CLI's
-    # `standby refresh` too; `restore --from-standby` restores from it (with --to-*: rolled forward).
+    # A directory kept as a prepared standby of the newest chain (core/restore/standby.py): the
+    # backup DAG refreshes it after each backup, the CLI's `standby refresh` too; `restore
+    # --from-standby` restores from it (with --to-*: rolled forward). It lives on the worker of
+    # `standby_queue` (else the cluster's): that worker reads the private key to apply backups, so
+    # there is no default; the host's own `queue` keeps it on the database host, by choice.
     standby_dir: str | None = None
+    standby_queue: str | None = Field(None, pattern=NAME)
 
     @field_validator("binary", "datadir", "defaults_file", "socket", "standby_dir")
     @classmethod
@@ -447,6 +461,7 @@ class ClusterConfig(_Model):
     backup_pool: PoolConfig | None = None  # caps concurrent backups; slots default: max_parallel_backups
     restore_test_schedule: Schedule = "@weekly"
     restore_workdir: str = "/tmp"  # scratch for restore tests on the restore worker
+    standby_queue: str | None = Field(None, pattern=NAME)  # its hosts' standby_queue unless they set one
 
     @field_validator("restore_workdir")
     @classmethod
@@ -458,6 +473,35 @@ class ClusterConfig(_Model):
     binlogs: BinlogConfig | None = None
     check: CheckConfig = Field(default_factory=CheckConfig)
     replication: ReplicationConfig | None = None
+
+    @model_validator(mode="after")
+    def _standby_queues(self) -> ClusterConfig:
+        """A standby names the worker it lives on; a standby_queue without a standby does nothing."""
+        for i, host in enumerate(self.hosts):
+            if host.standby_dir is None and host.standby_queue is not None:
+                raise ValueError(
+                    f"hosts.{i}.standby_queue: host {host.name!r} has no standby_dir, so nothing runs on "
+                    f"{host.standby_queue!r}; set its standby_dir or leave standby_queue out"
+                )
+            if host.standby_dir is not None and self.standby_queue_of(host) is None:
+                raise ValueError(
+                    f"hosts.{i}.standby_dir: host {host.name!r} needs a standby_queue (on the host or the "
+                    "cluster): the queue of the worker where the directory lives, which reads the private key "
+                    "to apply backups, e.g. a recovery host. To keep it on the database host, which then holds "
+                    f"the private key, set standby_queue: {host.queue}"
+                )
+        if self.standby_queue is not None and not any(h.standby_dir for h in self.hosts):
+            raise ValueError(
+                f"standby_queue: no host of cluster {self.name!r} has a standby_dir, so nothing runs on "
+                f"{self.standby_queue!r}; give a host a standby_dir or leave standby_queue out"
+            )
+        return self
+
+    def standby_queue_of(self, host: HostConfig) -> str | None:
+        """The queue of the worker where `host`'s standby lives (None: it has none)."""
+        if host.standby_dir is None:
+            return None
+        return host.standby_queue or self.standby_queue
 
     @model_validator(mode="after")
     def _unique_hosts(self) -> ClusterConfig:
@@ -533,19 +577,28 @@ class FleetConfig(_Model):
 
     @model_validator(mode="after")
     def _distinct_standby_dirs(self) -> FleetConfig:
-        """Two hosts' standbys in one directory would rebuild each other's (one chain per standby)."""
-        seen: dict[tuple[str, str], str] = {}
+        """Two hosts' standbys in one directory would rebuild each other's (one chain per standby),
+        and a rebuild empties its directory: one inside another's would be deleted by it."""
+        seen: list[tuple[str, tuple[str, ...], str]] = []
         for cluster in self.clusters:
             for host in cluster.hosts:
                 if host.standby_dir is None:
                     continue
-                place = (host.queue, host.standby_dir.rstrip("/"))
-                if place in seen:
-                    raise ValueError(
-                        f"host {cluster.name}/{host.name}: standby_dir {host.standby_dir} on queue {host.queue!r} "
-                        f"is also {seen[place]}'s; give each host its own standby_dir"
-                    )
-                seen[place] = f"{cluster.name}/{host.name}"
+                queue, names = cluster.standby_queue_of(host) or "", path_names(host.standby_dir)
+                for other_queue, other, who in seen:
+                    if other_queue == queue and nests(names, other):
+                        how = (
+                            "is also"
+                            if names == other
+                            else "is inside"
+                            if len(names) > len(other)
+                            else "holds"
+                        )
+                        raise ValueError(
+                            f"host {cluster.name}/{host.name}: standby_dir {host.standby_dir} on queue {queue!r} "
+                            f"{how} {who}'s; give each host its own standby_dir, none inside another"
+                        )
+                seen.append((queue, names, f"{cluster.name}/{host.name}"))
         return self
 
     @model_validator(mode="after")
@@ -556,10 +609,9 @@ class FleetConfig(_Model):
             where = "storage" if i == 0 else f"copies[{i - 1}]"
             if target.name in seen:
                 raise ValueError(f"{where}: target name {target.name!r} is also used by {seen[target.name]}")
-            (store, names), n = target.place(), 0
+            store, names = target.place()
             for (other_store, other_names), other in places:
-                n = min(len(names), len(other_names))
-                if store == other_store and names[:n] == other_names[:n]:
+                if store == other_store and nests(names, other_names):
                     how = "in the same place as" if len(names) == len(other_names) else "where it nests with"
                     raise ValueError(
                         f"{where} stores {how} {other} ({target.describe_place()}); a copy must go elsewhere, "

@@ -23,6 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..catalog.manifest import Manifest
+from ..catalog.targets import Targets
 from ..engine.tools import ToolVersion
 from ..restore.chain import check_target
 from ..restore.standby import (
@@ -67,7 +68,7 @@ def standby_point_in_time_restore(
     req = replace(req, catalog=first.catalog, source_name=first.name, fallbacks=targets.sources[1:])
     with standby_lock(directory, "point-in-time restore from the standby", lock_wait):
         standby_tool(directory, req.binary)  # the tool's series, before anything is fetched
-        state, chain = _base(req, directory)
+        state, chain = _base(req, directory, targets)
         plan = _plan(req, directory, chain[-1])
         _, tool = standby_tool(directory, req.binary)
         binlogs = [f"{m.server_uuid}/{m.name}" for m in plan.binlogs]
@@ -81,7 +82,7 @@ def standby_point_in_time_restore(
     return report
 
 
-def _base(req: PitrRequest, directory: Path) -> tuple[StandbyState, list[Manifest]]:
+def _base(req: PitrRequest, directory: Path, targets: Targets) -> tuple[StandbyState, list[Manifest]]:
     """The standby's state and chain, caught up to the newest backup of its chain before the
     target when the private key allows (what is left to replay is then the least)."""
     state, chain = proven_chain(req.catalog, directory)
@@ -115,7 +116,7 @@ def _base(req: PitrRequest, directory: Path) -> tuple[StandbyState, list[Manifes
         req.target.describe(),
     )
     catch_up(
-        req.catalog,
+        targets,
         directory,
         best.backup_id,
         req.private_key,

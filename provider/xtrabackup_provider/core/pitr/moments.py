@@ -37,7 +37,7 @@ from ..catalog.backups import Catalog
 from ..catalog.manifest import Manifest
 from ..catalog.targets import READ_ERRORS, Source, Targets
 from ..common.tempdirs import private_dir
-from ..common.values import GtidPos, binlog_number, format_gtid_pos, parse_gtid_pos
+from ..common.values import GtidPos, binlog_number, format_gtid_pos, parse_gtid_pos, quoted
 from .plan import PitrError, PitrTarget
 from .recover import PitrRequest, fetch_binlogs
 
@@ -154,7 +154,7 @@ def choose_server(catalog: Catalog, server_uuid: str | None, newest: Manifest | 
     if server_uuid:
         if server_uuid not in servers:
             raise PitrError(
-                f"{catalog.describe()} holds no binlogs of server {server_uuid}; shipped: {', '.join(servers) or 'none'}"
+                f"{catalog.describe()} holds no binlogs of server {quoted(server_uuid)}; shipped: {', '.join(servers) or 'none'}"
             )
         return server_uuid
     if newest is not None and newest.server_uuid in servers:
@@ -194,7 +194,7 @@ def _select(req: MomentsRequest, catalog: Catalog) -> tuple[list[BinlogManifest]
     manifests = catalog.manifests(problems)
     start = next((m for m in manifests if m.backup_id == req.backup_id), None) if req.backup_id else None
     if req.backup_id and start is None:
-        raise PitrError(f"backup {req.backup_id} has no readable manifest in {catalog.describe()}")
+        raise PitrError(f"backup {quoted(req.backup_id)} has no readable manifest in {catalog.describe()}")
     newest = max(manifests, key=lambda m: m.backup_id) if manifests else None
     server = choose_server(catalog, req.server_uuid or (start.server_uuid if start else None), newest)
     shipped = BinlogCatalog(catalog, server).index().shipped()

@@ -24,6 +24,7 @@ from ..catalog.manifest import Manifest
 from ..catalog.targets import READ_ERRORS, Source, Targets
 from ..common.values import binlog_number, format_gtid_pos, parse_gtid_pos
 from ..restore.evidence import CheckResult
+from ..storage.base import StorageError
 from .plan import PitrPlan, PitrTarget
 from .recover import PitrReport, PitrRequest, fetch_binlogs, where_replay_stops
 from .replay import replay
@@ -58,11 +59,7 @@ class ShippedBinlogs:
     def __call__(self, datadir: Path, manifest: Manifest, scratch: Path) -> CheckResult:
         targets = Targets.of(self.catalog, self.source_name, self.fallbacks)
         try:
-            chain, want = targets.read(
-                "the shipped binlogs",
-                lambda catalog: _to_newest(catalog, manifest),
-                errors=(*READ_ERRORS, BinlogError, _NotRolled),
-            )
+            chain, want = _newest_on(targets, manifest)
             if chain:
                 result = self._roll(datadir, manifest, scratch, chain, want, targets)
             else:
@@ -118,6 +115,27 @@ class ShippedBinlogs:
             )
         log.info("rolled %s forward: %s", manifest.backup_id, note)
         return CheckResult.of(NAME, [], note, gtid=report.reached_gtid, binlogs=len(files), replayed=True)
+
+
+def _newest_on(targets: Targets, manifest: Manifest) -> tuple[list[BinlogManifest], str]:
+    """_to_newest on the first target where it succeeds. When none does and those that could be
+    read said why their binlogs cannot roll the backup forward, the first of those answers is the
+    result (a target that is down knows nothing better)."""
+    answers: list[_NotRolled] = []
+
+    def on(catalog: Catalog) -> tuple[list[BinlogManifest], str]:
+        try:
+            return _to_newest(catalog, manifest)
+        except _NotRolled as exc:
+            answers.append(exc)
+            raise
+
+    try:
+        return targets.read("the shipped binlogs", on, errors=(*READ_ERRORS, BinlogError, _NotRolled))
+    except StorageError:
+        if answers:
+            raise answers[0] from None
+        raise
 
 
 def _to_newest(catalog: Catalog, manifest: Manifest) -> tuple[list[BinlogManifest], str]:

@@ -14,6 +14,9 @@ Per host, against its cluster's `check:` settings, over every storage target (`s
   - binlogs (a cluster with `binlogs:`, or a host that has shipped some): a gap after the newest
     restorable backup's binlog position (point-in-time recovery from it stops there), no binlog
     shipped, or the shipped binlogs lagging more than `binlog_max_lag_minutes`: critical;
+  - a promoted server (core/binlog/timeline.py, the newest timeline) with no backup of its own:
+    nothing it wrote can be restored to a point in time (PITR on a timeline starts from its first
+    full backup): warning, critical once the promotion is older than `rpo_hours`;
   - further storage targets: a backup not there `copies_max_behind_hours` after it finished, or a
     target that cannot be read: warning;
   - a manifest or restore report that cannot be read: warning.
@@ -32,6 +35,7 @@ from typing import Any, Literal
 
 from ..backup.copies import copy_state
 from ..binlog.catalog import BinlogCatalog, BinlogError
+from ..binlog.timeline import timelines
 from ..catalog.backups import Catalog
 from ..catalog.chain import resolve_chain
 from ..catalog.manifest import CatalogError, Manifest
@@ -41,7 +45,7 @@ from ..config.schema import CheckConfig, FleetConfig
 from ..config.wiring import make_store
 from ..storage.base import ObjectStore, StorageError
 from .html import fmt_seconds
-from .model import BinlogStatus, RestoreTestRow, newest_binlog, restore_tests
+from .model import BinlogStatus, newest_binlog, restore_tests_on
 
 Status = Literal["ok", "warning", "critical"]
 LEVEL: dict[str, int] = {"ok": 0, "warning": 1, "critical": 2}
@@ -153,6 +157,7 @@ def check_host(
     if readable:  # else there is nothing to judge them by: the targets' errors say so
         _restore_tests(result, readable, settings, now)
         _binlogs(result, readable, newest, settings, binlogs_on, now)
+        _timeline(result, readable, held, settings, now)
     _copies(result, targets, held, errors, settings, now)
     return result
 
@@ -245,19 +250,12 @@ def _restore_tests(result: HostCheck, readable: list[Source], settings: CheckCon
     """The restore tests reported on any target (a report is copied with its backup, and written
     where the test read the chain)."""
     problems: list[str] = []
-    found: dict[tuple[str, datetime | None], RestoreTestRow] = {}
-    for source in readable:
-        try:
-            rows = restore_tests(source.catalog, problems)
-        except StorageError as exc:
-            result.add("warning", f"cannot read the restore tests on {source.name}: {exc}")
-            continue
-        for row in rows:
-            found.setdefault((row.backup_id, row.finished_at), row)
+    errors: list[str] = []
+    rows = restore_tests_on([(s.name, s.catalog) for s in readable], problems, errors)
+    for error in errors:
+        result.add("warning", error)
     for problem in problems[:2]:
         result.add("warning", f"unreadable restore report: {problem}")
-    epoch = datetime.min.replace(tzinfo=UTC)
-    rows = sorted(found.values(), key=lambda r: (r.finished_at or epoch, r.backup_id))
     limit = settings.restore_test_max_age_days * 86400
     passed = [r for r in rows if r.passed]
     if rows:
@@ -325,6 +323,34 @@ def _binlogs(
         result.add("critical", text + f", over {fmt_seconds(limit)}")
     else:
         result.add("ok", text)
+
+
+def _timeline(
+    result: HostCheck,
+    readable: list[Source],
+    held: dict[str, list[Manifest]],
+    settings: CheckConfig,
+    now: datetime,
+) -> None:
+    """The newest promoted identity of the host, when no target holds a backup of it."""
+    for source in readable:
+        try:
+            records = timelines(source.catalog)  # copied with the binlogs: the first readable says
+            break
+        except (StorageError, BinlogError) as exc:
+            result.add("warning", f"cannot read the timeline records on {source.name}: {exc}")
+    else:
+        return
+    if not records or any(m.server_uuid == records[-1].server_uuid for ms in held.values() for m in ms):
+        return
+    current = records[-1]
+    age = max((now - current.promoted_at).total_seconds(), 0.0)
+    result.add(
+        "critical" if age > settings.rpo_hours * 3600 else "warning",
+        f"promoted {fmt_seconds(age)} ago to the new timeline {current.server_uuid} (forked from "
+        f"{current.parent_server_uuid} at {current.fork_gtid or '-'}), which has no backup yet: nothing written "
+        "since can be restored to a point in time; take a full backup of the new primary",
+    )
 
 
 def _later(a: BinlogStatus, b: BinlogStatus) -> bool:

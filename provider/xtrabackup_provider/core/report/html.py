@@ -351,9 +351,9 @@ def backup_table(h: HostReport) -> str:
 
 
 def write_report(
-    config: FleetConfig, cluster: str, out: Path, store: ObjectStore | None = None
+    config: FleetConfig, cluster: str, out: Path, store: ObjectStore | None = None, only: str | None = None
 ) -> ClusterReport:
-    report = collect(config, cluster, store)
+    report = collect(config, cluster, store, only=only)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(render_html(report), encoding="utf-8")

@@ -30,7 +30,7 @@ from ..common.values import binlog_number
 from ..config.schema import CheckConfig, FleetConfig
 from ..storage.base import ObjectInfo, ObjectStore, StorageError
 from .check import LEVEL, Finding, HostCheck, check_host
-from .model import BackupRow, HostReport, RestoreTestRow, host_report
+from .model import BackupRow, HostReport, RestoreTestRow, host_report_on
 
 
 class ReadOnceStore:
@@ -81,7 +81,9 @@ class HostView:
     manifests: list[Manifest] = field(default_factory=list)
     binlogs: dict[str, BinlogIndex] = field(default_factory=dict)  # server uuid -> its shipped binlogs
     pitr: tuple[datetime, datetime] | None = None  # any instant in it can be restored to
-    catalog: Catalog | None = None  # the first target's, read once: the detail reads binlog manifests
+    catalog: Catalog | None = (
+        None  # the target's read (report.source), read once: the detail reads binlog manifests
+    )
 
     @property
     def dag_id(self) -> str:
@@ -122,7 +124,11 @@ class HostView:
         proved = _proved_by(self.report.restore_tests)
         return {
             "row": self.row(),
-            "backups": [_backup(b, proved.get(b.backup_id, [])) for b in self.report.backups],
+            "source": self.report.source,  # the storage target the backups below were read from
+            "backups": [
+                _backup(b, proved.get(b.backup_id, [])) | {"targets": self.report.targets_of(b.backup_id)}
+                for b in self.report.backups
+            ],
             "restore_tests": [_restore_test(t) for t in self.report.restore_tests],
             "binlogs": self._binlog_coverage(),
             "copies": [
@@ -160,15 +166,17 @@ def build_host(
     now: datetime,
     cluster: str,
 ) -> HostView:
-    """One host: `catalogs` are its catalog on each storage target, the first target first."""
+    """One host: `catalogs` are its catalog on each storage target, the first target first; the
+    detail is read from the first of them that can be read."""
     once = [(name, Catalog(ReadOnceStore(c.store), c.prefix, c.cluster, c.host)) for name, c in catalogs]
     first = once[0][1]
     check = check_host(once, settings, binlogs_on, now, cluster)
-    view = HostView(cluster, first.host, check, HostReport(first.host), now, catalog=first)
+    view = HostView(cluster, first.host, check, HostReport(first.host), now)
     try:
-        view.report = host_report(first, now, once[1:])
-        view.manifests = first.manifests([])
-        view.binlogs = _indexes(first)
+        view.report = host_report_on(once, now)
+        view.catalog = read = dict(once)[view.report.source]
+        view.manifests = read.manifests([])
+        view.binlogs = _indexes(read)
     except (StorageError, CatalogError, BinlogError) as exc:
         view.report.problems.append(f"cannot read the catalog at {first.describe()}: {exc}")
         return view

@@ -233,6 +233,7 @@ function drawBackups(backups) {
     el("td", { class: "num", text: bytes(b.stored_bytes) }),
     el("td", { class: "num", text: bytes(b.raw_bytes) }),
     el("td", { text: b.storage_class }),
+    el("td", { class: "small", text: b.targets.join(", ") }),
     el("td", {}, b.proved_by.length ? b.proved_by.map((p) => el("div", { class: "small", text: `${p.level}: ${p.backup_id}` })) : el("span", { class: "small", text: "-" })),
     el("td", {}, originLinks(b.origin)))));
 }
@@ -260,7 +261,7 @@ function drawTests(tests) {
   document.querySelector("#tests tbody").replaceChildren(...tests.slice().reverse().map((t) => el("tr", { "data-backup": t.backup_id },
     el("td", { text: utc(t.finished_at) }),
     el("td", { text: t.backup_id }),
-    el("td", { text: t.level }),
+    el("td", { text: t.source ? `${t.level} (${t.source})` : t.level, title: t.source ? `read from storage target ${t.source}` : "" }),
     el("td", {}, badge(t.passed ? "ok" : "critical"), t.passed ? "" : el("div", { class: "small", text: t.reasons.slice(0, 2).join("; ") })),
     el("td", {}, el("ul", { class: "checks" }, t.results.map((c) => el("li", { class: c.status, title: c.note, text: `${c.status === "pass" ? "\u2713" : c.status === "fail" ? "\u2717" : "\u2013"} ${c.name}` })))),
     el("td", { class: "num", text: duration(t.restore_seconds) }),
@@ -286,7 +287,7 @@ async function hostPage() {
   document.getElementById("status-line").replaceChildren(badge(r.status), " ",
     r.newest_restorable ? `newest restorable ${r.newest_restorable}, ${duration(r.backup_age_seconds)} old` : "no restorable backup",
     r.pitr ? ` · point in time from ${utc(r.pitr.from)} to ${utc(r.pitr.until)} UTC` : "",
-    ` · read ${utc(r.checked_at)} UTC`);
+    ` · read ${utc(r.checked_at)} UTC`, data.source ? ` from storage target ${data.source}` : "");
   const show = (id) => { document.getElementById(id).hidden = false; };
   show("findings-section");
   document.getElementById("findings").replaceChildren(...r.findings.slice().sort((a, b) => LEVEL[b.status] - LEVEL[a.status])
