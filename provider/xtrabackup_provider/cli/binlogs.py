@@ -11,7 +11,7 @@ from typing import Any
 
 from ..core.config.schema import BinlogConfig, FleetConfig
 from ..core.config.wiring import cli_target, make_catalog, read_private_key, read_public_keys
-from .options import add_common, output, seconds, utc_time
+from .options import NEW_SERVER_HELP, add_common, output, seconds, utc_time
 
 
 def add_parsers(sub: Any) -> None:
@@ -35,6 +35,7 @@ def add_parsers(sub: Any) -> None:
     ship.add_argument("--no-encrypt", action="store_true", help="store unencrypted (not recommended)")
     ship.add_argument("--binary", help="mariadb-binlog or mysqlbinlog (default: by server flavour)")
     ship.add_argument("--workdir", help="local scratch for the binlog copies (default: the temp dir)")
+    ship.add_argument("--new-server", action="store_true", help=NEW_SERVER_HELP)
     lst = bsub.add_parser("list", help="list the shipped binlogs and recorded gaps")
     add_common(lst)
     lst.add_argument("--json", action="store_true")
@@ -176,6 +177,7 @@ def cmd_binlogs(args: argparse.Namespace, config: FleetConfig) -> int:
         sse=config.storage.sse,
         kms_key_id=config.storage.kms_key_id,
         workdir=args.workdir,
+        accept_new_server=args.new_server,
     )
     if args.continuous:
         report = ship_continuous(req, args.continuous, args.progress_interval)

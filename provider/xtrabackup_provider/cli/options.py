@@ -11,6 +11,11 @@ from typing import Any
 from ..core.config.load import FieldNames, load_config, parse_config
 from ..core.config.schema import CONFIG_ENV, FleetConfig
 
+NEW_SERVER_HELP = (
+    "the host's server was rebuilt or moved: accept a server its catalog does not know (server_uuid) as the "
+    "host's from now on"
+)
+
 
 def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="fleet config YAML (default: $XTRABACKUP_FLEET_CONFIG)")
