@@ -149,3 +149,10 @@ def test_a_binlog_written_by_another_server_is_not_shipped():
         BinlogError, match="mysql-bin.000001 was written by server_id 99, not by the server checked"
     ):
         check_origin("db1", "mysql-bin.000001", BinlogSummary(server_id=99), checked)
+
+
+def test_the_workers_own_client_sessions_take_no_password_from_its_environment():
+    """libmariadb falls back to $MYSQL_PWD when given no password: an account without one says so."""
+    assert MySQLTarget(socket="/run/mysqld/mysqld.sock", password=None).connect_kwargs()["passwd"] == ""
+    own_file = MySQLTarget(host=None, defaults_file="/etc/xbp/db1.cnf").connect_kwargs()
+    assert "passwd" not in own_file and own_file["read_default_file"] == "/etc/xbp/db1.cnf"

@@ -106,6 +106,8 @@ class MySQLTarget:
             kw.pop("user")
         if self.password is not None:
             kw["passwd"] = self.password
+        elif not self.defaults_file:
+            kw["passwd"] = ""  # an account without one: never the worker's $MYSQL_PWD
         if self.socket:
             kw["unix_socket"] = self.socket
         elif self.host or not self.defaults_file:
