@@ -41,7 +41,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .tempdirs import private_dir
+from .tempdirs import HOME, private_dir
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ def private_home() -> Path:
     something wrote into it, or after a fork (the parent's may be swept when it exits)."""
     global _home
     if _home is None or _home[0] != os.getpid() or not _empty(_home[1]):
-        _home = (os.getpid(), private_dir("home"))
+        _home = (os.getpid(), private_dir(HOME))
         atexit.register(_remove_home, *_home)
     return _home[1]
 
