@@ -5,9 +5,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEB_PACKAGES := mariadb-server mariadb-backup mariadb-client percona-toolkit gnupg zstd \
-                libmariadb-dev pkg-config procps sysbench strace redis-server
+                libmariadb-dev pkg-config procps sysbench strace redis-server chromium
 
-.PHONY: setup deps test unit lint demo bench clean lock soak test-airflow-3.1 lock-airflow-3.1
+.PHONY: setup deps test unit lint demo bench clean lock soak chaos test-airflow-3.1 lock-airflow-3.1
 
 setup: deps $(STAMP)
 	@# Our own modules too (PYTHONDONTWRITEBYTECODE may be set): each CLI call and DAG parse imports them.
@@ -53,6 +53,13 @@ lock-airflow-3.1:
 
 soak: setup
 	@scripts/run-pytest.sh -m slow $(PYTEST_ARGS)
+
+# A fleet under random faults with an independent checker (docs/RELIABILITY.md): 60 minutes of
+# faults by default; CHAOS_MINUTES=N shortens it, CHAOS_SEED replays a run. libfaketime skews one
+# CLI's clock.
+chaos: setup
+	@scripts/install-debian-deps.sh libfaketime
+	@PYTHONPATH=tests:tests/deployment:tests/chaos $(PY) tests/chaos/run.py
 
 unit: setup
 	$(VENV)/bin/pytest -q tests/unit

@@ -31,13 +31,14 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
 import restore_rto as R  # noqa: E402
 from xtrabackup_provider.core.catalog.backups import Catalog  # noqa: E402
 from xtrabackup_provider.core.db.sandbox import table_checksums  # noqa: E402
-from xtrabackup_provider.core.pipeline.gpg import generate_key_pair  # noqa: E402
+from xtrabackup_provider.core.pipeline.gpg import KeyPair, generate_key_pair  # noqa: E402
 from xtrabackup_provider.core.restore.standby import restore_standby, update_standby  # noqa: E402
 from xtrabackup_provider.core.storage.s3 import S3Store, make_s3_client  # noqa: E402
 
@@ -64,6 +65,32 @@ class StandbyRestores(R.Restores):
         return run
 
 
+def run_table(runs: dict[str, list[R.RtoRun]], verdict: str) -> str:
+    """One row per restore: method, run, wall and CPU seconds, phases, whether its data are equal."""
+    rows = []
+    for name, method_runs in runs.items():
+        for n, run in enumerate(method_runs, 1):
+            phases = ", ".join(f"{k} {v:.1f}" for k, v in run.phases.items())
+            equal = "yes" if run.data_ok else "NO " + "; ".join(run.mismatched)[:200]
+            rows.append([name, n, f"{run.seconds:.1f}", f"{run.cpu_seconds:.1f}", phases, equal])
+    return C.markdown_table(
+        ["method", "run", "to a started server (s)", "CPU (s)", "phases (s)", verdict], rows
+    )
+
+
+def encrypted_chain(server: Any, dataset: C.Dataset, endpoint: str) -> tuple[Any, Catalog, KeyPair, str]:
+    """restore_rto's chain (a full + its incrementals, zstd + GPG) in a new bucket of `endpoint`:
+    the S3 client, the catalog, the key pair and its passphrase."""
+    client = make_s3_client(endpoint, C.S3_REGION, **C.S3_CREDENTIALS)
+    client.create_bucket(Bucket=R.BUCKET)
+    catalog = Catalog(S3Store(client, R.BUCKET), "bench", "c1", "h1")
+    passphrase = secrets.token_urlsafe(24)
+    keys = generate_key_pair("xbp bench <bench@example.invalid>", passphrase)
+    C.log(f"a full + {R.INCREMENTALS} incrementals into {endpoint}/{R.BUCKET}")
+    R.build_chain(server, catalog, keys.public_key, dataset.rows)
+    return client, catalog, keys, passphrase
+
+
 def report(
     command: str,
     dataset: C.Dataset,
@@ -86,26 +113,7 @@ def report(
         f"{standby_seconds:.1f} s.",
         "",
     ]
-    rows = []
-    for name, method_runs in runs.items():
-        for n, run in enumerate(method_runs, 1):
-            phases = ", ".join(f"{k} {v:.1f}" for k, v in run.phases.items())
-            rows.append(
-                [
-                    name,
-                    n,
-                    f"{run.seconds:.1f}",
-                    f"{run.cpu_seconds:.1f}",
-                    phases,
-                    "yes" if run.data_ok else "NO",
-                ]
-            )
-    lines += [
-        C.markdown_table(
-            ["method", "run", "to a started server (s)", "CPU (s)", "phases (s)", "data equal"], rows
-        ),
-        "",
-    ]
+    lines += [run_table(runs, "data equal"), ""]
     chain = C.median([r.seconds for r in runs.get(CHAIN, [])])
     standby = C.median([r.seconds for r in runs.get(STANDBY, [])])
     if chain and standby:
@@ -151,13 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         C.moto_s3() as endpoint,
     ):
         load_before = C.load_average()
-        client = make_s3_client(endpoint, C.S3_REGION, **C.S3_CREDENTIALS)
-        client.create_bucket(Bucket=R.BUCKET)
-        catalog = Catalog(S3Store(client, R.BUCKET), "bench", "c1", "h1")
-        passphrase = secrets.token_urlsafe(24)
-        keys = generate_key_pair("xbp bench <bench@example.invalid>", passphrase)
-        C.log(f"a full + {R.INCREMENTALS} incrementals into {endpoint}/{R.BUCKET}")
-        R.build_chain(server, catalog, keys.public_key, dataset.rows)
+        client, catalog, keys, passphrase = encrypted_chain(server, dataset, endpoint)
         expected = table_checksums(server, [R.DATABASE])
         restores = StandbyRestores(work, catalog, client, keys.private_key, passphrase, expected)
         directory = work / "standby"

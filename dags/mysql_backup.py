@@ -1,7 +1,9 @@
 """Backups of every configured MySQL/MariaDB host: one DAG per cluster, one task group mapped
 over its hosts: optional checksum gate -> `backup` -> `retention` (core/retention/plan.py; deletes
 only with `retention.confirm: true`) -> optional binlog gate, and per further storage target
-(`copies:`) `copy_<target>` -> `retention_<target>` (that target's own policy).
+(`copies:`) `copy_<target>` -> `retention_<target>` (that target's own policy); a host with a
+`standby_dir` also gets `standby` after its backup: the new backup merged into its prepared standby
+(on the host's queue, with the private key's connection), so `restore --from-standby` is current.
 
 `backup` decides full or incremental itself, on the host's worker and under the host lock (the
 chain policy, core/backup/decide.py); the run conf {"kind": "full"} (or "incremental") overrides
@@ -38,6 +40,7 @@ from xtrabackup_provider.dag_tasks.gates import binlog_gate, checksum_gate
 from xtrabackup_provider.operators.backup import BACKUP_LABEL, KIND_FROM_RUN_CONF, XtraBackupOperator
 from xtrabackup_provider.operators.copies import CopyBackupsOperator
 from xtrabackup_provider.operators.retention import ApplyRetentionOperator
+from xtrabackup_provider.operators.standby import XtraBackupStandbyOperator
 
 
 def _storage_args(config: FleetConfig) -> dict[str, Any]:
@@ -91,6 +94,7 @@ def _host_args(config: FleetConfig, host: HostConfig) -> dict[str, Any]:
         "queue": host.queue,
         "impact": config.impact_for(host).model_dump(exclude_none=True),
         "option_files": list(host.option_files),
+        "standby_dir": host.standby_dir,
     }
 
 
@@ -193,6 +197,7 @@ def _backup_group(
         queue: str,  # read by xtrabackup_provider.policy, not by a task
         impact: dict[str, Any],
         option_files: list[str],
+        standby_dir: str | None,
     ) -> None:
         checked = checksum_gate(cluster, gate, mysql_conn_id, host)  # None without a gate
 
@@ -230,6 +235,21 @@ def _backup_group(
         if shipped := binlog_gate(config, cluster, host, mysql_conn_id):
             backup >> shipped
         _copy_tasks(config, cluster, host, backup)
+        if any(h.standby_dir for h in hosts):  # a host of the group without one skips it
+            backup >> XtraBackupStandbyOperator(
+                task_id="standby",
+                cluster=cluster.name,
+                host=host,
+                standby_dir=standby_dir,
+                binary=binary,
+                queue=common["queue"],  # where the standby lives: the host's worker
+                # Another run holding the standby (a CLI refresh, a restore from it): try again later.
+                retries=2,
+                retry_delay=timedelta(minutes=15),
+                gpg_conn_id=config.encryption.private_gpg_conn_id if config.encryption.enabled else None,
+                map_index_template="{{ task.host }}",
+                **_storage_args(config),
+            )
 
     per_host.expand_kwargs([_host_args(config, host) for host in hosts])
 

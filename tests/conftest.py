@@ -36,7 +36,15 @@ from typing import Any  # noqa: E402
 
 import pytest  # noqa: E402
 
-from helpers import GpgKeys, S3Server, generate_gpg_keys, start_replication, wait_caught_up  # noqa: E402
+from helpers import (  # noqa: E402
+    GpgKeys,
+    S3Server,
+    generate_gpg_keys,
+    seed_database,
+    start_replication,
+    unique_name,
+    wait_caught_up,
+)
 from xtrabackup_provider.core.db.sandbox import SandboxServer  # noqa: E402
 
 # sun_path limit is 107 bytes; leave room for "<name>-<id>/mysqld.sock".
@@ -127,6 +135,18 @@ def mariadb(mariadb_factory: MariaDBFactory) -> Iterator[SandboxServer]:
     server = mariadb_factory("fn", root_password=secrets.token_urlsafe(16))
     try:
         yield server
+    finally:
+        mariadb_factory.discard(server)
+
+
+@pytest.fixture(scope="module")
+def seeded(mariadb_factory) -> Iterator[tuple[SandboxServer, str]]:
+    """One server per test module with a seeded schema; tests use their own bucket or directory."""
+    server = mariadb_factory("seeded", root_password=secrets.token_urlsafe(16))
+    db = unique_name("f")
+    seed_database(server, db, rows=3000)
+    try:
+        yield server, db
     finally:
         mariadb_factory.discard(server)
 

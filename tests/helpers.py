@@ -145,6 +145,45 @@ def wait_caught_up(source: SandboxServer, replica: SandboxServer, timeout: float
         time.sleep(0.05)
 
 
+def sysbench_argv(
+    server: SandboxServer, password: str, db: str, tables: int, command: str, *extra: str
+) -> list[str]:
+    """sysbench oltp_write_only on `db` as the user `sb` (a throwaway user of the test server:
+    sysbench only takes its password on the command line)."""
+    return [
+        "sysbench",
+        "oltp_write_only",
+        "--db-driver=mysql",
+        f"--mysql-socket={server.socket}",
+        "--mysql-user=sb",
+        f"--mysql-password={password}",
+        f"--mysql-db={db}",
+        f"--tables={tables}",
+        "--table-size=5000",
+        *extra,
+        command,
+    ]
+
+
+def replay_until(replica: SandboxServer, gtid: str, timeout: float = 120) -> None:
+    """Let the stopped replica apply exactly up to `gtid`, then stop again."""
+    replica.query("START SLAVE UNTIL master_gtid_pos = %s", (gtid,))
+    wanted = parse_gtid_pos(gtid)
+    deadline = time.monotonic() + timeout
+    while True:
+        status = slave_status(replica)
+        if status.get("Last_SQL_Errno"):
+            raise AssertionError(f"replica failed: {status.get('Last_SQL_Error')}")
+        applied = parse_gtid_pos(replica.query("SELECT @@gtid_slave_pos")[0][0])
+        if status.get("Slave_SQL_Running") == "No" and all(applied.get(d, 0) >= s for d, s in wanted.items()):
+            assert applied == wanted, f"the replica went past {gtid}: {applied}"
+            replica.query("STOP SLAVE")
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"replica did not reach {gtid}: {applied}")
+        time.sleep(0.05)
+
+
 # -- data ------------------------------------------------------------------------------------------
 
 

@@ -38,6 +38,31 @@ GPG_FORM: dict[str, Any] = {
 }
 
 
+# The Backups view's settings (plugins/backups_api.py), listed by `airflow config list`.
+VIEW_CONFIG: dict[str, Any] = {
+    "xtrabackup": {
+        "description": "The Backups view in Airflow's UI (docs/UI.md).",
+        "options": {
+            "view_cache_seconds": {
+                "description": "How long a host's catalog reading is reused by the Backups view.",
+                "version_added": "0.2.0",
+                "type": "float",
+                "example": "60",
+                "default": "60",
+            },
+            "view_read_timeout_seconds": {
+                "description": "How long a request of the Backups view waits for a host's catalog; a host "
+                "that takes longer shows as critical while its reading goes on.",
+                "version_added": "0.2.0",
+                "type": "float",
+                "example": "10",
+                "default": "10",
+            },
+        },
+    }
+}
+
+
 def get_provider_info() -> dict[str, Any]:
     return {
         "package-name": "airflow-provider-xtrabackup",
@@ -98,6 +123,7 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": [f"{P}.hooks.xtrabackup", f"{P}.hooks.storage", f"{P}.hooks.gpg"],
             }
         ],
+        "config": VIEW_CONFIG,
         "connection-types": [
             {
                 "connection-type": GPG_CONN_TYPE,

@@ -45,10 +45,12 @@ class ComponentExited(AssertionError):
 
 
 class AirflowStack:
-    def __init__(self, work: Path, fleet_config: Path) -> None:
+    def __init__(self, work: Path, fleet_config: Path, dags_folder: Path | None = None) -> None:
         self.work = work
         self.home = work / "airflow"
         self.fleet_config = fleet_config
+        self.dags_folder = dags_folder or Path(__file__).resolve().parents[2] / "dags"
+        self.extra_env: dict[str, str] = {}  # every component's, e.g. what a DAG file of the run reads
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.api_port = free_port()
         self.redis_port = free_port()
@@ -77,7 +79,7 @@ class AirflowStack:
             XTRABACKUP_FLEET_CONFIG=str(self.fleet_config),
             AIRFLOW__CORE__EXECUTOR="CeleryExecutor",
             AIRFLOW__CORE__LOAD_EXAMPLES="False",
-            AIRFLOW__CORE__DAGS_FOLDER=str(Path(__file__).resolve().parents[2] / "dags"),
+            AIRFLOW__CORE__DAGS_FOLDER=str(self.dags_folder),
             AIRFLOW__CORE__FERNET_KEY=self._fernet,
             AIRFLOW__CORE__HOSTNAME_CALLABLE="xbp_worker_host.hostname",
             AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"{self.api}/execution/",
@@ -100,6 +102,7 @@ class AirflowStack:
             AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC="2",
             AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="10",
         )
+        env.update(self.extra_env)
         env.update(extra)
         return env
 
@@ -118,6 +121,17 @@ class AirflowStack:
             log.write(f"$ airflow {' '.join(args)}\n{proc.stdout}{proc.stderr}\n")
         assert proc.returncode == 0, f"airflow {args[0]} exited {proc.returncode}: {proc.stderr[-3000:]}"
         return proc.stdout
+
+    def import_connections(self, conns: dict[str, Any]) -> None:
+        """`airflow connections import` from a 0600 file, removed afterwards: secrets stay off argv
+        (`connections add --conn-password` would show them to ps)."""
+        path = self.work / "connections.json"
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as fh:
+            json.dump(conns, fh)
+        try:
+            self.cli("connections", "import", str(path))
+        finally:
+            path.unlink()
 
     def start(self, name: str, argv: list[str], **extra_env: str) -> None:
         with open(self.work / f"{name}.log", "ab") as log:

@@ -12,7 +12,6 @@ restore to the rows written, and no log holds a secret.
 from __future__ import annotations
 
 import json
-import os
 import re
 import secrets
 import shutil
@@ -25,6 +24,7 @@ from typing import Any
 import pytest
 import yaml
 from airflow_stack import BIN, AirflowStack
+from view_checks import check_backups_view
 
 from helpers import S3Server, add_orders, generate_gpg_keys, restore_with, restored_checksums, seed_database
 from xtrabackup_provider.core.catalog.backups import Catalog
@@ -111,11 +111,7 @@ def deployment(mariadb_factory, tmp_path):
                            "password": s.root_password}
             for h, s in servers.items()
         }  # fmt: skip
-        path = work / "connections.json"
-        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as fh:
-            json.dump(conns, fh)
-        stack.cli("connections", "import", str(path))
-        path.unlink()
+        stack.import_connections(conns)
         stack.start_redis()
         stack.start_airflow()
         for host in HOSTS:
@@ -238,6 +234,11 @@ def test_the_shipped_dags_on_a_celery_deployment(deployment, tmp_path):
     assert stack.rest("GET", f"/api/v2/dags/{RESTORE}/dagRuns/{run}")["state"] == "success"
     log = stack.task_log(RESTORE, run, "restore_latest_chain")
     assert re.search(rf"restore test of {CLUSTER}/db2 \S+-inc \(full\) passed", log), log[-3000:]
+
+    # The Backups view in the UI shows what the DAGs made, linked to their runs (view_checks.py).
+    endpoint = catalogs["db1"].store.client.meta.endpoint_url
+    check_backups_view(stack, endpoint, BACKUP, {first, second}, (RESTORE, run), deployment.secrets, tmp_path)
+    mark("Backups view checked")
 
     # The chain the deployment stored restores to the rows written.
     for host in HOSTS:

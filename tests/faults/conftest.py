@@ -3,27 +3,23 @@
 from __future__ import annotations
 
 import importlib.util
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-from helpers import seed_database, unique_name
-from xtrabackup_provider.core.db.sandbox import SandboxServer
+from faultkit import S3Proxy
 
 
-@pytest.fixture(scope="module")
-def seeded(mariadb_factory) -> Iterator[tuple[SandboxServer, str]]:
-    """One server per test module with a seeded schema; tests use their own bucket or directory."""
-    server = mariadb_factory("faults", root_password=secrets.token_urlsafe(16))
-    db = unique_name("f")
-    seed_database(server, db, rows=3000)
+@pytest.fixture
+def proxy(s3_server) -> Iterator[S3Proxy]:
+    """faultkit's S3 proxy in front of the session's moto endpoint; set its `rule` to inject faults."""
+    proxy = S3Proxy(s3_server.endpoint_url)
+    proxy.start()
     try:
-        yield server, db
+        yield proxy
     finally:
-        mariadb_factory.discard(server)
+        proxy.stop()
 
 
 def _load(name: str, path: Path) -> ModuleType:

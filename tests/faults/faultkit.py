@@ -41,6 +41,16 @@ def s3_catalog(endpoint_url: str, bucket: str, host: str = "db1", client: Any = 
     return Catalog(store, "backups", "c1", host)
 
 
+def short_retry_client(endpoint_url: str) -> Any:
+    """Two attempts instead of the product's eight: the same failure, found in seconds instead of
+    minutes of backoff. What is tested is what the product does once the client gives up."""
+    import boto3
+    from botocore.config import Config
+
+    config = Config(retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=2, read_timeout=20)
+    return boto3.client("s3", endpoint_url=endpoint_url, region_name=REGION, config=config)
+
+
 def wait_next_second(after: datetime) -> None:
     """Backup ids have one-second resolution: start the next backup of a host in a later second."""
     while datetime.now(UTC).replace(microsecond=0) <= after.astimezone(UTC).replace(microsecond=0):
@@ -97,6 +107,13 @@ _S3_500 = (
 )
 
 
+_S3_503 = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
+    b"<Message>Please reduce your request rate.</Message></Error>"
+)
+_S3_ERRORS = {500: _S3_500, 503: _S3_503}
+
+
 @dataclass
 class ProxyLog:
     operation: str
@@ -106,7 +123,9 @@ class ProxyLog:
 
 class S3Proxy:
     """Forwards real HTTP to `upstream`. `rule(operation, path)` may answer instead: an int status
-    (500) or "stop" (the proxy stops listening and drops every connection, like a dead endpoint);
+    (500 InternalError, 503 SlowDown), "reset" (the connection is reset before any answer),
+    "truncate" (the real answer's headers, half its body, then the connection closes) or "stop"
+    (the proxy stops listening and drops every connection, like a dead endpoint);
     it may also just wait before answering None (a slow endpoint). `drop_headers` are removed
     from every request (an S3-compatible store that ignores them, e.g. If-None-Match / If-Match;
     boto3 signs them, but moto does not check signatures)."""
@@ -167,12 +186,28 @@ class S3Proxy:
                     with contextlib.suppress(OSError):
                         self.connection.shutdown(socket.SHUT_RDWR)
                     return
+                if verdict == "reset":  # the connection dies before any answer
+                    proxy._record(op, self.path, 0)
+                    self.close_connection = True
+                    with contextlib.suppress(OSError):
+                        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
+                        self.connection.close()
+                    return
                 if isinstance(verdict, int):
                     proxy._record(op, self.path, verdict)
-                    self._reply(verdict, {"Content-Type": "application/xml"}, _S3_500)
+                    self._reply(
+                        verdict, {"Content-Type": "application/xml"}, _S3_ERRORS.get(verdict, _S3_500)
+                    )
                     return
                 status, headers, payload = proxy._forward(self.command, self.path, self.headers, body)
                 proxy._record(op, self.path, status)
+                if verdict == "truncate" and len(payload) > 1:
+                    # The full Content-Length, half the body, then the connection closes.
+                    self.close_connection = True
+                    headers = {k: v for k, v in headers.items() if k.lower() != "content-length"}
+                    headers["Content-Length"] = str(len(payload))
+                    self._reply(status, headers, payload[: len(payload) // 2])
+                    return
                 self._reply(status, headers, payload)
 
             def _body(self) -> bytes:

@@ -23,15 +23,12 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import boto3
 import pytest
-from botocore.config import Config
 from faultkit import (
-    REGION,
     ProcScanner,
-    S3Proxy,
     open_uploads,
     s3_catalog,
+    short_retry_client,
     snapshot,
     target,
     wait_next_second,
@@ -165,16 +162,6 @@ def test_a_stage_killed_mid_stream_registers_nothing_and_a_retry_succeeds(
 # -- the S3 endpoint misbehaves ------------------------------------------------------------------------
 
 
-@pytest.fixture
-def proxy(s3_server):
-    proxy = S3Proxy(s3_server.endpoint_url)
-    proxy.start()
-    try:
-        yield proxy
-    finally:
-        proxy.stop()
-
-
 def test_s3_answering_500_for_a_while_then_recovering_still_gives_a_good_backup(
     seeded, s3_server, bucket, gpg_keys, proxy, tmp_path
 ):
@@ -209,13 +196,6 @@ def test_s3_answering_500_for_a_while_then_recovering_still_gives_a_good_backup(
     assert manifest.parent_id == kept.backup_id and manifest.raw_bytes > 0
 
 
-def _short_retry_client(endpoint_url: str):
-    """Two attempts instead of the product's eight: the same failure, found in seconds instead of
-    minutes of backoff. What is tested is what the product does once the client gives up."""
-    config = Config(retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=2, read_timeout=20)
-    return boto3.client("s3", endpoint_url=endpoint_url, region_name=REGION, config=config)
-
-
 def test_s3_failing_every_part_upload_is_a_clear_failure_that_leaves_nothing(
     seeded, s3_server, bucket, gpg_keys, proxy
 ):
@@ -226,7 +206,7 @@ def test_s3_failing_every_part_upload_is_a_clear_failure_that_leaves_nothing(
     everything = snapshot(s3_server.client(), bucket)
 
     proxy.rule = lambda op, path: 500 if op == "UploadPart" else None
-    failing = s3_catalog(proxy.endpoint_url, bucket, client=_short_retry_client(proxy.endpoint_url))
+    failing = s3_catalog(proxy.endpoint_url, bucket, client=short_retry_client(proxy.endpoint_url))
     wait_next_second(kept.started_at)
     with pytest.raises(StorageError) as excinfo:
         run_backup(_request(failing, server, gpg_keys))
@@ -277,7 +257,7 @@ def test_s3_endpoint_down_past_the_retries_fails_clearly_and_the_next_run_cleans
     kept_objects = snapshot(s3_server.client(), bucket, f"{PREFIX}backups/{kept.backup_id}/")
 
     proxy.rule = lambda op, path: "stop" if op == "UploadPart" else None
-    failing = s3_catalog(proxy.endpoint_url, bucket, client=_short_retry_client(proxy.endpoint_url))
+    failing = s3_catalog(proxy.endpoint_url, bucket, client=short_retry_client(proxy.endpoint_url))
     wait_next_second(kept.started_at)
     with pytest.raises(StorageError, match=r"upload part 1 failed: .*(connect|Connection)") as excinfo:
         run_backup(_request(failing, server, gpg_keys))

@@ -32,10 +32,11 @@ from faultkit import open_uploads, s3_catalog, snapshot, target, wait_next_secon
 
 from helpers import (
     parse_gtid_pos,
+    replay_until,
     restore_with,
     restored_checksums,
-    slave_status,
     start_replication,
+    sysbench_argv,
     unique_name,
     wait_caught_up,
 )
@@ -44,7 +45,7 @@ from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.catalog.lock import LOCK_NAME, HostLockBusy
 from xtrabackup_provider.core.catalog.manifest import Manifest
-from xtrabackup_provider.core.db.sandbox import SandboxServer, table_checksums
+from xtrabackup_provider.core.db.sandbox import table_checksums
 from xtrabackup_provider.core.retention.apply import ApplyReport, apply_plan, plan_host
 from xtrabackup_provider.core.retention.model import RetentionPolicy
 
@@ -56,42 +57,6 @@ RETENTION = RetentionPolicy(keep_last_chains=KEEP_CHAINS, min_age_days=0)
 BUSY_RETRIES = 3000  # 0.1 s apart: a hang guard only, far beyond any backup or retention run here
 SB_DB = "sbtest"
 SB_TABLES = 4
-
-
-def _sysbench(server: SandboxServer, password: str, command: str, *extra: str) -> list[str]:
-    # A throwaway user of the test server: sysbench only takes its password on the command line.
-    return [
-        "sysbench",
-        "oltp_write_only",
-        "--db-driver=mysql",
-        f"--mysql-socket={server.socket}",
-        "--mysql-user=sb",
-        f"--mysql-password={password}",
-        f"--mysql-db={SB_DB}",
-        f"--tables={SB_TABLES}",
-        "--table-size=5000",
-        *extra,
-        command,
-    ]
-
-
-def _replay_to(replica: SandboxServer, gtid: str, timeout: float = 120) -> None:
-    """Let the stopped replica apply exactly up to `gtid`, then stop again."""
-    replica.query("START SLAVE UNTIL master_gtid_pos = %s", (gtid,))
-    wanted = parse_gtid_pos(gtid)
-    deadline = time.monotonic() + timeout
-    while True:
-        status = slave_status(replica)
-        if status.get("Last_SQL_Errno"):
-            raise AssertionError(f"replica failed: {status.get('Last_SQL_Error')}")
-        applied = parse_gtid_pos(replica.query("SELECT @@gtid_slave_pos")[0][0])
-        if status.get("Slave_SQL_Running") == "No" and all(applied.get(d, 0) >= s for d, s in wanted.items()):
-            assert applied == wanted, f"the replica went past {gtid}: {applied}"
-            replica.query("STOP SLAVE")
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"replica did not reach {gtid}: {applied}")
-        time.sleep(0.05)
 
 
 class RetentionRuns:
@@ -163,15 +128,19 @@ def test_soak_backup_and_retention_cycles_under_write_load_and_every_kept_chain_
             f"CREATE DATABASE {SB_DB}; CREATE USER sb@localhost IDENTIFIED BY '{sb_password}';"
             f" GRANT ALL ON {SB_DB}.* TO sb@localhost;"
         )
-        subprocess.run(_sysbench(source, sb_password, "prepare"), check=True, capture_output=True)
+        subprocess.run(
+            sysbench_argv(source, sb_password, SB_DB, SB_TABLES, "prepare"), check=True, capture_output=True
+        )
         start_replication(source, replica)
         wait_caught_up(source, replica)
         replica.query("STOP SLAVE")  # held back; replayed to each backup's GTID at the end
 
         load = subprocess.Popen(
-            _sysbench(
+            sysbench_argv(
                 source,
                 sb_password,
+                SB_DB,
+                SB_TABLES,
                 "run",
                 "--threads=2",
                 "--rate=30",
@@ -256,7 +225,7 @@ def test_soak_backup_and_retention_cycles_under_write_load_and_every_kept_chain_
         for n, chain in enumerate(kept_chains):
             newest = chain[-1]
             assert [m.backup_id for m in catalog.chain(newest.backup_id)] == [m.backup_id for m in chain]
-            _replay_to(replica, newest.gtid or "")
+            replay_until(replica, newest.gtid or "")
             expected = table_checksums(replica, [SB_DB])
             datadir = tmp_path / f"chain{n}" / "data"
             restore_with(catalog, gpg_keys, datadir, backup_id=newest.backup_id)

@@ -1,5 +1,6 @@
-"""The standby copy never deletes a directory it did not create, and a crash between a prepare
-step and its state write is detected and rebuilt instead of failing forever.
+"""The standby copy never deletes a directory it did not create, a crash between a prepare step
+and its state write is detected and rebuilt instead of failing forever, and one run at a time
+holds the directory (a second is refused by name, the first's work untouched).
 
 Real components: a MariaDB sandbox, mariabackup (backup, prepare, copy-back), a child process
 killed with SIGKILL at the worst moment (right after the incremental's prepare step, before the
@@ -11,6 +12,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -21,6 +23,7 @@ from xtrabackup_provider.core.db.sandbox import table_checksums
 from xtrabackup_provider.core.db.server import MySQLTarget
 from xtrabackup_provider.core.restore.chain import RestoreError
 from xtrabackup_provider.core.restore.standby import load_state, restore_standby, update_standby
+from xtrabackup_provider.core.restore.standby_lock import StandbyBusy
 from xtrabackup_provider.core.storage.local import LocalStore
 
 
@@ -91,3 +94,66 @@ def test_a_crash_between_a_prepare_step_and_the_state_write_is_rebuilt(seeded, t
     target = tmp_path / "restored"
     assert restore_standby(catalog, standby, target).backup_id == inc
     assert restored_checksums(target, tmp_path / "sb", [db], server_id=991) == expected
+
+
+# Runs update_standby in a child that stops inside its first prepare step (base/ half built, the
+# state saying so) until the test creates the file `go`: a long update another run meets.
+_PAUSE_IN_PREPARE = """
+import sys, time
+from pathlib import Path
+from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.restore import standby
+from xtrabackup_provider.core.storage.local import LocalStore
+
+real_step = standby._step
+def step(tool, prep, dirs, use_memory):
+    Path(sys.argv[3], "paused").touch()
+    while not Path(sys.argv[3], "go").exists():
+        time.sleep(0.05)
+    real_step(tool, prep, dirs, use_memory)
+standby._step = step
+standby.update_standby(Catalog(LocalStore(sys.argv[1]), "backups", "c1", "db1"), Path(sys.argv[2]))
+"""
+
+
+@pytest.mark.parametrize("second", ["update", "restore"])
+def test_a_second_standby_run_while_one_holds_the_directory_is_refused_by_name(seeded, tmp_path, second):
+    server, db = seeded
+    catalog = Catalog(LocalStore(tmp_path / "store"), "backups", "c1", "db1")
+    standby = tmp_path / "standby"
+    signals = tmp_path / "signals"
+    signals.mkdir()
+    full = _backup(catalog, server, "full")
+    expected = table_checksums(server, [db])
+    if second == "restore":
+        assert update_standby(catalog, standby).newest == full
+        add_orders(server, db, 200)
+        _backup(catalog, server, "incremental")  # the first run merges it while the restore comes
+        expected = table_checksums(server, [db])
+    first = subprocess.Popen(
+        [sys.executable, "-c", _PAUSE_IN_PREPARE, str(tmp_path / "store"), str(standby), str(signals)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        while not (signals / "paused").exists():
+            assert first.poll() is None, first.stderr.read() if first.stderr else ""
+            time.sleep(0.05)
+        before = sorted(str(p.relative_to(standby)) for p in standby.rglob("*"))
+        with pytest.raises(StandbyBusy) as excinfo:
+            if second == "update":
+                update_standby(catalog, standby, lock_wait=1)
+            else:
+                restore_standby(catalog, standby, tmp_path / "restored", lock_wait=1)
+        message = str(excinfo.value)
+        print("error:", message)
+        assert str(standby) in message and f"pid {first.pid}" in message and "standby update" in message
+        assert sorted(str(p.relative_to(standby)) for p in standby.rglob("*")) == before
+        assert not (tmp_path / "restored").exists()
+    finally:
+        (signals / "go").touch()
+        _, err = first.communicate(timeout=600)
+    assert first.returncode == 0, err
+    target = tmp_path / "restored"
+    restore_standby(catalog, standby, target)
+    assert restored_checksums(target, tmp_path / "sb", [db], server_id=992) == expected

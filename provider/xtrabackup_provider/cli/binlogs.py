@@ -11,7 +11,16 @@ from typing import Any
 
 from ..core.config.schema import BinlogConfig, FleetConfig
 from ..core.config.wiring import cli_target, make_catalog, read_private_key, read_public_keys
-from .options import NEW_SERVER_HELP, add_common, output, seconds, utc_time
+from .options import (
+    NEW_SERVER_HELP,
+    add_common,
+    add_target_store,
+    output,
+    print_notes,
+    read_from,
+    seconds,
+    utc_time,
+)
 
 
 def add_parsers(sub: Any) -> None:
@@ -36,8 +45,9 @@ def add_parsers(sub: Any) -> None:
     ship.add_argument("--binary", help="mariadb-binlog or mysqlbinlog (default: by server flavour)")
     ship.add_argument("--workdir", help="local scratch for the binlog copies (default: the temp dir)")
     ship.add_argument("--new-server", action="store_true", help=NEW_SERVER_HELP)
-    lst = bsub.add_parser("list", help="list the shipped binlogs and recorded gaps")
+    lst = bsub.add_parser("list", help="list the shipped binlogs and recorded gaps on every storage target")
     add_common(lst)
+    add_target_store(lst)
     lst.add_argument("--json", action="store_true")
     ev = bsub.add_parser(
         "events",
@@ -71,6 +81,7 @@ def add_parsers(sub: Any) -> None:
         "--private-key-file", help="armored private key; passphrase from $XTRABACKUP_GPG_PASSPHRASE"
     )
     ev.add_argument("--scratch-dir", help="where one binlog at a time is decrypted (default: the temp dir)")
+    add_target_store(ev)
     ev.add_argument("--json", action="store_true", help="one JSON object per line")
 
 
@@ -155,10 +166,13 @@ def add_restore_targets(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_binlogs(args: argparse.Namespace, config: FleetConfig) -> int:
-    from ..core.binlog.ship import list_binlogs
-
     if args.binlogs_command == "list":
-        return _print_listing(list_binlogs(make_catalog(config, args.cluster, args.host)), args.json)
+        from ..core.binlog.shipped import list_binlogs_on
+        from ..core.catalog.targets import Targets
+        from ..core.config.wiring import read_sources
+
+        sources = read_sources(config, args.cluster, args.host, args.target_store)
+        return _print_listing(list_binlogs_on(Targets(sources)), args.json)
     if args.binlogs_command == "events":
         return cmd_events(args, config)
     from ..core.binlog.follow import ship_continuous
@@ -211,7 +225,7 @@ def cmd_events(args: argparse.Namespace, config: FleetConfig) -> int:
     kinds = {k.strip().upper() for arg in args.kind for k in arg.split(",") if k.strip()}
     key, passphrase = read_private_key(config, args.private_key_file)
     request = MomentsRequest(
-        catalog=make_catalog(config, args.cluster, args.host),
+        **read_from(config, args),
         filter=MomentFilter(
             args.since, args.until, gtid_from, gtid_to, set(args.schema), set(args.table), kinds, grep
         ),
@@ -227,15 +241,17 @@ def cmd_events(args: argparse.Namespace, config: FleetConfig) -> int:
         count += 1
     if not count:
         print("no transaction matches", file=sys.stderr)
+    print_notes(request.notes, sys.stderr)  # stdout holds the transactions alone
     return 0
 
 
 def _print_listing(listing: dict[str, Any], as_json: bool) -> int:
-    """Exit 1 when a manifest could not be read (the others are listed)."""
-    problems = [p for server in listing["servers"] for p in server["problems"]]
+    """Exit 1 when a storage target or a manifest could not be read (the rest is listed)."""
+    problems = listing["problems"] + [p for server in listing["servers"] for p in server["problems"]]
     if as_json:
         print(json.dumps(listing, indent=2))
         return 1 if problems else 0
+    many = len(listing["targets"]) > 1
     for server in listing["servers"]:
         t = server.get("timeline")
         fork = (
@@ -244,12 +260,16 @@ def _print_listing(listing: dict[str, Any], as_json: bool) -> int:
             else ""
         )
         print(f"server {server['server_uuid']}{fork}")
-        print(f"  {'BINLOG':24} {'STATE':8} {'SIZE':>12} {'STORED':>12}  LAST EVENT           GTIDS")
+        print(
+            f"  {'BINLOG':24} {'STATE':8} {'SIZE':>12} {'STORED':>12}  LAST EVENT           GTIDS"
+            + ("  TARGETS" if many else "")
+        )
         for b in server["binlogs"]:
             state = "complete" if b["complete"] else "open"
             print(
                 f"  {b['name']:24} {state:8} {b['size']:>12} {b['stored_bytes']:>12}  "
                 f"{(b['last_event_time'] or '-')[:19]:20} {b['gtid_first'] or '-'}..{b['gtid_last'] or '-'}"
+                + (f"  {','.join(b['targets'])}" if many else "")
             )
         for gap in server["gaps"]:
             print(f"  GAP {gap}")
@@ -272,12 +292,12 @@ def pitr_target(args: argparse.Namespace) -> Any:
 
 
 def restore_source(args: argparse.Namespace, config: FleetConfig) -> dict[str, Any]:
-    """What a point-in-time restore reads and how, from the restore flags: the catalog, the backup,
-    the private key, the tools, the scratch dir and the replay (PitrRequest, TableRestoreRequest)."""
+    """What a point-in-time restore reads and how, from the restore flags: the storage targets, the
+    backup, the private key, the tools, the scratch dir and the replay (PitrRequest, TableRestoreRequest)."""
     key, passphrase = read_private_key(config, args.private_key_file)
     settings = config.cluster(args.cluster).binlogs or BinlogConfig()
     return {
-        "catalog": make_catalog(config, args.cluster, args.host),
+        **read_from(config, args),
         "backup_id": None if args.backup_id == "latest" else args.backup_id,
         "private_key": key,
         "passphrase": passphrase,
@@ -293,20 +313,27 @@ def restore_source(args: argparse.Namespace, config: FleetConfig) -> dict[str, A
 def cmd_pitr_restore(args: argparse.Namespace, config: FleetConfig, target: Any) -> int:
     from dataclasses import asdict
 
+    from ..core.pitr.from_standby import standby_point_in_time_restore
     from ..core.pitr.recover import PitrRequest, point_in_time_restore
 
-    report = point_in_time_restore(
-        PitrRequest(
-            target_datadir=args.target_datadir,
-            target=target,
-            move_back=not args.copy_back,
-            **restore_source(args, config),
-        )
+    req = PitrRequest(
+        target_datadir=args.target_datadir,
+        target=target,
+        move_back=not args.copy_back,
+        without_read_lease=args.without_read_lease,
+        **restore_source(args, config),
     )
+    if getattr(args, "from_standby", None):
+        report = standby_point_in_time_restore(req, args.from_standby, move=args.move_standby)
+    else:
+        report = point_in_time_restore(req)
     if args.json:
         print(json.dumps(asdict(report), indent=2))
         return 0
-    print(f"restored {report.backup_id} (chain {' -> '.join(report.chain)}) into {report.target_datadir}")
+    source = f"standby {report.standby}" if report.standby else f"target {report.source}"
+    print(
+        f"restored {report.backup_id} (chain {' -> '.join(report.chain)}) from {source} into {report.target_datadir}"
+    )
     print(
         f"replayed {report.transactions} transaction(s) of {len(report.binlogs)} binlog(s) from {report.start} "
         f"to {report.target}" + (f" ({report.replay})" if report.replay else "")
@@ -314,6 +341,7 @@ def cmd_pitr_restore(args: argparse.Namespace, config: FleetConfig, target: Any)
     print(f"reached {report.reached_file}:{report.reached_position}, GTID {report.reached_gtid or '-'}")
     if report.reached_gtid:
         print(f"to make it a replica: SET GLOBAL gtid_slave_pos = '{report.reached_gtid}'")
+    print_notes(report.fallbacks)
     return 0
 
 

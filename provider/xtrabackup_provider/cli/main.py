@@ -20,7 +20,7 @@ from ..core.pipeline.gpg import GpgError, PassphraseRequired
 from ..core.pipeline.process import PipelineError
 from ..core.restore.prepare import PrepareError
 from ..core.storage.base import StorageError
-from . import backups, binlogs, fleet, monitor, replicas
+from . import backups, binlogs, fleet, monitor, replicas, standby
 from .options import load
 
 USER_ERRORS = (
@@ -37,7 +37,14 @@ USER_ERRORS = (
 )
 
 
-COMMANDS = {**backups.COMMANDS, **binlogs.COMMANDS, **fleet.COMMANDS, **monitor.COMMANDS, **replicas.COMMANDS}
+COMMANDS = {
+    **backups.COMMANDS,
+    **binlogs.COMMANDS,
+    **fleet.COMMANDS,
+    **monitor.COMMANDS,
+    **replicas.COMMANDS,
+    **standby.COMMANDS,
+}
 FLEET_COMMANDS = {**fleet.FLEET_COMMANDS, **monitor.FLEET_COMMANDS}  # the fleet config alone
 # Libraries whose INFO lines mean nothing to a DBA; -v shows them.
 QUIET_LIBRARIES = ("botocore", "boto3", "s3transfer", "urllib3")
@@ -53,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     fleet.add_parsers(sub)
     monitor.add_parsers(sub)
     replicas.add_parsers(sub)
+    standby.add_parsers(sub)
     return parser
 
 

@@ -27,6 +27,31 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--endpoint-url", help="S3 endpoint (MinIO, a test server)")
 
 
+TARGET_STORE_HELP = (
+    "read this storage target alone (its name in the config: `storage` is 'primary' unless named); "
+    "default: `storage`, then each of `copies:` in order where something cannot be read or is damaged"
+)
+
+
+def add_target_store(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target-store", metavar="NAME", help=TARGET_STORE_HELP)
+
+
+def read_from(config: FleetConfig, args: argparse.Namespace, host: str | None = None) -> dict[str, Any]:
+    """The fields of a read path's request: the host's catalog on the first storage target to read
+    and the others to fall back to (`--target-store NAME`: that one alone). core/catalog/targets.py."""
+    from ..core.config.wiring import read_sources
+
+    sources = read_sources(config, args.cluster, host or args.host, getattr(args, "target_store", None))
+    return {"catalog": sources[0].catalog, "source_name": sources[0].name, "fallbacks": sources[1:]}
+
+
+def print_notes(notes: Iterable[str], stream: Any = None) -> None:
+    """One `note:` line per fallback to another storage target (core/catalog/targets.py)."""
+    for note in notes:
+        print(f"note: {note}", file=stream)
+
+
 def output(as_json: bool, data: Any, lines: Iterable[str]) -> None:
     """Print `data` as JSON (`--json`), else the human-readable `lines`."""
     if as_json:

@@ -27,6 +27,7 @@ class BackupStorageHook(BaseHook):
         aws_conn_id: str = "aws_default",
         bucket: str | None = None,
         local_path: str | None = None,
+        timeout: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -35,6 +36,9 @@ class BackupStorageHook(BaseHook):
         self.aws_conn_id = aws_conn_id
         self.bucket = bucket
         self.local_path = local_path
+        # For readers that must answer soon (the Backups view): connect and read timeouts in
+        # seconds and one retry, instead of the tasks' patient defaults.
+        self.timeout = timeout
 
     def get_store(self) -> ObjectStore:
         return LocalStore(self.local_path) if self.local_path else self.get_s3_store()
@@ -48,6 +52,14 @@ class BackupStorageHook(BaseHook):
 
         # Standard retry mode backs off on 5xx, throttling and connection resets.
         config = Config(retries={"max_attempts": 8, "mode": "standard"}, max_pool_connections=16)
+        if self.timeout is not None:
+            config = config.merge(
+                Config(
+                    connect_timeout=self.timeout,
+                    read_timeout=self.timeout,
+                    retries={"max_attempts": 2, "mode": "standard"},
+                )
+            )
         hook = S3Hook(aws_conn_id=self.aws_conn_id, config=config)
         return S3Store(hook.get_conn(), self.bucket, part_limits=PartLimits(memory=self._upload_memory(hook)))
 

@@ -8,7 +8,13 @@ from typing import Any
 
 from ..arguments import keep_arguments
 from . import _metrics
-from .base import PUBLIC_KEYS_CONN, BackupStorageOperator, skip_unless_branch_chose, storage_template_fields
+from .base import (
+    PUBLIC_KEYS_CONN,
+    BackupStorageOperator,
+    skip_unless_branch_chose,
+    storage_template_fields,
+    task_origin,
+)
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +138,7 @@ class XtraBackupOperator(BackupStorageOperator):
             impact=ImpactSettings.from_dict(self.impact),
             option_files=list(self.option_files or []),
             accept_new_server=self.accept_new_server,
+            origin=task_origin(context),
         )
         try:
             manifest = run_backup(request)

@@ -184,3 +184,16 @@ def skip_unless_branch_chose(op: Any, context: Any) -> None:
         decision = ti.xcom_pull(task_ids=task_id, key="skipmixin_key", map_indexes=ti.map_index)
         if isinstance(decision, dict) and op.task_id not in decision.get("followed", [op.task_id]):
             raise AirflowSkipException(f"{task_id} chose {decision['followed']}, not {op.task_id}")
+
+
+def task_origin(context: Any) -> dict[str, Any]:
+    """The running task's ids, recorded with what it stores (core/catalog/origin.py) so that the
+    Backups view links a backup or a restore test to its DAG run and task log."""
+    ti = context["ti"]
+    return {
+        "dag_id": ti.dag_id,
+        "run_id": ti.run_id,
+        "task_id": ti.task_id,
+        "map_index": ti.map_index,
+        "try_number": ti.try_number,
+    }

@@ -23,7 +23,9 @@ class CopyBackupsOperator(BackupStorageOperator):
     reached is retried `attempts` times, `retry_seconds` apart, then left behind: the task ends
     skipped with one warning line, and so do the target's tasks after it (its retention); the
     backup on the first target is registered already, the run does not fail, and the check DAG and
-    the report show the copies behind. XCom: counts, bytes, what is behind.
+    the report show the copies behind. An object damaged on the source (its bytes are not what its
+    manifest says) fails the task, naming the object and both sha256s. XCom: counts, bytes, what
+    is behind.
     """
 
     ui_color = "#e8f6f3"
@@ -54,7 +56,7 @@ class CopyBackupsOperator(BackupStorageOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.providers.common.compat.sdk import AirflowSkipException
 
-        from ..core.backup.copies import CopyTarget, copy_host
+        from ..core.backup.copies import CopyError, CopyTarget, copy_host
         from ..hooks.storage import BackupStorageHook
 
         if self.what not in ("all", "backups", "binlogs"):
@@ -77,6 +79,9 @@ class CopyBackupsOperator(BackupStorageOperator):
         )
         report = copy_host(self.catalog(), target, source_name=self.source_name, what=self.what)
         _metrics.copy_done(self.cluster, self.host, report)
+        if report.damaged:
+            # A backup damaged where it stands is an incident, not a target left behind: fail.
+            raise CopyError(f"copy target {self.target_name}: " + "; ".join(report.damaged))
         if report.error:
             # Left behind, not failed: the backup on the first target stands, and the target's own
             # tasks after this one (its retention) cannot work on a store that cannot be reached.

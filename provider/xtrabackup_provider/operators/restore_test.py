@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..arguments import keep_arguments
 from . import _metrics
-from .base import RestoreTestingOperator, storage_template_fields
+from .base import RestoreTestingOperator, storage_template_fields, task_origin
 
 if TYPE_CHECKING:
     from ..core.restore.replica_compare import SourceCompare
@@ -67,6 +67,7 @@ class RestoreTestOperator(RestoreTestingOperator):
                 backup_id=None if self.backup_id in (None, "", "latest") else self.backup_id,
                 roll_forward=ShippedBinlogs(catalog, args["private_key"], args["passphrase"]),
                 deep=self._deep() if self.level == "deep" else None,
+                origin=task_origin(context),
                 **args,
             )
         )

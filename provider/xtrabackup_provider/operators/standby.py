@@ -12,22 +12,28 @@ from .base import ChainRestoreOperator, storage_template_fields
 
 class XtraBackupStandbyOperator(ChainRestoreOperator):
     """After each backup, merge the new incrementals into a standby directory on this worker,
-    so that a restore from it needs only the final step (see core/restore/standby.py for the rules)."""
+    so that a restore from it needs only the final step (see core/restore/standby.py for the rules).
+    One run at a time holds the directory; another waits a minute, then fails naming the holder.
+    No `standby_dir` (a host of a mapped group without one): skipped."""
 
-    template_fields: Sequence[str] = storage_template_fields("standby_dir")
+    template_fields: Sequence[str] = storage_template_fields("standby_dir", "binary")
 
     def __init__(
         self,
         *,
-        standby_dir: str,
+        standby_dir: str | None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         keep_arguments(self, locals())
 
     def execute(self, context: Any) -> dict[str, Any]:
+        from airflow.providers.common.compat.sdk import AirflowSkipException
+
         from ..core.restore.standby import update_standby
 
+        if not self.standby_dir:  # the backup DAG maps this task over hosts, some without a standby
+            raise AirflowSkipException(f"host {self.cluster}/{self.host} has no standby_dir")
         update = update_standby(
             self.catalog(),
             Path(self.standby_dir),

@@ -10,10 +10,18 @@ retention and `restore` work on a copy exactly as on the first target.
 What is copied: every backup of the source newer than the oldest one on the target (all of them
 when the target is empty), so a target whose own retention keeps fewer backups is not refilled
 with what it deleted; closed binlogs and gap markers likewise, and the timeline records of promoted
-servers. An incremental is copied only after its parent. An object that is damaged on the source is not copied (the source's manifest names its
-sha256), and is named. A target that cannot be reached is retried `attempts` times, then left
+servers. An incremental is copied only after its parent. An object that is damaged on the source is not
+copied and is named with both sha256s (`CopyReport.damaged`): the copy task then fails, since the
+backup it was asked to protect is not restorable where it stands. A target that cannot be reached is retried `attempts` times, then left
 behind with one line; the next run catches up, oldest first. Nothing here ever fails the backup
 on the first target: it is registered before a copy starts.
+
+A re-seed (`copy --from offsite --to primary`, `refill=True`) fills any target from any other after it
+lost its data: every backup and closed binlog the source holds and the target lacks, what the
+target's own retention deleted included, and a backup registered there whose objects are missing
+or short (HEAD; with `deep`, whose bytes' sha256 is not the manifest's, backups and binlogs) is
+copied again; the same sha256 checks, manifests last, under the target's host lock. Run again, it
+copies nothing.
 """
 
 from __future__ import annotations
@@ -26,15 +34,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from ..binlog.catalog import BinlogCatalog, BinlogError, BinlogManifest, server_uuids
+from ..binlog.catalog import BinlogCatalog, BinlogError, BinlogIndex, BinlogManifest, server_uuids
 from ..binlog.timeline import read_timeline, timelines, write_timeline
 from ..catalog.backups import Catalog
 from ..catalog.lock import HostLock, HostLockBusy
 from ..catalog.manifest import CatalogError, Manifest, Segment, StoredObject, read_stored, stored_segments
 from ..catalog.records import CopyOrigin
 from ..catalog.reports import REPORT_NAME
+from ..common.crashpoints import crash_point
 from ..common.values import binlog_number
-from ..storage.base import ARCHIVE_TAGGING, ObjectStore, PutOptions, StorageError, segment_key
+from ..storage.base import ARCHIVE_TAGGING, ObjectStore, PutOptions, StorageError, WrittenSegment, segment_key
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +52,10 @@ What = Literal["all", "backups", "binlogs"]
 
 class CopyError(RuntimeError):
     """An object cannot be copied as it is (damaged on the source); the message names it."""
+
+
+class DamagedSource(CopyError):
+    """An object's bytes on the source are not what its manifest says (object and both sha256s named)."""
 
 
 @dataclass
@@ -92,8 +105,11 @@ class CopyReport:
     behind: list[str] = field(default_factory=list)  # backups on the source, not (yet) here
     binlogs_behind: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # damaged on the source, parent missing...
+    damaged: list[str] = field(default_factory=list)  # objects damaged on the source (also in problems)
     error: str | None = None  # the target (or the source) could not be reached: left behind
     newest: str | None = None  # the source's newest backup (named when the target cannot be listed)
+    refill: bool = False  # a re-seed (copy_host's `refill`)
+    deep: bool = False  # a re-seed that re-reads what the target has (copy_host's `deep`)
 
     @property
     def ok(self) -> bool:
@@ -102,6 +118,9 @@ class CopyReport:
     def line(self) -> str:
         """One line for the log and the CLI."""
         done = f"copied {len(self.copied)} backup(s), {len(self.binlogs)} binlog(s), {self.bytes} bytes"
+        if self.refill:
+            stopped = f"; stopped: {self.error}; run it again once that is fixed" if self.error else ""
+            return f"re-seed of {self.target} ({self.location}): {done} in {self.seconds:.1f}s{stopped}"
         if self.error:
             behind = f"{len(self.behind)} backup(s) and {len(self.binlogs_behind)} binlog(s) behind"
             if not self.behind and self.newest:  # the target could not even be listed
@@ -111,7 +130,8 @@ class CopyReport:
                 f"failed ({self.attempts} attempt(s)); the next run retries"
             )
         behind = f"; {len(self.behind)} backup(s) behind" if self.behind else ""
-        return f"copy target {self.target} ({self.location}): {done} in {self.seconds:.1f}s{behind}"
+        damaged = f"; NOT COPIED, damaged on the source: {'; '.join(self.damaged)}" if self.damaged else ""
+        return f"copy target {self.target} ({self.location}): {done} in {self.seconds:.1f}s{behind}{damaged}"
 
     def summary(self) -> dict[str, Any]:
         """Small metadata for XCom and `--json`."""
@@ -128,6 +148,7 @@ class CopyReport:
             "behind_count": len(self.behind),
             "binlogs_behind": len(self.binlogs_behind),
             "problems": self.problems[:20],
+            "damaged": self.damaged[:20],
             "error": self.error,
         }
 
@@ -139,17 +160,20 @@ def copy_host(
     source_name: str = "primary",
     what: What = "all",
     sleep: Callable[[float], None] = time.sleep,
+    refill: bool = False,
+    deep: bool = False,
 ) -> CopyReport:
-    """Bring `target` up to date with the host's backups and binlogs on `source`; never raises for
-    a target (or source) that cannot be reached: the report says what is left behind."""
+    """Bring `target` up to date with the host's backups and binlogs on `source` (`refill`: a
+    re-seed, everything it lacks; `deep`: and what it holds with other bytes); never raises for a
+    target (or source) that cannot be reached: the report says what is left behind."""
     dest = target.catalog(source.cluster, source.host)
-    report = CopyReport(target.name, dest.describe())
+    report = CopyReport(target.name, dest.describe(), refill=refill, deep=deep and refill)
     started = time.monotonic()
     for attempt in range(1, target.attempts + 1):
         report.attempts = attempt
         try:
             # The target's host lock: its own retention (or another copy) never interleaves with this.
-            with HostLock(dest, purpose="copy") as lock:
+            with HostLock(dest, purpose="re-seed" if refill else "copy") as lock:
                 if what in ("all", "backups"):
                     _copy_backups(source, dest, target, source_name, report, lock)
                 if what in ("all", "binlogs") and target.binlogs:
@@ -187,11 +211,12 @@ def _one_line(exc: BaseException) -> str:
 # backups
 
 
-def pending_backups(source_ids: list[str], target_ids: list[str]) -> list[str]:
+def pending_backups(source_ids: list[str], target_ids: list[str], refill: bool = False) -> list[str]:
     """Source backups the target should get: those newer than its oldest (all when it has none),
-    so what the target's own retention deleted is not copied again. Oldest first."""
+    so what the target's own retention deleted is not copied again (`refill`: every one it lacks).
+    Oldest first."""
     have = set(target_ids)
-    oldest = min(target_ids) if target_ids else ""
+    oldest = min(target_ids) if target_ids and not refill else ""
     return [bid for bid in sorted(source_ids) if bid not in have and bid > oldest]
 
 
@@ -201,8 +226,10 @@ def _copy_backups(
     problems: list[str] = []
     by_id = {m.backup_id: m for m in src.manifests(problems)}
     dest_ids = dest.backup_ids()
+    if report.refill:  # registered there, but an object is missing, short or altered: copy it again
+        dest_ids = [bid for bid in dest_ids if bid not in by_id or _intact(dest, by_id[bid], report)]
     present = set(dest_ids)
-    for bid in pending_backups(list(by_id), dest_ids):
+    for bid in pending_backups(list(by_id), dest_ids, report.refill):
         m = by_id[bid]
         if m.parent_id and m.parent_id not in present:
             _problem(report, f"backup {bid}: its parent {m.parent_id} is not on {target.name}; not copied")
@@ -210,7 +237,7 @@ def _copy_backups(
         try:
             report.bytes += copy_backup(src, dest, m, target, source_name, lock.confirm)
         except CopyError as exc:
-            _problem(report, str(exc))
+            _problem(report, str(exc), isinstance(exc, DamagedSource))
             continue
         present.add(bid)
         report.copied.append(bid)
@@ -218,9 +245,55 @@ def _copy_backups(
     report.reports += _copy_reports(src, dest, present)
 
 
-def _problem(report: CopyReport, text: str) -> None:
+def _intact(dest: Catalog, m: Manifest, report: CopyReport) -> bool:
+    """Is backup `m` registered on `dest` as the same backup with every object at its size? Another
+    backup under the same id is a problem, left as it is (True)."""
+    try:
+        there = dest.get(m.backup_id)
+    except CatalogError as exc:
+        log.warning(
+            "backup %s: its manifest on %s is unusable (%s): copying it again",
+            m.backup_id,
+            dest.describe(),
+            exc,
+        )
+        return False
+    if [(o.sha256, o.size) for o in there.streams] != [(o.sha256, o.size) for o in m.streams]:
+        _problem(
+            report,
+            f"backup {m.backup_id}: {dest.describe(m.backup_id)} holds another backup under this id; left as it is",
+        )
+        return True
+    for piece in (p for obj in there.stored_objects for p in obj.pieces()):
+        if not _holds(dest.store, piece, report.deep):
+            log.warning(
+                "backup %s: %s is missing or damaged on %s: copying it again",
+                m.backup_id,
+                piece.key,
+                dest.describe(),
+            )
+            return False
+    return True
+
+
+def _holds(store: ObjectStore, piece: WrittenSegment, deep: bool) -> bool:
+    """Is `piece` stored at its size (and, `deep`, with its sha256)?"""
+    info = store.head(piece.key)
+    if info is None or info.size != piece.size:
+        return False
+    if not deep:
+        return True
+    digest = hashlib.sha256()
+    for chunk in store.read_chunks(piece.key):
+        digest.update(chunk)
+    return digest.hexdigest() == piece.sha256
+
+
+def _problem(report: CopyReport, text: str, damaged: bool = False) -> None:
     if text not in report.problems:
         report.problems.append(text)
+    if damaged and text not in report.damaged:
+        report.damaged.append(text)
 
 
 def copy_backup(
@@ -261,9 +334,11 @@ def copy_backup(
         side = m.option_files.model_copy(update={"object": copy(m.option_files.object, archive=False)})
     origin = CopyOrigin(target=source_name, location=src.store.location, copied_at=datetime.now(UTC))
     data = m.model_dump() | {"objects": objects, "option_files": side, "copy_of": origin}
+    crash_point("copy.after_objects")
     if confirm:
         confirm(f"registering the copy of {m.backup_id}")
     dest.write(Manifest.model_validate(data))
+    crash_point("copy.after_manifest")
     return copied
 
 
@@ -287,7 +362,7 @@ def copy_object(
             size += len(chunk)
             writer.write(chunk)
         if size != obj.size or digest.hexdigest() != obj.sha256:
-            raise CopyError(
+            raise DamagedSource(
                 f"{what}: {src.location}/{obj.key} is damaged on the source ({size} bytes, sha256 "
                 f"{digest.hexdigest()}; the manifest says {obj.size} bytes, {obj.sha256}); not copied. "
                 "Run `verify --deep` on it"
@@ -341,7 +416,10 @@ def _copy_binlogs(src: Catalog, dest: Catalog, target: CopyTarget, report: CopyR
         for gap in s_index.gaps:  # first: PITR on the target must never cross what the source knows is lost
             if (gap.first_missing, gap.last_missing) not in known:
                 d_cat.write_gap(gap)
-        for name in pending_binlogs(list(s_index.complete), list(d_index.complete)):
+        have = list(d_index.complete)
+        if report.deep:  # registered there, but its object is missing or altered: copy it again
+            have = [n for n in have if n not in s_index.complete or _binlog_held(d_index, n, d_cat.store)]
+        for name in pending_binlogs(list(s_index.complete), have, report.refill):
             try:
                 m = s_index.complete[name]
             except BinlogError as exc:
@@ -350,15 +428,28 @@ def _copy_binlogs(src: Catalog, dest: Catalog, target: CopyTarget, report: CopyR
             try:
                 report.bytes += copy_binlog(s_cat, d_cat, m, target)
             except CopyError as exc:
-                _problem(report, str(exc))
+                _problem(report, str(exc), isinstance(exc, DamagedSource))
                 continue
             report.binlogs.append(name)
 
 
-def pending_binlogs(source: list[str], target: list[str]) -> list[str]:
-    """Closed binlogs the target should get: after its oldest one (all when it has none), in order."""
+def _binlog_held(index: BinlogIndex, name: str, store: ObjectStore) -> bool:
+    """Is binlog `name` registered in `index` with every object stored with its sha256?"""
+    try:
+        m = index.complete[name]
+    except BinlogError:
+        return False  # its manifest is unusable: copy it again
+    held = all(_holds(store, piece, deep=True) for seg in m.segments for piece in seg.object.pieces())
+    if not held:
+        log.warning("binlog %s is missing or damaged on %s: copying it again", name, store.location)
+    return held
+
+
+def pending_binlogs(source: list[str], target: list[str], refill: bool = False) -> list[str]:
+    """Closed binlogs the target should get: after its oldest one (all when it has none; `refill`:
+    every one it lacks), in order."""
     have = set(target)
-    oldest = min((binlog_number(n) for n in target), default=None)
+    oldest = None if refill else min((binlog_number(n) for n in target), default=None)
     todo = [n for n in source if n not in have and (oldest is None or binlog_number(n) > oldest)]
     return sorted(todo, key=binlog_number)
 
@@ -399,20 +490,20 @@ def _fill_behind(src: Catalog, dest: Catalog, target: CopyTarget, report: CopyRe
         if what in ("all", "backups"):
             ids = src.backup_ids()
             report.newest = ids[-1] if ids else None
-            report.behind = pending_backups(ids, dest.backup_ids())
+            report.behind = pending_backups(ids, dest.backup_ids(), report.refill)
         if what in ("all", "binlogs") and target.binlogs:
-            report.binlogs_behind = binlogs_behind(src, dest)
+            report.binlogs_behind = binlogs_behind(src, dest, report.refill)
     except (StorageError, CatalogError, BinlogError, OSError) as exc:
         if report.error is None:
             report.error = _one_line(exc)
 
 
-def binlogs_behind(src: Catalog, dest: Catalog) -> list[str]:
+def binlogs_behind(src: Catalog, dest: Catalog, refill: bool = False) -> list[str]:
     behind = []
     for uuid in server_uuids(src):
         s_names = list(BinlogCatalog(src, uuid).index().complete)
         d_names = list(BinlogCatalog(dest, uuid).index().complete)
-        behind += [f"{uuid}/{n}" for n in pending_binlogs(s_names, d_names)]
+        behind += [f"{uuid}/{n}" for n in pending_binlogs(s_names, d_names, refill)]
     return behind
 
 

@@ -28,8 +28,10 @@ from ..catalog.manifest import (
     new_backup_id,
     stored_segments,
 )
+from ..catalog.origin import ORIGIN_KEY
 from ..catalog.shape import SourceShape
 from ..common.children import raise_open_files_limit, require_open_files
+from ..common.crashpoints import crash_point
 from ..common.files import directory_size
 from ..common.tempdirs import private_workdir
 from ..db.heartbeat import (
@@ -50,7 +52,7 @@ from ..pipeline.process import PipelineError
 from ..pipeline.split import PartPlan, plan_parts
 from ..pipeline.to_parts import stream_to_parts
 from ..pipeline.to_store import StreamResult, stream_to_store
-from ..storage.base import ARCHIVE_TAGGING, PutOptions
+from ..storage.base import ARCHIVE_TAGGING, ObjectWriter, PutOptions
 from .decide import ChainPolicy, Decision, decide
 from .impact import AppliedImpact, ImpactSettings, LockWatch, apply_settings
 from .lineage import ServerLineage, describe_break, lineage_problems
@@ -106,6 +108,7 @@ class BackupRequest:
     progress: Callable[[int], None] | None = None
     impact: ImpactSettings = field(default_factory=ImpactSettings)  # throttle, nice, ionice, upload cap
     option_files: list[str] = field(default_factory=list)  # the server's my.cnf (its includes follow)
+    origin: dict[str, Any] = field(default_factory=dict)  # the Airflow task taking it (catalog/origin.py)
 
 
 def readable_manifests(catalog: Catalog) -> list[Manifest]:
@@ -243,13 +246,17 @@ def _run_locked(req: BackupRequest, now: datetime | None, lock: HostLock) -> Man
         stored_bytes=sum(o.size for o in stored),
         gates=req.gates,
         estimate_memory=tool.capabilities.estimate_memory,
-        extra={**canary, "server_identity": identity.record()},
+        extra=canary
+        | {"server_identity": identity.record()}
+        | ({ORIGIN_KEY: req.origin} if req.origin else {}),
         impact=applied.record(watch.phases()),
         option_files=option_files,
         source_shape=shape,
     )
+    crash_point("backup.after_objects")
     lock.confirm(f"registering {backup_id}")  # fencing: a run that lost its lock registers nothing
     req.catalog.write(manifest)
+    crash_point("backup.after_manifest")
     log.info(
         "registered %s (%s, %d raw bytes -> %d stored) at %s",
         backup_id,
@@ -563,6 +570,9 @@ def _stream_parts(
         progress=req.progress,
         producer_watch=watch.attach,
         compress_setup=applied.compress_setup(),
+        discard=lambda committed: _discard_committed(
+            req, [keys[i] for i in committed], [writers[i] for i in committed]
+        ),
     )
     results = [*result.parts, result.tail]
     roles: list[tuple[Literal["part", "tail"], int | None]] = [("part", i) for i in range(plan.parts)] + [
@@ -572,6 +582,14 @@ def _stream_parts(
         (key, opt, res, role, part, stored_segments(writer))
         for key, opt, res, (role, part), writer in zip(keys, options, results, roles, writers, strict=True)
     ]
+
+
+def _discard_committed(req: BackupRequest, keys: list[str], writers: list[ObjectWriter]) -> list[str]:
+    """Delete the committed streams of a K-part backup whose other parts failed to commit (every
+    segment of each); returns the versions Object Lock keeps."""
+    doomed = [k for key, w in zip(keys, writers, strict=True) for k in ([s.key for s in w.segments] or [key])]
+    log.warning("a part failed to commit: removing the parts committed already: %s", ", ".join(doomed))
+    return req.catalog.store.delete(doomed).retained
 
 
 def _option_files(

@@ -335,6 +335,14 @@ class BinlogCatalog:
                     index.problems.append(str(item))
         return index
 
+    def read(self, name: str, partial: bool = False) -> BinlogManifest:
+        """One binlog's manifest (the complete one, or with `partial` the open one's); raises
+        BinlogError naming the object when it cannot be read or is not this server's."""
+        item = self._manifest(name, partial)
+        if isinstance(item, str):
+            raise BinlogError(item)
+        return item
+
     def _manifest(self, name: str, partial: bool) -> BinlogManifest | str:
         item = self._load(self.manifest_key(name, partial))
         return item if isinstance(item, BinlogManifest | str) else f"{name}: not a binlog manifest"
@@ -390,6 +398,12 @@ class BinlogCatalog:
             return
         self.store.delete([self.manifest_key(partial.name, partial=True)])
         self.store.delete([s.object.key for s in partial.segments])
+
+
+def leased_manifest_key(catalog: Catalog, item: str) -> str:
+    """The manifest key of a binlog named as leases and retention name it: `<server_uuid>/<binlog>`."""
+    server_uuid, _, name = item.partition("/")
+    return BinlogCatalog(catalog, server_uuid).manifest_key(name)
 
 
 def _is_binlog_name(name: str) -> bool:

@@ -24,6 +24,7 @@ from typing import Any
 from ..catalog.backups import Catalog
 from ..catalog.manifest import StoredObject
 from ..common import children
+from ..common.crashpoints import crash_point
 from ..common.files import sha256_range
 from ..common.tempdirs import private_dir
 from ..common.values import format_gtid_pos, parse_gtid_pos
@@ -290,6 +291,7 @@ class BinlogShipper:
         encrypted = bool(self.recipients)
         segment = self.upload_range(path, self.bcat.object_key(name, encrypted), 0, summary.size)
         manifest = self.manifest(name, summary, [segment], complete=True)
+        crash_point("binlog.after_object")
         self.bcat.write_manifest(manifest)
         self.bcat.drop_partial(partial)
         self.report.shipped.append(name)

@@ -9,10 +9,15 @@ store's own clock, as for the host lock), so a killed restore blocks retention f
 most. Any number of readers may hold leases at once; they never block a backup.
 
 The race with retention is closed by order, not by a lock: the reader writes its lease and then
-checks that every manifest it read still exists (`ReadLease.check`); retention, under the host
-lock, drops leased items from its plan, deletes the manifests, reads the leases again and keeps
-the data of any item leased meanwhile (core/retention/apply.py). Either the reader sees its
-manifest gone and stops before downloading, or retention sees the lease and keeps the data.
+checks that every manifest it read still exists (`ReadLease.check`: the backups' and the
+binlogs'); retention, under the host lock, drops leased items from its plan, deletes the
+manifests, reads the leases again and keeps the data of any item leased meanwhile
+(core/retention/apply.py). Either the reader sees its manifest gone and stops before
+downloading, or retention sees the lease and keeps the data.
+
+So a lease that cannot be written (a worker whose credentials may only read, a full quota) is
+an error: nothing tells retention that the read is going on. `unleased_ok` (the CLI's
+`--without-read-lease`) accepts that risk; the log then says what retention may delete.
 """
 
 from __future__ import annotations
@@ -24,11 +29,12 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from ..common.crashpoints import crash_point
 from ..storage.base import StorageError
 from .backups import Catalog
 from .lock import STORE_CLOCK_MARGIN
@@ -53,9 +59,15 @@ class LeaseInfo:
         return f"under a read lease of a running {self.purpose} ({self.holder}, renewed {self.written})"
 
 
+class LeaseError(CatalogError):
+    """The read lease could not be written (the message names it and the option that accepts it)."""
+
+
 @dataclass
 class ReadLease:
-    """`with ReadLease(catalog, "restore", backups=[...]):` while the chain is read."""
+    """`with ReadLease(catalog, "restore", backups=[...]):` while the chain is read. Binlogs are
+    named `<server_uuid>/<binlog>`; `binlog_manifest` maps such a name to its manifest's key (the
+    binlog layer's, core/binlog/catalog.py), for `check`."""
 
     catalog: Catalog
     purpose: str  # "restore", "point-in-time restore", "standby update"
@@ -63,6 +75,8 @@ class ReadLease:
     binlogs: Iterable[str] = ()
     lease: timedelta = DEFAULT_READ_LEASE
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
+    unleased_ok: bool = False  # go on without a lease when it cannot be written (logged)
+    binlog_manifest: Callable[[str], str] | None = None
 
     def __post_init__(self) -> None:
         self.backups, self.binlogs = tuple(self.backups), tuple(self.binlogs)
@@ -85,12 +99,20 @@ class ReadLease:
         try:
             self.catalog.store.put_bytes(self.key, self._body())
         except StorageError as exc:  # e.g. a restore worker whose credentials may only read
+            what = ", ".join((*self.backups, *self.binlogs))
+            if not self.unleased_ok:
+                raise LeaseError(
+                    f"could not write the read lease {self.catalog.store.location}/{self.key} ({exc}): retention "
+                    f"would not know this {self.purpose} reads {what}. Let this worker write under "
+                    f"{self.catalog.host_prefix}/{LEASES_DIR}/, or accept the risk (--without-read-lease)"
+                ) from exc
             log.warning(
-                "could not write the read lease %s (%s): retention does not know this %s is reading %s",
+                "could not write the read lease %s (%s); going on without it as asked (--without-read-lease): "
+                "retention may delete %s while this %s reads it",
                 self.key,
                 exc,
+                what,
                 self.purpose,
-                ", ".join(self.backups),
             )
             return self
         self._renewer = threading.Thread(target=self._renew, name="read-lease", daemon=True)
@@ -98,13 +120,22 @@ class ReadLease:
         return self
 
     def check(self) -> None:
-        """After the lease is written: every leased backup must still have its manifest, or
-        retention deleted it before it could see the lease (CatalogError naming it)."""
+        """After the lease is written: every leased backup and binlog must still have its
+        manifest, or retention deleted it before it could see the lease (CatalogError naming it)."""
         for bid in self.backups:
             if not self.catalog.exists(bid):
                 raise CatalogError(
                     f"backup {bid} was deleted (retention) while this {self.purpose} started; "
                     f"nothing was downloaded: choose another backup"
+                )
+        if self.binlogs and self.binlog_manifest is None:
+            raise ValueError("a lease naming binlogs needs binlog_manifest to check them")
+        for name in self.binlogs:
+            assert self.binlog_manifest is not None
+            if self.catalog.store.head(self.binlog_manifest(name)) is None:
+                raise CatalogError(
+                    f"binlog {name} was deleted (retention) while this {self.purpose} started; nothing was "
+                    "downloaded: choose a later point in time, or a backup whose binlogs are still stored"
                 )
 
     def _renew(self) -> None:
@@ -119,6 +150,7 @@ class ReadLease:
         if self._renewer is None:
             return  # never written
         self._renewer.join()
+        crash_point("lease.before_release")
         try:
             self.catalog.store.delete([self.key])
         except Exception as exc:  # noqa: BLE001 - never mask the run's own outcome

@@ -44,6 +44,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from ..common.crashpoints import crash_point
 from ..storage.base import ObjectStore, StorageError
 from .backups import Catalog
 
@@ -314,6 +315,7 @@ class HostLock:
         if self._renewer is not None:
             self._renewer.join()
         _HELD.discard(self.token)
+        crash_point("lock.before_release")
         if self.lost:
             return  # the lock belongs to another run now: never delete it
         try:

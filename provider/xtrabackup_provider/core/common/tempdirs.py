@@ -18,7 +18,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 Sweeper = Callable[[Path], object]
-HOME = "home"  # the empty HOME of a process's children  # stops what a dead owner left running in its directory
+HOME = (
+    "home"  # the empty HOME of a process's children  # stops what a dead owner left running in its directory
+)
 
 
 def private_dir(

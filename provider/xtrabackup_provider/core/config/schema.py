@@ -277,11 +277,22 @@ class HostConfig(_Model):
     option_files: list[str] = Field(default_factory=list)
     restore_test: bool = True  # false: the restore-test DAG leaves this host out (xtrabackup hosts must)
     provision: ProvisionConfig | None = None
+    # A directory on this host's worker (its `queue`) kept as a prepared standby of the newest
+    # chain (core/restore/standby.py): the backup DAG refreshes it after each backup, the CLI's
+    # `standby refresh` too; `restore --from-standby` restores from it (with --to-*: rolled forward).
+    standby_dir: str | None = None
 
-    @field_validator("binary", "datadir", "defaults_file", "socket")
+    @field_validator("binary", "datadir", "defaults_file", "socket", "standby_dir")
     @classmethod
     def _path(cls, value: str | None) -> str | None:
         return check_path(value)
+
+    @field_validator("standby_dir")
+    @classmethod
+    def _absolute(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("/"):
+            raise ValueError(f"{value!r}: give an absolute path (a directory on the host's worker)")
+        return value
 
 
 class ChecksumConfig(_Model):
@@ -443,6 +454,23 @@ class FleetConfig(_Model):
         names = [c.name for c in self.clusters]
         if dup := {n for n in names if names.count(n) > 1}:
             raise ValueError(f"cluster names must be unique; repeated: {sorted(dup)}")
+        return self
+
+    @model_validator(mode="after")
+    def _distinct_standby_dirs(self) -> FleetConfig:
+        """Two hosts' standbys in one directory would rebuild each other's (one chain per standby)."""
+        seen: dict[tuple[str, str], str] = {}
+        for cluster in self.clusters:
+            for host in cluster.hosts:
+                if host.standby_dir is None:
+                    continue
+                place = (host.queue, host.standby_dir.rstrip("/"))
+                if place in seen:
+                    raise ValueError(
+                        f"host {cluster.name}/{host.name}: standby_dir {host.standby_dir} on queue {host.queue!r} "
+                        f"is also {seen[place]}'s; give each host its own standby_dir"
+                    )
+                seen[place] = f"{cluster.name}/{host.name}"
         return self
 
     @model_validator(mode="after")

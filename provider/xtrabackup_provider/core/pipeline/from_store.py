@@ -14,8 +14,9 @@ import queue
 import re
 import shutil
 import subprocess
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -36,6 +37,20 @@ ZSTD = "zstd"
 # `zstd -d -v` ends with "<source> : <n> bytes" once the whole stream is decompressed.
 _ZSTD_SIZE = re.compile(r":\s*(\d+) bytes\s*$", re.MULTILINE)
 PIPE_BYTES = 1024 * 1024  # pipe buffer between the stages (Linux default 64 KiB; capped by pipe-max-size)
+
+
+class Cancelled(PipelineError):
+    """A stream stopped because another stream of the same restore failed (that one is the story)."""
+
+
+def cancellable(chunks: Iterable[bytes], *events: threading.Event | None) -> Iterator[bytes]:
+    """`chunks`, stopping with Cancelled at the next chunk once any of `events` is set: streams that
+    run side by side (the parts of one backup, the backups of a chain) stop when one of them fails."""
+    watched = [e for e in events if e is not None]
+    for chunk in chunks:
+        if any(e.is_set() for e in watched):
+            raise Cancelled("stopped: another stream of this restore failed")
+        yield chunk
 
 
 @dataclass(frozen=True)

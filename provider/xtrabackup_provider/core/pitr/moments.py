@@ -27,10 +27,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..binlog.catalog import BinlogCatalog, BinlogManifest, server_uuids
+from ..binlog.catalog import BinlogCatalog, BinlogError, BinlogManifest, server_uuids
 from ..binlog.listing import Transaction, transactions
 from ..catalog.backups import Catalog
 from ..catalog.manifest import Manifest
+from ..catalog.targets import READ_ERRORS, Source, Targets
 from ..common.tempdirs import private_dir
 from ..common.values import GtidPos, binlog_number, format_gtid_pos, parse_gtid_pos
 from .plan import PitrError, PitrTarget
@@ -139,6 +140,9 @@ class MomentsRequest:
     server_uuid: str | None = None  # default: the newest backup's server
     backup_id: str | None = None  # without a window: list from this backup's position on
     scratch_dir: Path | None = None
+    source_name: str = "primary"  # the name of `catalog`'s storage target
+    fallbacks: list[Source] = field(default_factory=list)  # further targets (core/catalog/targets.py)
+    notes: list[str] = field(default_factory=list)  # filled while listing: what came from another target
 
 
 def choose_server(catalog: Catalog, server_uuid: str | None, newest: Manifest | None) -> str:
@@ -164,35 +168,47 @@ def choose_server(catalog: Catalog, server_uuid: str | None, newest: Manifest | 
 
 def list_moments(req: MomentsRequest) -> Iterator[Moment]:
     """The matching transactions, oldest first (streaming: one binlog on disk at a time)."""
-    problems: list[str] = []
-    manifests = req.catalog.manifests(problems)
-    start = next((m for m in manifests if m.backup_id == req.backup_id), None) if req.backup_id else None
-    if req.backup_id and start is None:
-        raise PitrError(f"backup {req.backup_id} has no readable manifest in {req.catalog.describe()}")
-    newest = max(manifests, key=lambda m: m.backup_id) if manifests else None
-    server = choose_server(req.catalog, req.server_uuid or (start.server_uuid if start else None), newest)
-    index = BinlogCatalog(req.catalog, server).index()
-    shipped = index.shipped()
-    begin: tuple[str, int, str] | None = None
-    if not req.filter.windowed:
-        origin = start or max(
-            (m for m in manifests if m.server_uuid == server), key=lambda m: m.backup_id, default=None
-        )
-        if origin is not None and origin.binlog_file:
-            begin = (origin.binlog_file, origin.binlog_position or 4, origin.gtid or "")
-            base, first = binlog_number(origin.binlog_file)
-            shipped = [m for m in shipped if binlog_number(m.name)[0] == base and m.number >= first]
-    else:
-        shipped = [m for m in shipped if req.filter.binlog_overlaps(m)]
+    targets = Targets.of(req.catalog, req.source_name, req.fallbacks)
+    targets.notes = req.notes
+    shipped, begin = targets.read(
+        "the shipped binlogs",
+        lambda catalog: _select(req, catalog),
+        errors=(*READ_ERRORS, PitrError, BinlogError),
+    )
     scratch = private_dir("moments", req.scratch_dir)  # 0700; swept if this run is killed
     try:
-        yield from _read(req, shipped, begin, scratch)
+        yield from _read(req, shipped, begin, scratch, targets)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+Begin = tuple[str, int, str]  # binlog, position, GTID state there: where the listing starts
+
+
+def _select(req: MomentsRequest, catalog: Catalog) -> tuple[list[BinlogManifest], Begin | None]:
+    """The shipped binlogs to read from `catalog`, and where in the first one to begin."""
+    problems: list[str] = []
+    manifests = catalog.manifests(problems)
+    start = next((m for m in manifests if m.backup_id == req.backup_id), None) if req.backup_id else None
+    if req.backup_id and start is None:
+        raise PitrError(f"backup {req.backup_id} has no readable manifest in {catalog.describe()}")
+    newest = max(manifests, key=lambda m: m.backup_id) if manifests else None
+    server = choose_server(catalog, req.server_uuid or (start.server_uuid if start else None), newest)
+    shipped = BinlogCatalog(catalog, server).index().shipped()
+    if req.filter.windowed:
+        return [m for m in shipped if req.filter.binlog_overlaps(m)], None
+    origin = start or max(
+        (m for m in manifests if m.server_uuid == server), key=lambda m: m.backup_id, default=None
+    )
+    if origin is None or not origin.binlog_file:
+        return shipped, None
+    base, first = binlog_number(origin.binlog_file)
+    shipped = [m for m in shipped if binlog_number(m.name)[0] == base and m.number >= first]
+    return shipped, (origin.binlog_file, origin.binlog_position or 4, origin.gtid or "")
+
+
 def _read(
-    req: MomentsRequest, shipped: list[BinlogManifest], begin: tuple[str, int, str] | None, scratch: Path
+    req: MomentsRequest, shipped: list[BinlogManifest], begin: Begin | None, scratch: Path, targets: Targets
 ) -> Iterator[Moment]:
     fetch = PitrRequest(
         req.catalog, scratch, PitrTarget("time"), private_key=req.private_key, passphrase=req.passphrase
@@ -206,7 +222,7 @@ def _read(
         start = 4
         if begin is not None and m.name == begin[0]:
             start, state = begin[1], parse_gtid_pos(begin[2])
-        (path,) = fetch_binlogs(fetch, [m], scratch / str(n))
+        (path,) = fetch_binlogs(fetch, [m], scratch / str(n), targets)
         try:
             for txn in transactions([path], start, state):
                 if isinstance(txn, Transaction) and req.filter.matches(txn):

@@ -31,6 +31,7 @@ from typing import Any
 from ..binlog.catalog import BinlogCatalog, server_uuids
 from ..binlog.timeline import Timeline, read_timeline, timelines, write_timeline
 from ..catalog.backups import Catalog
+from ..common.crashpoints import crash_point
 from ..common.values import Gtid, GtidPos, format_gtid_pos, parse_gtid_pos
 from ..db.server import MySQLTarget, ServerError, connect, server_facts
 from .plan import PitrError, PitrTarget, choose_backup
@@ -225,6 +226,7 @@ def promote(req: PromoteRequest) -> PromoteReport:
     key = write_timeline(
         req.catalog, timeline
     )  # first: a server promoted without its record would be unexplained
+    crash_point("promote.after_timeline")
     try:
         _set_state(req.target, where, timeline)
     except _NothingChanged as exc:
@@ -279,6 +281,7 @@ def _set_state(target: MySQLTarget, where: str, timeline: Timeline) -> None:
         for sql, args in steps:
             cur.execute(sql, args)
             done.append(sql.split(" =")[0])
+            crash_point("promote.after_reset_master")
         cur.execute("SELECT @@gtid_binlog_state, @@gtid_slave_pos")
         have_state, have_slave = (str(v or "") for v in cur.fetchone())
     except MySQLdb.Error as exc:

@@ -34,22 +34,27 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ..binlog.catalog import BinlogManifest
+from ..binlog.catalog import BinlogCatalog, BinlogError, BinlogManifest, BinlogSegment, leased_manifest_key
 from ..binlog.events import replay_end
 from ..catalog.backups import Catalog
 from ..catalog.lease import ReadLease
 from ..catalog.manifest import StoredObject, read_stored
+from ..catalog.targets import READ_ERRORS, Source, Targets
 from ..common.files import sha256_range
 from ..common.values import format_gtid_pos, gtid_reached, parse_gtid_pos
 from ..pipeline.from_store import stream_from_store
 from ..pipeline.gpg import GpgError, GpgHome, passphrase_pipe
 from ..pipeline.process import ChecksumMismatch, PipelineError
 from ..restore.chain import RestoreRequest, check_target, empty_dir, own_scratch, plan_chain, restore
-from ..restore.verify import sha256_verdict
+from ..restore.sources import Located, NotHere, fetch_with_fallback
+from ..restore.verify import stream_failure
 from .applier import REPLAY_METHODS, replay_binlogs
 from .plan import PitrError, PitrPlan, PitrTarget, make_plan
 
@@ -73,6 +78,12 @@ class PitrRequest:
     replay: str = "applier"  # or "pipe": mariadb-binlog | mariadb (core/pitr/applier.py)
     replay_threads: int = 4  # the applier's parallel workers (0: the SQL thread alone)
     replay_server_args: list[str] = field(default_factory=list)  # more mariadbd options for the replay
+    without_read_lease: bool = False  # go on when the read lease cannot be written (core/catalog/lease.py)
+    source_name: str = "primary"  # the name of `catalog`'s storage target
+    fallbacks: list[Source] = field(default_factory=list)  # further targets (core/catalog/targets.py)
+
+    def targets(self) -> Targets:
+        return Targets.of(self.catalog, self.source_name, self.fallbacks)
 
 
 @dataclass
@@ -89,6 +100,9 @@ class PitrReport:
     timings: dict[str, float] = field(default_factory=dict)
     replay: str = ""  # how the binlogs were applied (applier / pipe)
     transactions: int = 0  # transactions replayed
+    standby: str = ""  # the standby directory the base came from ("": the chain was restored)
+    source: str = ""  # the storage target the plan was read from
+    fallbacks: list[str] = field(default_factory=list)  # what came from another target, and why
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -100,20 +114,92 @@ class PitrReport:
         }
 
 
-def point_in_time_restore(req: PitrRequest) -> PitrReport:
+def point_in_time_restore(req: PitrRequest, targets: Targets | None = None) -> PitrReport:
+    """`targets`: default the request's catalog and fallbacks (a caller that reads them too passes
+    its own: the notes and the targets found down are shared)."""
     if req.replay not in REPLAY_METHODS:
         raise PitrError(f"replay {req.replay!r}: use one of {', '.join(REPLAY_METHODS)}")
+    targets = targets or req.targets()
     check_target(req.target_datadir)
-    plan = make_plan(req.catalog, req.target, req.backup_id)
-    chain = [m.backup_id for m in plan_chain(req.catalog, plan.backup.backup_id)]
+    plan = read_plan(targets, req.target, req.backup_id)
+    chain = [m.backup_id for m in plan_chain(targets.first.catalog, plan.backup.backup_id)]
     binlogs = [f"{m.server_uuid}/{m.name}" for m in plan.binlogs]
     # Retention keeps the chain and the binlogs while they are read (core/catalog/lease.py).
-    with ReadLease(req.catalog, "point-in-time restore", chain, binlogs) as lease:
+    with read_lease(req, "point-in-time restore", chain, binlogs, targets.first.catalog) as lease:
         lease.check()
-        return _recover(req, plan)
+        return recover(req, plan, targets=targets)
 
 
-def _recover(req: PitrRequest, plan: PitrPlan) -> PitrReport:
+def read_plan(targets: Targets, target: PitrTarget, backup_id: str | None) -> PitrPlan:
+    """The plan from the first target whose manifests reach `target` (it becomes the first)."""
+    return targets.read(
+        f"the point-in-time plan to {target.describe()}",
+        lambda catalog: make_plan(catalog, target, backup_id),
+        errors=(*READ_ERRORS, PitrError, BinlogError),
+    )
+
+
+def read_lease(
+    req: PitrRequest, purpose: str, backups: list[str], binlogs: list[str], catalog: Catalog | None = None
+) -> ReadLease:
+    """The read lease of a point-in-time restore: its backups and binlogs, both checked, on the
+    target they are read from (default: the request's catalog)."""
+    catalog = catalog or req.catalog
+    return ReadLease(
+        catalog,
+        purpose,
+        backups,
+        binlogs,
+        unleased_ok=req.without_read_lease,
+        binlog_manifest=partial(leased_manifest_key, catalog),
+    )
+
+
+# Puts the plan's backup into the (empty) target datadir, given a scratch directory; returns the
+# chain it holds and the timings of its steps. Default: the chain restore (_restore_chain).
+RestoreBase = Callable[[PitrRequest, PitrPlan, Path], tuple[list[str], dict[str, float]]]
+
+
+def _restore_chain(targets: Targets) -> RestoreBase:
+    """The chain restore from `targets` (the plan's target first, the others for damaged objects)."""
+
+    def put(req: PitrRequest, plan: PitrPlan, scratch: Path) -> tuple[list[str], dict[str, float]]:
+        restored = restore(
+            RestoreRequest(
+                catalog=targets.first.catalog,
+                target_datadir=req.target_datadir,
+                backup_id=plan.backup.backup_id,
+                private_key=req.private_key,
+                passphrase=req.passphrase,
+                binary=req.binary,
+                scratch_dir=scratch,
+                move_back=req.move_back,
+                max_free_memory_pct=req.max_free_memory_pct,
+                without_read_lease=req.without_read_lease,
+            ),
+            targets,
+        )
+        return restored.chain, restored.timings
+
+    return put
+
+
+def recover(
+    req: PitrRequest,
+    plan: PitrPlan,
+    restore_base: RestoreBase | None = None,
+    *,
+    alongside: bool = False,
+    targets: Targets | None = None,
+) -> PitrReport:
+    """Fetch the plan's binlogs, put its backup into the target (`restore_base`, default the chain
+    restore), replay to the target; under the read lease the caller holds. On failure the target
+    is emptied again. `targets`: where the plan was read, first (default: the request's).
+
+    The binlogs are fetched first, so a binlog that cannot be read fails before the chain is
+    fetched; `alongside` fetches them while a short base step runs (the standby's copy)."""
+    targets = targets or req.targets()
+    restore_base = restore_base or _restore_chain(targets)
     backup = plan.backup
     scratch = own_scratch(req.scratch_dir, req.target_datadir, "pitr", backup.backup_id)
     report = PitrReport(
@@ -123,27 +209,19 @@ def _recover(req: PitrRequest, plan: PitrPlan) -> PitrReport:
         str(req.target_datadir),
         [m.name for m in plan.binlogs],
         f"{backup.binlog_file}:{backup.binlog_position}",
+        source=targets.first.name,
+        fallbacks=targets.notes,
     )
     existed = req.target_datadir.exists()
     try:
-        t0 = time.monotonic()
-        files = fetch_binlogs(req, plan.binlogs, scratch / "binlogs")
-        report.timings["fetch_binlogs"] = time.monotonic() - t0
-        restored = restore(
-            RestoreRequest(
-                catalog=req.catalog,
-                target_datadir=req.target_datadir,
-                backup_id=backup.backup_id,
-                private_key=req.private_key,
-                passphrase=req.passphrase,
-                binary=req.binary,
-                scratch_dir=scratch / "restore",
-                move_back=req.move_back,
-                max_free_memory_pct=req.max_free_memory_pct,
-            )
-        )
-        report.chain = restored.chain
-        report.timings.update(restored.timings)
+        if alongside:
+            files = _base_and_binlogs(req, plan, restore_base, scratch, report, targets)
+        else:
+            t0 = time.monotonic()
+            files = fetch_binlogs(req, plan.binlogs, scratch / "binlogs", targets)
+            report.timings["fetch_binlogs"] = time.monotonic() - t0
+            report.chain, timings = restore_base(req, plan, scratch / "restore")
+            report.timings.update(timings)
         t0 = time.monotonic()
         if where_replay_stops(plan, files, report):
             stop = replay_binlogs(
@@ -180,6 +258,35 @@ def _recover(req: PitrRequest, plan: PitrPlan) -> PitrReport:
     return report
 
 
+def _base_and_binlogs(
+    req: PitrRequest,
+    plan: PitrPlan,
+    restore_base: RestoreBase,
+    scratch: Path,
+    report: PitrReport,
+    targets: Targets,
+) -> list[Path]:
+    """The base step in this thread while the binlogs are fetched in another; the first failure
+    is raised once both have stopped."""
+
+    def fetch() -> list[Path]:
+        t0 = time.monotonic()
+        try:
+            return fetch_binlogs(req, plan.binlogs, scratch / "binlogs", targets)
+        finally:
+            report.timings["fetch_binlogs (alongside)"] = time.monotonic() - t0
+
+    with ThreadPoolExecutor(1, thread_name_prefix="fetch-binlogs") as pool:
+        fetching = pool.submit(fetch)
+        try:
+            report.chain, timings = restore_base(req, plan, scratch / "restore")
+        except BaseException:
+            wait([fetching])  # the scratch it writes is removed by the caller
+            raise
+        report.timings.update(timings)
+        return fetching.result()
+
+
 def where_replay_stops(plan: PitrPlan, files: list[Path], report: PitrReport) -> bool:
     """Where the replay will stop, computed from the binlogs themselves (for the report);
     False when the backup is already there (the tool refuses a GTID range that is empty)."""
@@ -201,8 +308,13 @@ def where_replay_stops(plan: PitrPlan, files: list[Path], report: PitrReport) ->
     return bool(end.last_gtid) or (end.file, end.position) > start
 
 
-def fetch_binlogs(req: PitrRequest, binlogs: list[BinlogManifest], dest: Path) -> list[Path]:
-    """Download, check, decrypt and decompress each binlog (all its segments) into `dest`."""
+def fetch_binlogs(
+    req: PitrRequest, binlogs: list[BinlogManifest], dest: Path, targets: Targets | None = None
+) -> list[Path]:
+    """Download, check, decrypt and decompress each binlog (all its segments) into `dest`, each
+    segment from the first target that holds it intact (`binlogs` were read from the first)."""
+    targets = targets or req.targets()
+    origin = targets.first
     dest.mkdir(parents=True, mode=0o700)
     files = []
     with GpgHome() as gpg:
@@ -213,7 +325,15 @@ def fetch_binlogs(req: PitrRequest, binlogs: list[BinlogManifest], dest: Path) -
             # Decrypted, a binlog may hold `CREATE USER ... IDENTIFIED BY` in clear: owner only.
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
             for seg in m.segments:
-                _fetch_segment(req.catalog, seg.object, path, gpg)
+
+                def fetch(source: Source, obj: StoredObject, path: Path = path) -> None:
+                    _fetch_segment(source.catalog, obj, path, gpg)
+
+                def clear(path: Path = path, offset: int = seg.offset) -> None:
+                    os.truncate(path, offset)  # what a failed fetch appended
+
+                locate = segment_on(origin, m, seg)
+                fetch_with_fallback(targets, f"binlog {m.name}", locate, fetch, clear)
                 if sha256_range(path, seg.offset, seg.raw_size) != seg.raw_sha256:
                     raise PitrError(
                         f"{seg.object.key}: decrypted bytes do not match the manifest's raw sha256"
@@ -222,6 +342,28 @@ def fetch_binlogs(req: PitrRequest, binlogs: list[BinlogManifest], dest: Path) -
                 raise PitrError(f"{m.name}: fetched {path.stat().st_size} bytes, the manifest says {m.size}")
             files.append(path)
     return files
+
+
+def segment_on(
+    origin: Source, m: BinlogManifest, seg: BinlogSegment
+) -> Callable[[Source], Located[StoredObject]]:
+    """`locate` for one segment of binlog `m` (read from `origin`): the same object (sha256 and
+    size) in each target's own manifest of that binlog."""
+
+    def locate(source: Source) -> Located[StoredObject]:
+        if source is origin:
+            return Located(seg.object, seg.object)
+        try:
+            there = BinlogCatalog(source.catalog, m.server_uuid).read(m.name, partial=not m.complete)
+        except BinlogError as exc:
+            raise NotHere(str(exc)) from exc
+        for other in there.segments:
+            same = (other.object.sha256, other.object.size) == (seg.object.sha256, seg.object.size)
+            if other.offset == seg.offset and same:
+                return Located(other.object, other.object)
+        raise NotHere(f"its {m.name} holds another object at offset {seg.offset} (sha256 differs)")
+
+    return locate
 
 
 def _fetch_segment(catalog: Catalog, obj: StoredObject, path: Path, gpg: GpgHome) -> None:
@@ -240,9 +382,7 @@ def _fetch_segment(catalog: Catalog, obj: StoredObject, path: Path, gpg: GpgHome
     except ChecksumMismatch:
         raise
     except PipelineError as exc:
-        raise PipelineError(
-            f"binlog {path.name}: {obj.key}: {exc}; {sha256_verdict(catalog.store, obj)}"
-        ) from exc
+        raise stream_failure(f"binlog {path.name}", exc, catalog.store, obj) from exc
     finally:
         if fd is not None:
             os.close(fd)

@@ -43,12 +43,13 @@ from pathlib import Path
 from typing import Any
 
 from ..catalog.backups import Catalog
+from ..catalog.targets import Source, Targets
 from ..common.tempdirs import private_dir
 from ..db.sandbox import SANDBOX_REDO_BYTES, SandboxServer, stop_orphans
 from ..db.server import MySQLTarget, connect
-from ..restore.chain import RestoreRequest, plan_chain, restore
-from .plan import PitrTarget, make_plan
-from .recover import PitrRequest, point_in_time_restore
+from ..restore.chain import RestoreRequest, plan_chain, read_chain, restore
+from .plan import PitrTarget
+from .recover import PitrRequest, point_in_time_restore, read_plan
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,8 @@ class TableRestoreRequest:
     replay: str = "applier"
     replay_threads: int = 4
     max_free_memory_pct: int = 50
+    source_name: str = "primary"  # the name of `catalog`'s storage target
+    fallbacks: list[Source] = field(default_factory=list)  # further targets (core/catalog/targets.py)
 
 
 @dataclass
@@ -117,6 +120,7 @@ class TableRestoreReport:
     live: str
     tables: list[RestoredTable] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    fallbacks: list[str] = field(default_factory=list)  # what came from another storage target, and why
 
 
 @dataclass
@@ -134,11 +138,13 @@ def restore_tables(req: TableRestoreRequest) -> TableRestoreReport:
     pairs = _pairs(req)
     live = _check_live(req.live, pairs)
     report = TableRestoreReport("", "", "", req.live.address)
+    targets = Targets.of(req.catalog, req.source_name, req.fallbacks)
+    report.fallbacks = targets.notes
     work = private_dir("tables", req.scratch_dir, on_sweep=stop_orphans)
     try:
-        need, free = _check_room(req, work)
+        need, free = _check_room(req, work, targets)
         try:
-            exports = _restore_and_export(req, work, pairs, live.page_size, report)
+            exports = _restore_and_export(req, work, pairs, live.page_size, report, targets)
         except Exception as exc:
             if not _out_of_disk(exc):
                 raise
@@ -175,16 +181,16 @@ def _size(n: int) -> str:
     return f"{n / 2**20:.0f} MiB" if n < 2**30 else f"{n / 2**30:.1f} GiB"
 
 
-def _check_room(req: TableRestoreRequest, work: Path) -> tuple[int, int]:
+def _check_room(req: TableRestoreRequest, work: Path, targets: Targets) -> tuple[int, int]:
     """Refuse before restoring when the sandbox's filesystem cannot even hold the chain and binlogs
     (their uncompressed sizes: a floor; the replay server's redo log and the prepare need more, and
     running out later is named too). Returns that floor and the free bytes."""
     if req.target is not None:
-        plan = make_plan(req.catalog, req.target, req.backup_id)
-        chain = plan_chain(req.catalog, plan.backup.backup_id)
+        plan = read_plan(targets, req.target, req.backup_id)
+        chain = plan_chain(targets.first.catalog, plan.backup.backup_id)
         need = sum(m.raw_bytes for m in chain) + sum(b.size for b in plan.binlogs)
     else:
-        need = sum(m.raw_bytes for m in plan_chain(req.catalog, req.backup_id))
+        need = sum(m.raw_bytes for m in read_chain(targets, req.backup_id))
     free = shutil.disk_usage(work).free
     if free < need:
         raise TableRestoreError(
@@ -200,12 +206,13 @@ def _restore_and_export(
     pairs: list[tuple[TableName, TableName]],
     page_size: int,
     report: TableRestoreReport,
+    targets: Targets,
 ) -> list[_Export]:
     """Steps 2 and 3 (the sandbox only): restore into `work`, export the tables' files."""
     t0 = time.monotonic()
     datadir = work / "data"
     common: dict[str, Any] = {
-        "catalog": req.catalog,
+        "catalog": targets.first.catalog,
         "target_datadir": datadir,
         "backup_id": req.backup_id,
         "private_key": req.private_key,
@@ -221,7 +228,8 @@ def _restore_and_export(
                 replay=req.replay,
                 replay_threads=req.replay_threads,
                 **common,
-            )
+            ),
+            targets,
         )
         report.backup_id, report.target, report.reached_gtid = (
             pitr.backup_id,
@@ -229,7 +237,7 @@ def _restore_and_export(
             pitr.reached_gtid,
         )
     else:
-        restored = restore(RestoreRequest(**common))
+        restored = restore(RestoreRequest(**common), targets)
         report.backup_id, report.target = restored.backup_id, f"backup {restored.backup_id}"
         report.reached_gtid = restored.gtid or ""
     report.timings["restore"] = time.monotonic() - t0

@@ -15,6 +15,7 @@ from ..backup.copies import CopyState, copy_state
 from ..binlog.catalog import BinlogCatalog, BinlogError, server_uuids
 from ..catalog.backups import Catalog
 from ..catalog.manifest import Manifest
+from ..catalog.origin import ORIGIN_KEY, airflow_origin
 from ..catalog.reports import REPORT_NAME, read_report
 from ..config.schema import FleetConfig
 from ..config.wiring import make_store
@@ -40,6 +41,10 @@ class BackupRow:
     chain_length: int  # incrementals since the chain's full: 0 for a full
     storage_class: str
     blocked: dict[str, float] = field(default_factory=dict)  # what production could not do, seconds
+    chain_root: str = ""
+    # The Airflow task that took it (manifest.extra["airflow"]: dag_id, run_id, task_id, map_index,
+    # try_number); empty for a backup taken with the CLI.
+    origin: dict[str, Any] = field(default_factory=dict)
 
     @property
     def seconds(self) -> float:
@@ -58,6 +63,9 @@ class RestoreTestRow:
     reasons: list[str]
     # The checks that failed (reports written before checks were named have none).
     failed_checks: list[str] = field(default_factory=list)
+    # Every check the level ran: {"name", "status", "note"} (reasons are in `reasons`).
+    results: list[dict[str, str]] = field(default_factory=list)
+    origin: dict[str, Any] = field(default_factory=dict)  # the Airflow task that ran it, as BackupRow's
 
     @property
     def passed(self) -> bool:
@@ -169,6 +177,8 @@ def backup_rows(manifests: Sequence[Manifest], problems: list[str]) -> list[Back
                 chain_length=length,
                 storage_class=obj.storage_class,
                 blocked={str(k): v for k, v in m.impact.blocked_seconds.items()} if m.impact else {},
+                chain_root=m.chain_root,
+                origin=airflow_origin(m.extra.get(ORIGIN_KEY)),
             )
         )
     return rows
@@ -216,9 +226,15 @@ def _restore_row(catalog: Catalog, backup_id: str) -> RestoreTestRow | str | Non
             total_seconds=(finished - started).total_seconds() if started and finished else None,
             reasons=[str(r) for r in data.get("reasons") or []],
             failed_checks=[str(c) for c in data.get("failed_checks") or []],
+            results=[_check_result(r) for r in data.get("results") or []],
+            origin=airflow_origin(data.get(ORIGIN_KEY)),
         )
     except (TypeError, ValueError, AttributeError) as exc:
         return f"not a restore report: {exc}"
+
+
+def _check_result(item: Any) -> dict[str, str]:
+    return {k: str(dict(item).get(k) or "") for k in ("name", "status", "note")}
 
 
 def _time(text: Any) -> datetime | None:

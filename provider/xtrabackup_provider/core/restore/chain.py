@@ -10,30 +10,34 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from ..catalog.backups import Catalog
 from ..catalog.lease import ReadLease
 from ..catalog.manifest import Manifest, StoredObject, read_stored
+from ..catalog.targets import Targets
 from ..common import children
 from ..common.progress import ProgressLogger
 from ..common.tempdirs import private_dir
 from ..engine.argv import PrepareStep, copy_back_argv, extract_argv
 from ..engine.metadata import CHECKPOINT_FILES, find_metadata
 from ..engine.tools import ToolVersion, detect_tool
-from ..pipeline.from_store import stream_from_store
+from ..pipeline.from_store import Cancelled, cancellable, stream_from_store
 from ..pipeline.gpg import GpgError, GpgHome, passphrase_pipe
 from ..pipeline.process import ChecksumMismatch, PipelineError
 from ..storage.base import ARCHIVE_CLASSES
 from . import prepare
 from .option_files import restore_option_files
-from .sources import Source, clear_dir, fetch_from_sources, resolve_chain
-from .verify import sha256_verdict
+from .sources import Source, backup_on, clear_dir, fetch_with_fallback
+from .verify import stream_failure
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class RestoreError(RuntimeError):
@@ -56,10 +60,11 @@ class RestoreRequest:
     keep_scratch: bool = False
     progress_seconds: float = 10.0  # fetch progress (bytes, rate, ETA) is logged at most this often
     source_name: str = "primary"  # the name of `catalog`'s storage target
-    fallbacks: list[Source] = field(default_factory=list)  # further targets, for missing/damaged objects
+    fallbacks: list[Source] = field(default_factory=list)  # further targets (core/catalog/targets.py)
     option_files: bool = (
         True  # write the saved option files next to the target (core/restore/option_files.py)
     )
+    without_read_lease: bool = False  # go on when the read lease cannot be written (core/catalog/lease.py)
 
 
 @dataclass
@@ -99,6 +104,13 @@ def plan_chain(catalog: Catalog, backup_id: str | None) -> list[Manifest]:
     return catalog.chain(backup_id) if backup_id else catalog.latest_chain()
 
 
+def read_chain(targets: Targets, backup_id: str | None) -> list[Manifest]:
+    """The validated chain, from the first target whose manifests resolve it (it becomes the
+    first target: the objects are fetched from there first)."""
+    what = f"the chain of {backup_id or 'the newest backup'}"
+    return targets.read(what, lambda catalog: plan_chain(catalog, backup_id))
+
+
 def check_target(target: Path) -> None:
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise RestoreError(
@@ -106,22 +118,27 @@ def check_target(target: Path) -> None:
         )
 
 
-def restore(req: RestoreRequest) -> RestoreReport:
-    notes: list[str] = []
-    sources = [Source(req.source_name, req.catalog), *req.fallbacks]
-    chain, sources = resolve_chain(sources, req.backup_id, notes)
+def request_targets(req: RestoreRequest) -> Targets:
+    return Targets.of(req.catalog, req.source_name, req.fallbacks)
+
+
+def restore(req: RestoreRequest, targets: Targets | None = None) -> RestoreReport:
+    """Restore the chain `req` names; `targets` (default: the request's catalog and fallbacks)
+    when the caller reads from them too (PITR: its notes and the targets found down are shared)."""
+    targets = targets or request_targets(req)
+    chain = read_chain(targets, req.backup_id)
     check_target(req.target_datadir)
     # Retention keeps what a running restore reads (core/catalog/lease.py): on the target the
     # chain comes from (a further target an object falls back to is read without a lease).
-    with ReadLease(sources[0].catalog, "restore", [m.backup_id for m in chain]) as lease:
+    ids = [m.backup_id for m in chain]
+    with ReadLease(targets.first.catalog, "restore", ids, unleased_ok=req.without_read_lease) as lease:
         lease.check()
-        return _restore(req, chain, sources, notes)
+        return _restore(req, chain, targets)
 
 
-def _restore(
-    req: RestoreRequest, chain: list[Manifest], sources: list[Source], notes: list[str]
-) -> RestoreReport:
-    _check_not_archived(sources[0].catalog, chain, others=len(sources) > 1)
+def _restore(req: RestoreRequest, chain: list[Manifest], targets: Targets) -> RestoreReport:
+    origin = targets.first
+    _check_not_archived(origin.catalog, chain, others=targets.many)
     tool = _prepare_tool(chain, req.binary)
     last = chain[-1]
     report = RestoreReport(
@@ -131,8 +148,8 @@ def _restore(
         binlog_file=last.binlog_file,
         binlog_position=last.binlog_position,
         gtid=last.gtid,
-        source=sources[0].name,
-        fallbacks=notes,
+        source=origin.name,
+        fallbacks=targets.notes,
     )
     scratch = own_scratch(req.scratch_dir, req.target_datadir, "restore", last.backup_id)
     # An applied incremental directory is consumed: it is removed in this thread while the next
@@ -140,7 +157,7 @@ def _restore(
     discarder = ThreadPoolExecutor(1, thread_name_prefix="discard")
     try:
         t0 = time.monotonic()
-        dirs = fetch_chain(req, chain, tool, scratch, report, sources)
+        dirs = fetch_chain(req, chain, tool, scratch, report, targets)
         report.timings["fetch_extract"] = time.monotonic() - t0
         t0 = time.monotonic()
         tuning = prepare.tuning_for(
@@ -169,7 +186,7 @@ def _restore(
         report.timings["scratch_cleanup"] = time.monotonic() - t0
     if req.option_files and last.option_files:
         report.option_files = restore_option_files(
-            sources[0].catalog, last, req.target_datadir, req.private_key, req.passphrase
+            origin.catalog, last, req.target_datadir, req.private_key, req.passphrase
         )
     log.info("restored %s (chain %s) into %s", last.backup_id, " -> ".join(report.chain), req.target_datadir)
     return report
@@ -236,9 +253,10 @@ def fetch_chain(
     tool: ToolVersion,
     scratch: Path,
     report: RestoreReport,
-    sources: list[Source] | None = None,
+    targets: Targets,
 ) -> list[Path]:
-    """Download, verify, decrypt, decompress and extract every backup of the chain, in parallel."""
+    """Download, verify, decrypt, decompress and extract every backup of the chain, in parallel,
+    each from the first target that holds it intact (the chain's own target first)."""
     dirs = [scratch / m.backup_id for m in chain]
     for d in dirs:
         d.mkdir()
@@ -251,22 +269,36 @@ def fetch_chain(
                 )
             _import_private(gpg, req, chain)
         workers = max(1, min(req.parallel_downloads or default_parallel_downloads(), len(chain)))
+        origin = targets.first
+        failed = threading.Event()  # a backup that failed on every target stops the others
+
+        def fetch(m: Manifest, d: Path) -> tuple[int, int]:
+            def one(source: Source, here: Manifest) -> tuple[int, int]:
+                return fetch_one(source.catalog, here, tool, d, gpg, req.progress_seconds, cancel=failed)
+
+            try:
+                locate = backup_on(origin, m)
+                return fetch_with_fallback(targets, f"backup {m.backup_id}", locate, one, clear_dir(d))
+            except BaseException:
+                failed.set()
+                raise
+
         with ThreadPoolExecutor(workers, thread_name_prefix="fetch") as pool:
-            sources = sources or [Source(req.source_name, req.catalog)]
-
-            def fetch(m: Manifest, d: Path) -> tuple[int, int]:
-                def one(catalog: Catalog, here: Manifest) -> tuple[int, int]:
-                    return fetch_one(catalog, here, tool, d, gpg, req.progress_seconds)
-
-                return fetch_from_sources(sources, m, one, clear_dir(d), report.fallbacks)
-
             futures = [pool.submit(fetch, m, d) for m, d in zip(chain, dirs, strict=True)]
-            for m, fut in zip(chain, futures, strict=True):
-                stored, raw = fut.result()
-                report.stored_bytes += stored
-                report.raw_bytes += max(raw, 0)  # -1: zstd did not report the size
-                log.info("fetched %s: %d stored bytes, %d extracted", m.backup_id, stored, raw)
+        for m, (stored, raw) in zip(chain, first_failure(futures), strict=True):
+            report.stored_bytes += stored
+            report.raw_bytes += max(raw, 0)  # -1: zstd did not report the size
+            log.info("fetched %s: %d stored bytes, %d extracted", m.backup_id, stored, raw)
     return dirs
+
+
+def first_failure(futures: list[Future[T]]) -> list[T]:
+    """The results of `futures` (all done), or the first failure that is not a stream cancelled
+    because of it."""
+    errors = [e for f in futures if (e := f.exception()) is not None]
+    if errors:
+        raise next((e for e in errors if not isinstance(e, Cancelled)), errors[0])
+    return [f.result() for f in futures]
 
 
 def _import_private(gpg: GpgHome, req: RestoreRequest, chain: list[Manifest]) -> None:
@@ -295,30 +327,37 @@ def fetch_one(
     dest: Path,
     gpg: GpgHome,
     progress_seconds: float = 10.0,
+    cancel: threading.Event | None = None,
 ) -> tuple[int, int]:
     """Stream one backup into `dest` (sha256 check, gpg, zstd, the extractor): its one object, or
-    its K data parts at once (one per core) and then its tail. Returns (stored, raw) bytes."""
+    its K data parts at once (one per core) and then its tail. Returns (stored, raw) bytes.
+    A part that fails stops the other parts; `cancel` (set by the caller) stops them all."""
     streams = m.streams
     if len(streams) == 1:
-        stored, raw = _fetch_stream(catalog, m, streams[0], tool, dest, gpg, progress_seconds)
+        stored, raw = _fetch_stream(catalog, m, streams[0], tool, dest, gpg, progress_seconds, (cancel,))
     else:
         data, tail = streams[:-1], streams[-1]
         workers = min(len(data), default_parallel_downloads())
+        failed = threading.Event()
+
+        def part(obj: StoredObject) -> tuple[int, int]:
+            try:
+                return _fetch_stream(catalog, m, obj, tool, dest, gpg, progress_seconds, (cancel, failed))
+            except BaseException:
+                failed.set()
+                raise
+
         with ThreadPoolExecutor(workers, thread_name_prefix=f"fetch-{m.backup_id}") as pool:
-            futures = [
-                pool.submit(_fetch_stream, catalog, m, obj, tool, dest, gpg, progress_seconds) for obj in data
-            ]
-            done = [f.result() for f in futures]  # the first failure, once every part has stopped
+            futures = [pool.submit(part, obj) for obj in data]
+        done = first_failure(futures)  # once every part has stopped
         # The tail renames and removes what the parts extracted: only after all of them.
-        done.append(_fetch_stream(catalog, m, tail, tool, dest, gpg, progress_seconds))
+        done.append(_fetch_stream(catalog, m, tail, tool, dest, gpg, progress_seconds, (cancel,)))
         stored = sum(s for s, _ in done)
         raw = -1 if any(r < 0 for _, r in done) else sum(r for _, r in done)
         try:
             _require_checkpoints(tool, dest)  # part 0 holds the tool's metadata files
         except PipelineError as exc:
-            raise PipelineError(
-                f"backup {m.backup_id}: {data[0].key}: {exc}; {sha256_verdict(catalog.store, data[0])}"
-            ) from exc
+            raise stream_failure(f"backup {m.backup_id}", exc, catalog.store, data[0]) from exc
     return stored, raw
 
 
@@ -338,13 +377,14 @@ def _fetch_stream(
     dest: Path,
     gpg: GpgHome,
     progress_seconds: float,
+    cancel: tuple[threading.Event | None, ...] = (),
 ) -> tuple[int, int]:
     what = m.backup_id if obj.role is None else f"{m.backup_id} ({obj.key.rsplit('/', 1)[-1]})"
     progress = ProgressLogger(log, f"fetch of {what}", obj.size, progress_seconds, "the manifest's size")
     fd = passphrase_pipe(gpg.passphrase) if obj.encryption == "gpg" and gpg.passphrase is not None else None
     try:
         result = stream_from_store(
-            read_stored(catalog.store, obj),
+            cancellable(read_stored(catalog.store, obj), *cancel),
             extract_argv(tool, str(dest)),
             decrypt_argv=gpg.decrypt_argv(fd) if obj.encryption == "gpg" else None,
             pass_fds=(fd,) if fd is not None else (),
@@ -356,13 +396,14 @@ def _fetch_stream(
         )
         if obj.role is None:
             _require_checkpoints(tool, dest)
-    except ChecksumMismatch:
+    except (ChecksumMismatch, Cancelled):
         raise
     except PipelineError as exc:
-        # Whichever stage noticed first, say which object and whether it is what the backup stored.
-        raise PipelineError(
-            f"backup {m.backup_id}: {obj.key}: {exc}; {sha256_verdict(catalog.store, obj)}"
-        ) from exc
+        if any(e is not None and e.is_set() for e in cancel):  # a sibling's failure stopped this one
+            raise Cancelled(f"backup {m.backup_id}: {obj.key}: stopped, another stream failed") from exc
+        # Whichever stage noticed first, say which object and whether it is what the backup stored
+        # (a StoredObjectDamaged when it is not: core/restore/sources.py then tries another target).
+        raise stream_failure(f"backup {m.backup_id}", exc, catalog.store, obj) from exc
     finally:
         if fd is not None:
             os.close(fd)

@@ -30,10 +30,11 @@ from ..binlog.replication import (
 )
 from ..catalog.backups import Catalog
 from ..catalog.manifest import Manifest
+from ..catalog.targets import Source, Targets
 from ..common import children
 from ..db.checksum import ChecksumOptions, ChecksumRun, run_checksum
 from ..db.server import MySQLTarget, ServerError, connect, server_facts
-from .chain import RestoreRequest, check_target, plan_chain, restore
+from .chain import RestoreRequest, check_target, read_chain, restore
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,8 @@ class ProvisionRequest:
     catch_up_timeout: float = 4 * 3600
     poll_seconds: float = 5
     checksum: ChecksumOptions | None = None  # gate on pt-table-checksum; replica_dsns says how pt reaches it
+    source_name: str = "primary"  # the name of `catalog`'s storage target
+    fallbacks: list[Source] = field(default_factory=list)  # further targets (core/catalog/targets.py)
 
 
 @dataclass
@@ -78,6 +81,7 @@ class ProvisionReport:
     caught_up: CatchUp | None = None
     checksum: dict[str, Any] | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    fallbacks: list[str] = field(default_factory=list)  # what came from another storage target, and why
 
     def summary(self) -> dict[str, Any]:
         """Small JSON-able facts for XCom and the CLI."""
@@ -93,12 +97,14 @@ class ProvisionReport:
             "lag_seconds": self.caught_up.lag if self.caught_up else None,
             "checksum": self.checksum,
             "timings": {k: round(v, 2) for k, v in self.timings.items()},
+            "fallbacks": self.fallbacks,
         }
 
 
 def provision_replica(req: ProvisionRequest) -> ProvisionReport:
     check_target(req.target_datadir)
-    chain = plan_chain(req.catalog, req.backup_id)
+    targets = Targets.of(req.catalog, req.source_name, req.fallbacks)
+    chain = read_chain(targets, req.backup_id)
     backup = chain[-1]
     _refuse_flavour(backup)
     gtid = backup.gtid or ""
@@ -111,9 +117,10 @@ def provision_replica(req: ProvisionRequest) -> ProvisionReport:
     report = ProvisionReport(
         backup.backup_id, [m.backup_id for m in chain], str(req.target_datadir), gtid, req.source.describe()
     )
+    report.fallbacks = targets.notes
     restored = restore(
         RestoreRequest(
-            catalog=req.catalog,
+            catalog=targets.first.catalog,
             target_datadir=req.target_datadir,
             backup_id=backup.backup_id,
             private_key=req.private_key,
@@ -121,7 +128,8 @@ def provision_replica(req: ProvisionRequest) -> ProvisionReport:
             binary=req.binary,
             scratch_dir=req.scratch_dir,
             max_free_memory_pct=req.max_free_memory_pct,
-        )
+        ),
+        targets,
     )
     report.timings.update({k: v for k, v in restored.timings.items() if k != "scratch_cleanup"})
     if req.owner:

@@ -33,11 +33,12 @@ from typing import Any, Literal, Protocol
 from ..catalog.backups import Catalog
 from ..catalog.manifest import Manifest
 from ..catalog.reports import REPORT_NAME
+from ..catalog.targets import Source, Targets
 from ..db.heartbeat import SOURCE_HEARTBEAT_TABLE
 from ..db.sandbox import SandboxServer, quote_ident
 from ..db.shape import SYSTEM_SCHEMAS
 from ..engine.metadata import read_binlog_position
-from .chain import RestoreRequest, plan_chain, restore
+from .chain import RestoreRequest, read_chain, restore
 from .evidence import CheckResult, innochecksum_check, innodb_position_problems, shape_check
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,9 @@ class RestoreTestRequest:
     roll_forward: RollForward | None = None  # levels full and deep
     deep: DeepCompare | None = None  # level deep
     innochecksum: str = "innochecksum"
+    origin: dict[str, Any] = field(default_factory=dict)  # the Airflow task running it (catalog/origin.py)
+    source_name: str = "primary"  # the name of `catalog`'s storage target
+    fallbacks: list[Source] = field(default_factory=list)  # further targets (core/catalog/targets.py)
 
 
 @dataclass
@@ -92,6 +96,9 @@ class RestoreTestReport:
     finished_at: str = ""
     failed_checks: list[str] = field(default_factory=list)  # names of the checks that failed
     results: list[dict[str, Any]] = field(default_factory=list)  # every check: name, status, reasons, note
+    airflow: dict[str, Any] = field(default_factory=dict)  # the task that ran it (catalog/origin.py)
+    source: str = ""  # the storage target the chain was read from (the report is written there)
+    fallbacks: list[str] = field(default_factory=list)  # what came from another target, and why
 
     @property
     def passed(self) -> bool:
@@ -109,7 +116,8 @@ class RestoreTestReport:
 
 
 def run_restore_test(req: RestoreTestRequest) -> RestoreTestReport:
-    chain = plan_chain(req.catalog, req.backup_id)
+    targets = Targets.of(req.catalog, req.source_name, req.fallbacks)
+    chain = read_chain(targets, req.backup_id)
     manifest = chain[-1]
     report = RestoreTestReport(
         req.catalog.cluster,
@@ -119,11 +127,14 @@ def run_restore_test(req: RestoreTestRequest) -> RestoreTestReport:
         "fail",
         req.level,
         started_at=datetime.now(UTC).isoformat(),
+        airflow=dict(req.origin),
+        source=targets.first.name,
+        fallbacks=targets.notes,
     )
     datadir = req.workdir / "data"
     results: list[CheckResult] = []
     try:
-        _run_checks(req, manifest, datadir, report, results)
+        _run_checks(req, manifest, datadir, report, results, targets)
     finally:
         shutil.rmtree(req.workdir, ignore_errors=True)
         report.finished_at = datetime.now(UTC).isoformat()
@@ -131,9 +142,10 @@ def run_restore_test(req: RestoreTestRequest) -> RestoreTestReport:
     report.failed_checks = [r.name for r in results if r.failed]
     report.reasons = [reason for r in results for reason in r.reasons]
     report.verdict = "fail" if report.failed_checks else "pass"
-    if req.write_report:
-        key = req.catalog.object_key(manifest.backup_id, REPORT_NAME)
-        req.catalog.store.put_bytes(key, json.dumps(asdict(report), indent=2).encode())
+    if req.write_report:  # beside the chain it tested, on the target it was read from
+        catalog = targets.first.catalog
+        key = catalog.object_key(manifest.backup_id, REPORT_NAME)
+        catalog.store.put_bytes(key, json.dumps(asdict(report), indent=2).encode())
     for r in results:
         log.info("  %-16s %-7s %s", r.name, r.status.upper(), "; ".join(r.reasons) or r.note)
     (log.info if report.passed else log.error)("%s", report.headline())
@@ -146,6 +158,7 @@ def _run_checks(
     datadir: Path,
     report: RestoreTestReport,
     results: list[CheckResult],
+    targets: Targets,
 ) -> None:
     """Restore, then each check of the level in turn; a step that raises is the failed check."""
     stage = "restore"
@@ -154,14 +167,15 @@ def _run_checks(
         _refuse_flavour(manifest)
         restored = restore(
             RestoreRequest(
-                catalog=req.catalog,
+                catalog=targets.first.catalog,
                 target_datadir=datadir,
                 backup_id=manifest.backup_id,
                 private_key=req.private_key,
                 passphrase=req.passphrase,
                 binary=req.binary,
                 scratch_dir=req.workdir / "scratch",
-            )
+            ),
+            targets,
         )
         report.timings.update(restored.timings)
         stage = "innochecksum"

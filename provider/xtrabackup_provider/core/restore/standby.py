@@ -10,6 +10,9 @@ base/ (a fetch, a prepare, a move) records itself in the state first (`step`) an
 done and recorded: a standby found with a step still recorded was interrupted in the middle
 (killed, power cut) and its base/ is in an unknown state, so it is rebuilt. An update also holds
 a read lease on the chain (core/catalog/lease.py), so retention does not delete what it reads.
+One run at a time holds the directory (core/restore/standby_lock.py: an update, a refresh, a
+restore from it); a second waits a bounded time, then is refused by name. A rebuild empties the
+directory around its lock file; it never removes the directory.
 
 - MariaBackup 10.5+: the base is fully prepared and each new incremental is merged into it;
   a restore from the standby is a copy-back.
@@ -34,12 +37,14 @@ import json
 import logging
 import os
 import shutil
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..catalog.backups import Catalog
 from ..catalog.lease import ReadLease
 from ..catalog.manifest import Manifest
+from ..common.crashpoints import crash_point
 from ..common.files import fsync_dir
 from ..engine.argv import PrepareStep
 from ..engine.metadata import read_binlog_position
@@ -47,6 +52,7 @@ from ..engine.tools import ToolVersion, detect_tool
 from ..pipeline.gpg import GpgHome
 from . import prepare
 from .chain import RestoreError, check_target, copy_back, fetch_one, import_private_for
+from .standby_lock import DEFAULT_WAIT_SECONDS, LOCK_FILE, standby_lock
 
 log = logging.getLogger(__name__)
 
@@ -102,11 +108,7 @@ def _rebuild_reason(directory: Path, state: StandbyState | None, root: str) -> s
     """Why the standby in `directory` must be rebuilt (None: it can continue); RestoreError for a
     directory the standby did not create."""
     if state is None:
-        if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
-            raise RestoreError(
-                f"standby directory {directory} is not empty and holds no {STATE}: the standby never deletes "
-                "a directory it did not create; empty it or choose another standby_dir"
-            )
+        _refuse_foreign(directory)
         return "no standby yet"
     if state.step:
         return f"an update was interrupted during '{state.step}'"
@@ -117,6 +119,32 @@ def _rebuild_reason(directory: Path, state: StandbyState | None, root: str) -> s
     if state.finalized:
         return "the standby was finalized for a restore"
     return None
+
+
+def _refuse_foreign(directory: Path) -> None:
+    """A directory that is not empty and holds no standby.json is not ours: refused, untouched."""
+    if (directory / STATE).is_file():
+        return
+    ours = {STATE, STATE + ".tmp", LOCK_FILE}
+    if directory.exists() and (
+        not directory.is_dir() or any(p.name not in ours for p in directory.iterdir())
+    ):
+        raise RestoreError(
+            f"standby directory {directory} is not empty and holds no {STATE}: the standby never deletes "
+            "a directory it did not create; empty it or choose another standby_dir"
+        )
+
+
+def _empty_but_lock(directory: Path) -> None:
+    """Empty the standby for a rebuild; the directory and its lock file stay (see standby_lock.py)."""
+    for entry in directory.iterdir():
+        if entry.name == LOCK_FILE:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    fsync_dir(directory)
 
 
 @dataclass
@@ -136,10 +164,32 @@ def update_standby(
     passphrase: str | None = None,
     binary: str | None = None,
     use_memory: int | None = None,
+    lock_wait: float = DEFAULT_WAIT_SECONDS,
+    without_read_lease: bool = False,
 ) -> StandbyUpdate:
-    """Bring the standby in `directory` up to the newest backup of the host's latest chain."""
-    chain = catalog.latest_chain()
-    with ReadLease(catalog, "standby update", [m.backup_id for m in chain]) as lease:
+    """Bring the standby in `directory` up to the newest backup of the host's latest chain, holding
+    the directory's lock (StandbyBusy after `lock_wait` seconds if another run holds it)."""
+    _refuse_foreign(directory)  # before the lock file is created in somebody's directory
+    directory.mkdir(parents=True, exist_ok=True)
+    with standby_lock(directory, "standby update", lock_wait):
+        return _update_locked(
+            catalog, directory, private_key, passphrase, binary, use_memory, without_read_lease
+        )
+
+
+def _update_locked(
+    catalog: Catalog,
+    directory: Path,
+    private_key: str | None,
+    passphrase: str | None,
+    binary: str | None,
+    use_memory: int | None,
+    without_read_lease: bool = False,
+    chain: list[Manifest] | None = None,  # default: the latest chain, root .. newest
+) -> StandbyUpdate:
+    chain = chain or catalog.latest_chain()
+    ids = [m.backup_id for m in chain]
+    with ReadLease(catalog, "standby update", ids, unleased_ok=without_read_lease) as lease:
         lease.check()
         return _update(catalog, directory, chain, private_key, passphrase, binary, use_memory)
 
@@ -160,9 +210,7 @@ def _update(
     rebuilt = reason is not None
     if rebuilt:
         log.info("rebuilding the standby %s: %s", directory, reason)
-        if state is not None:  # ours: standby.json is there
-            shutil.rmtree(directory)
-        directory.mkdir(parents=True, exist_ok=True)
+        _empty_but_lock(directory)  # ours (standby.json is there, or it is empty but for the lock)
         state = StandbyState(root.backup_id, root.engine_flavour, root.engine_major)
         _save(directory, state)  # from now on the directory is the standby's
     assert state is not None
@@ -174,6 +222,7 @@ def _update(
         for manifest in new:
             _begin(directory, state, f"apply {manifest.backup_id}")
             _apply(catalog, directory, state, manifest, tool, gpg, use_memory)
+            crash_point("standby.after_step")
             state.step = None
             _save(directory, state)
     log.info("standby %s at %s (chain %s)", directory, state.newest, state.chain_root)
@@ -193,6 +242,7 @@ def _apply(
     if manifest.kind == "full":
         base.mkdir()
         fetch_one(catalog, manifest, tool, base, gpg)
+        crash_point("standby.mid_step")  # fetched, not yet prepared
         state.applied.append(manifest.backup_id)
         if tool.capabilities.prepared_base_accepts_incrementals:
             _step(tool, PrepareStep(str(base), None, False), [base], use_memory)
@@ -251,21 +301,44 @@ def restore_standby(
     use_memory: int | None = None,
     allow_older: bool = False,
     move: bool = False,
+    lock_wait: float = DEFAULT_WAIT_SECONDS,
+    without_read_lease: bool = False,
 ) -> StandbyRestoreReport:
     """Restore the standby in `directory` into the empty `target_datadir`, after proving what
-    it holds (see the module doc). `move` moves base/ instead of copying it: faster, and the
-    standby is rebuilt by its next update."""
-    import time
-
-    t0 = time.monotonic()
-    state = _checked_state(directory)
-    check_target(target_datadir)
-    tool = detect_tool("xtrabackup" if state.flavour == "xtrabackup" else "mariabackup", binary)
-    if tool.major != state.engine_major:
-        raise RestoreError(
-            f"standby {directory} was built with {state.flavour} {state.engine_major}; this worker has {tool.text}. "
-            f"Restore it with the same {state.engine_major} series"
+    it holds (see the module doc), under the directory's lock. `move` moves base/ instead of
+    copying it: faster, and the standby is rebuilt by its next update."""
+    require_standby_dir(directory)
+    with standby_lock(directory, "restore from the standby", lock_wait):
+        return _restore_locked(
+            catalog,
+            directory,
+            target_datadir,
+            private_key=private_key,
+            passphrase=passphrase,
+            binary=binary,
+            use_memory=use_memory,
+            allow_older=allow_older,
+            move=move,
+            without_read_lease=without_read_lease,
         )
+
+
+def _restore_locked(
+    catalog: Catalog,
+    directory: Path,
+    target_datadir: Path,
+    *,
+    private_key: str | None,
+    passphrase: str | None,
+    binary: str | None,
+    use_memory: int | None,
+    allow_older: bool,
+    move: bool,
+    without_read_lease: bool,
+) -> StandbyRestoreReport:
+    t0 = time.monotonic()
+    state, tool = standby_tool(directory, binary)
+    check_target(target_datadir)
     chain = _proven_chain(catalog, directory, state)
     newest = catalog.latest_chain()
     applied_first: list[str] = []
@@ -273,15 +346,9 @@ def restore_standby(
     same_chain = newest[0].backup_id == state.chain_root
     if newer and same_chain and not state.finalized and private_key:
         log.info("standby %s: applying the newer incremental(s) %s first", directory, ", ".join(newer))
-        update = update_standby(
-            catalog,
-            directory,
-            private_key=private_key,
-            passphrase=passphrase,
-            binary=binary,
-            use_memory=use_memory,
+        applied_first = catch_up(
+            catalog, directory, None, private_key, passphrase, binary, use_memory, without_read_lease
         )
-        applied_first = update.applied_now
         state = _checked_state(directory)
         chain = _proven_chain(catalog, directory, state)
         newer = [m.backup_id for m in newest if m.backup_id not in {c.backup_id for c in chain}]
@@ -314,38 +381,97 @@ def restore_standby(
         chain[-1].gtid,
     )
     report.timings["checks"] = time.monotonic() - t0
+    restore_base(directory, state, chain, tool, target_datadir, report, use_memory=use_memory)
+    return report
+
+
+def require_standby_dir(directory: Path) -> None:
+    """`directory` is a standby (before its lock file is created in it: never in somebody's directory)."""
+    if not directory.is_dir():
+        raise RestoreError(
+            f"standby directory {directory} does not exist; name the standby_dir of the standby task"
+        )
+    if not (directory / STATE).is_file():
+        raise RestoreError(
+            f"{directory} is not a standby ({STATE} missing): name the standby_dir the standby task keeps, or "
+            "restore the chain"
+        )
+
+
+def standby_tool(directory: Path, binary: str | None) -> tuple[StandbyState, ToolVersion]:
+    """The standby's checked state and the tool of its series on this worker (RestoreError otherwise)."""
+    state = _checked_state(directory)
+    tool = detect_tool("xtrabackup" if state.flavour == "xtrabackup" else "mariabackup", binary)
+    if tool.major != state.engine_major:
+        raise RestoreError(
+            f"standby {directory} was built with {state.flavour} {state.engine_major}; this worker has {tool.text}. "
+            f"Restore it with the same {state.engine_major} series"
+        )
+    return state, tool
+
+
+def proven_chain(catalog: Catalog, directory: Path) -> tuple[StandbyState, list[Manifest]]:
+    """The standby's checked state and the chain it holds, proven against the catalog."""
+    state = _checked_state(directory)
+    return state, _proven_chain(catalog, directory, state)
+
+
+def catch_up(
+    catalog: Catalog,
+    directory: Path,
+    upto: str | None,
+    private_key: str | None,
+    passphrase: str | None,
+    binary: str | None,
+    use_memory: int | None,
+    without_read_lease: bool = False,
+) -> list[str]:
+    """Apply the incrementals of the standby's chain newer than it holds, up to `upto` (None: the
+    newest), under the lock the caller holds. Returns what was applied."""
+    chain = catalog.chain(upto) if upto else None
+    update = _update_locked(
+        catalog, directory, private_key, passphrase, binary, use_memory, without_read_lease, chain
+    )
+    return update.applied_now
+
+
+def restore_base(
+    directory: Path,
+    state: StandbyState,
+    chain: list[Manifest],
+    tool: ToolVersion,
+    target_datadir: Path,
+    report: StandbyRestoreReport,
+    *,
+    use_memory: int | None,
+) -> None:
+    """The last step of a restore from the standby (under its lock): the final prepare, the proof
+    that base/ is the newest backup of `chain`, then base/ copied (or moved) into the target."""
     t0 = time.monotonic()
     _finish(directory, state, tool, use_memory)
     _check_metadata(directory, chain[-1])
     report.timings["final_step"] = time.monotonic() - t0
     t0 = time.monotonic()
     base = directory / "base"
-    if move:
+    if report.moved:
         state.consumed_by = str(target_datadir)
         _save(directory, state)  # before the move: a crash in the middle leaves a standby to rebuild
-    copy_back(tool, base, target_datadir, move=move)
-    report.timings["copy_back" if not move else "move_back"] = time.monotonic() - t0
+    copy_back(tool, base, target_datadir, move=report.moved)
+    report.timings["move_back" if report.moved else "copy_back"] = time.monotonic() - t0
     log.info(
         "restored standby %s (%s) into %s%s",
         directory,
         report.backup_id,
         target_datadir,
-        " (moved)" if move else "",
+        " (moved)" if report.moved else "",
     )
-    return report
 
 
 def _checked_state(directory: Path) -> StandbyState:
-    if not directory.is_dir():
-        raise RestoreError(
-            f"standby directory {directory} does not exist; name the standby_dir of the standby task"
-        )
+    require_standby_dir(directory)
     state = load_state(directory)
-    if state is None:
-        raise RestoreError(
-            f"{directory} is not a standby ({STATE} missing): name the standby_dir the standby task keeps, or "
-            "restore the chain"
-        )
+    if state is None:  # removed since require_standby_dir saw it
+        raise RestoreError(f"standby {directory}: {STATE} vanished; run the standby update (it rebuilds)")
     if state.step:
         raise RestoreError(
             f"standby {directory}: an update was interrupted during '{state.step}'; its base is in an unknown state. "

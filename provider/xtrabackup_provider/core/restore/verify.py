@@ -244,9 +244,9 @@ def deep_problems(
         return [f"{obj.key}: {exc}"]
     except (PipelineError, StorageError) as exc:
         verdict = sha256_verdict(catalog.store, obj)
-        if verdict == SHA256_MATCHES:  # the check writes nothing: the bytes themselves are bad
-            verdict += ", so the data was already bad when the backup stored it"
-        return [f"{obj.key}: {exc}; {verdict}"]
+        # The check writes nothing: when the object is as stored, the bytes themselves are bad.
+        bad = ", so the data was already bad when the backup stored it" if verdict.intact else ""
+        return [f"{obj.key}: {exc}; {verdict}{bad}"]
     finally:
         if fd is not None:
             os.close(fd)
@@ -259,7 +259,32 @@ def deep_problems(
 SHA256_MATCHES = "its sha256 matches the manifest's: the object is as the backup stored it"
 
 
-def sha256_verdict(store: ObjectStore, obj: StoredObject) -> str:
+@dataclass(frozen=True)
+class Sha256Verdict:
+    """Whether a stored object is what the backup stored, said in words (`str()`)."""
+
+    text: str
+    intact: bool
+
+    def __str__(self) -> str:
+        return self.text
+
+
+class StoredObjectDamaged(PipelineError):
+    """A stream failed, and re-reading the stored object showed it is not what the backup stored
+    (altered, truncated, or unreadable): another target's copy can stand in, whichever stage
+    (gpg, zstd, the extractor) noticed first."""
+
+
+def stream_failure(what: str, exc: BaseException, store: ObjectStore, obj: StoredObject) -> PipelineError:
+    """The error of a failed stream of `obj`, named and with the sha256 verdict: a
+    StoredObjectDamaged when the stored bytes are not the backup's (a local failure otherwise)."""
+    verdict = sha256_verdict(store, obj)
+    kind = PipelineError if verdict.intact else StoredObjectDamaged
+    return kind(f"{what}: {obj.key}: {exc}; {verdict}")
+
+
+def sha256_verdict(store: ObjectStore, obj: StoredObject) -> Sha256Verdict:
     """A failed stream stops early, before the sha256 is known; hash the whole object to say whether
     it changed after the backup stored it (restore, PITR and verify --deep name it so)."""
     digest = hashlib.sha256()
@@ -273,18 +298,20 @@ def sha256_verdict(store: ObjectStore, obj: StoredObject) -> str:
             if obj.segments and own.hexdigest() != piece.sha256:
                 altered.append(piece.key)
     except StorageError as exc:
-        return f"could not re-read it to check its sha256: {exc}"
+        return Sha256Verdict(f"could not re-read it to check its sha256: {exc}", intact=False)
     if altered:
-        return (
+        return Sha256Verdict(
             f"the sha256 of segment {', '.join(altered)} differs from the manifest's: it was altered after "
-            "the backup stored it"
+            "the backup stored it",
+            intact=False,
         )
     if digest.hexdigest() != obj.sha256:
-        return (
+        return Sha256Verdict(
             f"its sha256 {digest.hexdigest()} differs from the manifest's: the stored object was altered "
-            "after the backup stored it"
+            "after the backup stored it",
+            intact=False,
         )
-    return SHA256_MATCHES
+    return Sha256Verdict(SHA256_MATCHES, intact=True)
 
 
 def _log(report: VerifyReport) -> None:

@@ -37,6 +37,7 @@ from ..catalog.lease import leased_items, remove_dead_leases
 from ..catalog.lock import HostLock, HostLockBusy
 from ..catalog.manifest import CatalogError, Manifest
 from ..catalog.reports import REPORT_NAME, read_report
+from ..common.crashpoints import crash_point
 from ..storage.base import Deleted, ObjectInfo, StorageError
 from .model import BinlogItem, Plan, PlanItem, RetentionPolicy
 from .plan import plan_retention
@@ -212,6 +213,7 @@ def _delete(catalog: Catalog, plan: Plan, report: ApplyReport, lock: HostLock) -
         lock.confirm("deleting manifests")
         done.add(catalog.store.delete(batch))
         report.deleted_keys += len(batch)
+        crash_point("retention.between_rounds")
     # A restore that started after planning wrote its lease before re-reading its manifests.
     late = leased_items(catalog)
     kept = [item for item in deletes if item.name in late]
@@ -219,8 +221,10 @@ def _delete(catalog: Catalog, plan: Plan, report: ApplyReport, lock: HostLock) -
         log.warning("a %s started meanwhile: keeping the data of %s", late[item.name], item.name)
     report.kept_leased = [item.name for item in kept]
     rest = [k for item in deletes if item.name not in late for k in item.keys[item.markers :]]
+    crash_point("retention.before_data")
     lock.confirm("deleting data")
     done.add(catalog.store.delete(rest))
+    crash_point("retention.after_data")
     report.deleted_keys += len(rest)
     report.deleted = [item.name for item in deletes if item.name not in late]
     report.deleted_bytes = sum(item.size for item in deletes if item.name not in late)

@@ -1,0 +1,113 @@
+"""The checker's invariants over one host's view of a store (tests/chaos/storeview.py). Each returns
+the violations it found as lines that name the key or backup; an empty list means it holds.
+
+- registered(): every registered backup's chain resolves and every object it names is stored at
+  its size; every shipped binlog's objects too; binlogs have no hole that no gap marker explains.
+- orphans(): what is stored that no manifest names (debris of killed runs).
+- stale_holds(): a host lock or read lease the store says was last written longer ago than its
+  own lease plus the margin (its holder is gone and no run has taken it over or removed it).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+
+from storeview import HostView, StoreReader, backup_pieces, binlog_pieces
+
+MARGIN = timedelta(seconds=2)  # the product's STORE_CLOCK_MARGIN: one second on each store time
+BINLOG_NUMBER = re.compile(r"\.(\d+)$")
+
+
+def registered(view: HostView) -> list[str]:
+    out = [f"unreadable manifest {u}" for u in view.unreadable]
+    for bid in sorted(view.manifests):
+        try:
+            view.chain(bid)
+        except AssertionError as exc:
+            out.append(str(exc))
+        out += _missing(view, f"backup {bid}", backup_pieces(view.manifests[bid]))
+    for name in sorted(view.binlogs):
+        out += _missing(view, f"binlog {name}", binlog_pieces(view.binlogs[name]))
+    return out + _binlog_holes(view)
+
+
+def _missing(view: HostView, what: str, needed: list[tuple[str, int]]) -> list[str]:
+    out = []
+    for key, size in needed:
+        obj = view.objects.get(key)
+        if obj is None:
+            out.append(f"{what} needs {key}, which is gone")
+        elif obj.size != size:
+            out.append(f"{what} needs {key} at {size} bytes, it has {obj.size}")
+    return out
+
+
+def _binlog_holes(view: HostView) -> list[str]:
+    """Shipped binlogs of one server are contiguous: retention deletes the oldest first, so a hole
+    in the middle means a binlog some PITR needs was deleted (gaps the shipper recorded aside)."""
+    numbers: dict[str, set[int]] = {}
+    for name in view.binlogs:
+        uuid, binlog = name.split("/", 1)
+        if m := BINLOG_NUMBER.search(binlog):
+            numbers.setdefault(uuid, set()).add(int(m.group(1)))
+    gaps = [k for k in view.objects if "/gaps/" in k]
+    out = []
+    for uuid, have in numbers.items():
+        holes = sorted(set(range(min(have), max(have) + 1)) - have)
+        explained = [n for n in holes if any(f"/{uuid}/gaps/" in g and _in_gap(g, n) for g in gaps)]
+        for n in sorted(set(holes) - set(explained)):
+            out.append(f"{view.prefix}: binlog number {n} of server {uuid} is missing between shipped ones")
+    return out
+
+
+def _in_gap(key: str, number: int) -> bool:
+    first, _, last = key.rsplit("/", 1)[1].removesuffix(".json").partition("..")
+    a, b = BINLOG_NUMBER.search(first), BINLOG_NUMBER.search(last)
+    return bool(a and b and int(a.group(1)) <= number <= int(b.group(1)))
+
+
+def orphans(view: HostView) -> dict[str, list[str]]:
+    """{backup directory id: its keys} of backup directories without a manifest, and
+    {"binlogs": keys} of binlog objects that no binlog manifest (complete or partial) names."""
+    base = view.prefix + "/backups/"
+    out: dict[str, list[str]] = {}
+    for key in view.objects:
+        if key.startswith(base):
+            bid = key[len(base) :].split("/", 1)[0]
+            if bid not in view.manifests:
+                out.setdefault(bid, []).append(key)
+    named = {k for m in view.binlogs.values() for k, _ in binlog_pieces(m)}
+    binlogs = view.prefix + "/binlogs/"
+    stray = [
+        k
+        for k in view.objects
+        if k.startswith(binlogs) and not k.endswith(".json") and k not in named and ".partial-" not in k
+    ]
+    if stray:
+        out["binlogs"] = stray
+    return out
+
+
+def stale_holds(reader: StoreReader, view: HostView, margin: timedelta = MARGIN) -> list[str]:
+    """Locks and leases held past their own lease by the store's clock."""
+    assert view.store_now is not None
+    out = []
+    for key, obj in view.objects.items():
+        rel = key[len(view.prefix) + 1 :]
+        if rel != "backup.lock" and not (rel.startswith("leases/") and rel.endswith(".json")):
+            continue
+        try:
+            body = json.loads(reader.get_bytes(key))
+            lease = timedelta(
+                seconds=float(body.get("lease_seconds") or (120 if rel == "backup.lock" else 600))
+            )
+        except Exception:  # noqa: BLE001 - deleted meanwhile, or unreadable: the age alone tells
+            lease = timedelta(seconds=120)
+        age = view.store_now - obj.modified
+        if age > lease + margin:
+            out.append(
+                f"{key} was last written {age.total_seconds():.0f} s ago, past its lease of {lease.total_seconds():.0f} s"
+            )
+    return out

@@ -1,0 +1,296 @@
+"""Every commit protocol killed at each of its step boundaries (XBP_CRASH_AT, core/common/crashpoints.py),
+then the next run: it repairs what the kill left or refuses by name, and the checker's invariants
+hold (tests/chaos/invariants.py, read from the buckets with plain boto3): every registered backup
+is whole, every orphan is debris that retention names, no lock or lease is held past its lease,
+and the restored data (the checker's own gpg | zstd | mbstream | mariabackup) equals the source.
+
+TABLE is docs/RELIABILITY.md's table of points x outcomes; a test keeps the two and the product's
+crash points in step.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from crashbed import CLUSTER, HOST, Bed, check_invariants, check_restores, run_python
+
+from helpers import add_orders
+from xtrabackup_provider.core.common.crashpoints import POINTS
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def backup(bed: Bed, *extra: str, crash: str | None = None) -> str:
+    out = bed.ok("backup", "--no-copies", *extra, crash=crash) if crash is None else ""
+    if crash:
+        bed.killed("backup", "--no-copies", *extra, crash=crash)
+        return ""
+    return out.split("\t")[0].strip()
+
+
+def open_uploads(client, bucket: str) -> list[str]:
+    return [u["Key"] for u in client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])]
+
+
+def took_over(output: str) -> bool:
+    return "taking over the stale lock" in output
+
+
+# -- backup registration ---------------------------------------------------------------------------
+
+
+def crash_backup_after_objects(bed: Bed) -> None:
+    expected = bed.checksums()
+    backup(bed, "--kind", "full", crash="backup.after_objects")
+    view = bed.view()
+    assert view.manifests == {} and len({k.split("/")[4] for k in view.objects if "/backups/" in k}) == 1
+    out = bed.ok("backup", "--no-copies")
+    assert took_over(out), out
+    full = out.split("\t")[0]
+    check_invariants(bed)  # the killed run's objects: debris retention names
+    check_restores(bed, full, expected)
+
+
+def crash_backup_after_manifest(bed: Bed) -> None:
+    expected = bed.checksums()
+    backup(bed, "--kind", "full", crash="backup.after_manifest")
+    (full,) = bed.view().manifests
+    add_orders(bed.server, bed.db, 200)
+    later = bed.checksums()
+    out = bed.ok("backup", "--no-copies")
+    assert took_over(out) and "\tincremental" in out, out
+    check_invariants(bed)
+    check_restores(bed, full, expected)
+    check_restores(bed, out.split("\t")[0], later)
+
+
+def crash_lock_before_release(bed: Bed) -> None:
+    expected = bed.checksums()
+    backup(bed, "--kind", "full", crash="lock.before_release")
+    view = bed.view()
+    assert len(view.manifests) == 1 and f"backups/{CLUSTER}/{HOST}/backup.lock" in view.objects
+    out = bed.ok("backup", "--no-copies")
+    assert took_over(out), out
+    check_invariants(bed)
+    check_restores(bed, next(iter(view.manifests)), expected)
+
+
+def crash_parts_between_commits(bed: Bed) -> None:
+    bed.policy = {"max_parts": 2, "part_min_gib": 0}
+    expected = bed.checksums()
+    backup(bed, "--kind", "full", crash="parts.between_commits")
+    assert bed.view().manifests == {}  # one part committed, the others open uploads or nothing
+    full = backup(bed)
+    assert open_uploads(bed.s3.client(), bed.primary) == []  # aborted by the next run of the host
+    assert bed.view().manifests[full]["format_version"] == 2
+    check_invariants(bed)
+    check_restores(bed, full, expected)
+
+
+# -- binlog registration ---------------------------------------------------------------------------
+
+
+def crash_binlog_after_object(bed: Bed) -> None:
+    backup(bed, "--kind", "full")
+    bed.server.query(f"INSERT INTO `{bed.db}`.audit VALUES ({secrets.randbelow(10**8) + 10**6}, 'binlog')")
+    bed.killed("binlogs", "ship", "--flush", crash="binlog.after_object")
+    shipped = bed.ok("binlogs", "ship")
+    view = check_invariants(bed)  # no binlog object without its manifest, no hole
+    assert view.binlogs, shipped
+
+
+# -- retention -------------------------------------------------------------------------------------
+
+
+def two_chains(bed: Bed) -> tuple[str, dict[str, int]]:
+    """full, incremental, incremental, then a newer full; the newer full and the data it holds."""
+    backup(bed, "--kind", "full")
+    for _ in range(2):
+        add_orders(bed.server, bed.db, 100)
+        backup(bed, "--kind", "incremental")
+    add_orders(bed.server, bed.db, 100)
+    expected = bed.checksums()
+    return backup(bed, "--kind", "full"), expected
+
+
+def _retention_crash(point: str) -> Callable[[Bed], None]:
+    def scenario(bed: Bed) -> None:
+        newest, expected = two_chains(bed)
+        bed.killed("retention", "apply", "--confirm", crash=point)
+        check_invariants(bed)  # what the kill left: valid chain prefixes + debris retention names
+        out = bed.ok("retention", "apply", "--confirm")  # deletes what is left, under a taken-over lock
+        view = check_invariants(bed)
+        assert sorted(view.manifests) == [newest]
+        out += bed.ok("backup", "--no-copies")  # the lock, if the killed run left it, is taken over
+        assert took_over(out), out
+        check_restores(bed, newest, expected)
+
+    scenario.__name__ = f"crash_{point.replace('.', '_')}"
+    return scenario
+
+
+# -- copies ----------------------------------------------------------------------------------------
+
+
+def _copy_crash(point: str) -> Callable[[Bed], None]:
+    def scenario(bed: Bed) -> None:
+        expected = bed.checksums()
+        full = backup(bed, "--kind", "full")
+        bed.killed("copy", crash=point)
+        check_invariants(bed, offsite=True)
+        out = bed.ok("copy")
+        assert took_over(out), out
+        view = check_invariants(bed, offsite=True)
+        assert sorted(view.manifests) == [full]
+        check_restores(bed, full, expected, offsite=True)
+
+    scenario.__name__ = f"crash_{point.replace('.', '_')}"
+    return scenario
+
+
+# -- read leases -----------------------------------------------------------------------------------
+
+
+def crash_lease_before_release(bed: Bed) -> None:
+    first = backup(bed, "--kind", "full")
+    target = bed.tmp / "restored" / "data"
+    target.parent.mkdir()
+    bed.killed("restore", "--target-datadir", str(target), crash="lease.before_release")
+    add_orders(bed.server, bed.db, 50)
+    backup(bed, "--kind", "full")
+    plan = json.loads(bed.ok("retention", "plan", "--json").split("\nWARNING")[0])
+    kept = {i["name"]: i for i in plan["items"]}[first]
+    # The killed reader's lease keeps what it read, named, until the lease runs out (10 minutes).
+    assert kept["action"] == "keep" and "under a read lease of a running restore" in kept["reason"], kept
+    check_invariants(bed)
+
+
+# -- the standby -----------------------------------------------------------------------------------
+
+STANDBY = """
+import logging, sys
+logging.basicConfig(level=logging.INFO)
+from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.restore.standby import update_standby
+from xtrabackup_provider.core.storage.s3 import S3Store, make_s3_client
+endpoint, bucket, directory, key_file = sys.argv[1:5]
+import os, pathlib
+catalog = Catalog(S3Store(make_s3_client(endpoint, "us-east-1"), bucket), "backups", "c1", "db1")
+done = update_standby(catalog, pathlib.Path(directory), private_key=pathlib.Path(key_file).read_text(),
+                      passphrase=os.environ["XTRABACKUP_GPG_PASSPHRASE"])
+print("rebuilt" if done.rebuilt else "updated", done.newest)
+"""
+
+
+def _standby_crash(point: str) -> Callable[[Bed], None]:
+    def scenario(bed: Bed) -> None:
+        backup(bed, "--kind", "full")
+        add_orders(bed.server, bed.db, 100)
+        expected = bed.checksums()
+        newest = backup(bed, "--kind", "incremental")
+        directory = bed.tmp / "standby"
+        argv = ["-c", STANDBY, bed.s3.endpoint_url, bed.primary, str(directory), str(bed.tmp / "private.asc")]
+        _ = bed.config  # writes the key files
+        env = {"XTRABACKUP_GPG_PASSPHRASE": bed.keys.passphrase, "HOME": str(bed.tmp)}
+        killed = run_python(argv, {**env, "XBP_CRASH_AT": point})
+        assert killed.returncode == -9, killed.stderr[-2000:]
+        again = run_python(argv, env)
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert again.stdout.split() == ["rebuilt", newest], again.stdout
+        assert "an update was interrupted during 'apply" in again.stderr, again.stderr[-2000:]
+        target = bed.tmp / "from-standby" / "data"
+        target.parent.mkdir()
+        bed.ok("restore", "--target-datadir", str(target), "--from-standby", str(directory))
+        from helpers import restored_checksums
+
+        assert restored_checksums(target, bed.tmp / "sb-standby", [bed.db], server_id=978) == expected
+        check_invariants(bed)
+
+    scenario.__name__ = f"crash_{point.replace('.', '_')}"
+    return scenario
+
+
+# -- promote ---------------------------------------------------------------------------------------
+
+
+def _promote_crash(point: str) -> Callable[[Bed], None]:
+    def scenario(bed: Bed, mariadb: object) -> None:
+        from xtrabackup_provider.core.db.sandbox import SandboxServer
+
+        assert isinstance(mariadb, SandboxServer)
+        backup(bed, "--kind", "full")
+        bed.server.query(f"INSERT INTO `{bed.db}`.audit VALUES ({secrets.randbelow(10**8) + 10**6}, 'fork')")
+        reached = str(bed.server.query("SELECT @@gtid_binlog_pos")[0][0])
+        bed.ok("binlogs", "ship", "--flush")
+        # A server fresh from a point-in-time restore: no binlog of its own, gtid_slave_pos reached.
+        mariadb.query("RESET MASTER")
+        mariadb.query("SET GLOBAL gtid_slave_pos = %s", (reached,))
+        creds = mariadb.write_client_defaults(bed.tmp / "promoted.cnf")
+        bed.killed("promote", "--defaults-file", str(creds), crash=point)
+        out = bed.ok("promote", "--defaults-file", str(creds))
+        assert "promoted" in out, out
+        view = bed.view()
+        uuid = next(k for k in view.objects if "/timelines/" in k).rsplit("/", 1)[1].removesuffix(".json")
+        record = bed.reader().get_json(f"backups/{CLUSTER}/{HOST}/timelines/{uuid}.json")
+        state = str(mariadb.query("SELECT @@gtid_binlog_state")[0][0])
+        assert sorted(state.split(",")) == sorted(record["binlog_state"].split(",")), (state, record)
+        check_invariants(bed)
+
+    scenario.__name__ = f"crash_{point.replace('.', '_')}"
+    return scenario
+
+
+# -- the table -------------------------------------------------------------------------------------
+
+# point -> (protocol, what the next run does, the scenario). docs/RELIABILITY.md shows the same rows.
+TABLE: dict[str, tuple[str, str, Callable[..., None]]] = {
+    "backup.after_objects": ("backup registration", "takes over the lock, registers its own backup; the killed run's objects are debris retention names", crash_backup_after_objects),
+    "backup.after_manifest": ("backup registration", "takes over the lock; the registered backup restores and the next is an incremental onto it", crash_backup_after_manifest),
+    "lock.before_release": ("host lock release", "takes over the lock (its process is gone) at once", crash_lock_before_release),
+    "parts.between_commits": ("K-part commit", "aborts the parts' open uploads, registers its own backup; the committed part is debris retention names", crash_parts_between_commits),
+    "binlog.after_object": ("binlog registration", "ships the binlog again and registers it: no object without a manifest, no hole", crash_binlog_after_object),
+    "retention.between_rounds": ("retention delete round", "takes over the lock and finishes the plan; meanwhile every chain left resolves", _retention_crash("retention.between_rounds")),
+    "retention.before_data": ("retention delete round", "finds nothing left to delete: the data of the deleted manifests is debris retention names; the next backup takes over the lock", _retention_crash("retention.before_data")),
+    "retention.after_data": ("retention delete round", "finds nothing left to delete; the next backup takes over the lock", _retention_crash("retention.after_data")),
+    "copy.after_objects": ("copy", "takes over the target's lock and copies again; the killed copy's objects are debris the target's retention names", _copy_crash("copy.after_objects")),
+    "copy.after_manifest": ("copy", "takes over the target's lock; the copy restores from the target", _copy_crash("copy.after_manifest")),
+    "promote.after_timeline": ("promote's timeline record", "promotes again: the server's GTID state is the record's", _promote_crash("promote.after_timeline")),
+    "promote.after_reset_master": ("promote's timeline record", "promotes again (RESET MASTER repeated): the server's GTID state is the record's", _promote_crash("promote.after_reset_master")),
+    "standby.mid_step": ("standby update", "rebuilds the standby ('an update was interrupted during apply ...'); a restore from it equals the source", _standby_crash("standby.mid_step")),
+    "standby.after_step": ("standby update", "rebuilds the standby; a restore from it equals the source", _standby_crash("standby.after_step")),
+    "lease.before_release": ("read lease release", "retention keeps what the killed reader read and names its lease until the lease (10 min) runs out", crash_lease_before_release),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("point", list(TABLE))
+def test_crash_point(point, bed, request):
+    scenario = TABLE[point][2]
+    if point.startswith("promote."):
+        scenario(bed, request.getfixturevalue("mariadb"))
+    else:
+        scenario(bed)
+
+
+def test_the_table_covers_every_crash_point_in_the_product_and_the_doc():
+    called = set()
+    for path in (REPO / "provider").rglob("*.py"):
+        called |= set(re.findall(r'crash_point\("([a-z_]+\.[a-z_]+)"\)', path.read_text()))
+    assert called == set(POINTS) == set(TABLE)
+    doc = (REPO / "docs" / "RELIABILITY.md").read_text()
+    missing = [p for p in TABLE if f"`{p}`" not in doc]
+    assert missing == [], f"docs/RELIABILITY.md lacks {missing}"
+
+
+def test_a_crash_point_is_off_unless_named():
+    probe = "from xtrabackup_provider.core.common.crashpoints import crash_point as c; c('x.y'); c('x.y'); print('alive')"
+    assert run_python(["-c", probe], {}).stdout.strip() == "alive"
+    assert run_python(["-c", probe], {"XBP_CRASH_AT": "x.yz"}).stdout.strip() == "alive"
+    assert run_python(["-c", probe], {"XBP_CRASH_AT": "x.y@3"}).stdout.strip() == "alive"
+    assert run_python(["-c", probe], {"XBP_CRASH_AT": "x.y@2"}).returncode == -9
+    assert sys.executable  # the same interpreter as the suite
