@@ -48,6 +48,8 @@ def _signature(cls: type) -> list[str]:
         if default is CLASS_DEFAULT:  # gpg_conn_id: what the operator's kind reads
             default = getattr(cls, "gpg_conn_default", None)
         text = "required" if default is inspect.Parameter.empty else f"default `{default!r}`"
+        if p.name == "deferrable":  # evaluated from the deployment's settings at import
+            text = "default `[operators] default_deferrable`"
         annotation = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", "")
         cells = [f"`{p.name}`", f"`{annotation}`", text]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")

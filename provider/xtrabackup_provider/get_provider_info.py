@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import __version__
+from . import RELEASES
 
 P = "xtrabackup_provider"
 GPG_CONN_TYPE = "gpgkeys"
@@ -69,7 +69,7 @@ def get_provider_info() -> dict[str, Any]:
         "name": "XtraBackup / MariaBackup",
         "description": "Physical MySQL/MariaDB backups: incremental chains, zstd+GPG streaming to S3, "
         "binlog shipping, checksum gates, retention and restore tests.",
-        "versions": [__version__],
+        "versions": list(RELEASES),
         "integrations": [
             {
                 "integration-name": "XtraBackup",
@@ -114,7 +114,12 @@ def get_provider_info() -> dict[str, Any]:
         "triggers": [
             {
                 "integration-name": "XtraBackup",
-                "python-modules": [f"{P}.triggers.checksum", f"{P}.triggers.glacier", f"{P}.triggers.binlog"],
+                "python-modules": [
+                    f"{P}.triggers.checksum",
+                    f"{P}.triggers.glacier",
+                    f"{P}.triggers.binlog",
+                    f"{P}.triggers.replica",
+                ],
             }
         ],
         "hooks": [

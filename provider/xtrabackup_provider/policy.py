@@ -18,6 +18,8 @@ it never runs on the wrong host, and Airflow fails it after `[scheduler] task_qu
 
 from __future__ import annotations
 
+__all__ = ["task_instance_mutation_hook", "route_backup_task", "HOST_QUEUE"]
+
 import logging
 import sys
 from typing import Any

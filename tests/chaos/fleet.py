@@ -288,8 +288,9 @@ class Fleet:
         return folder
 
     def start_airflow(self) -> AirflowStack:
-        stack = self.stack = AirflowStack(self.work, self.config, dags_folder=self.dags_folder())
+        stack = self.stack = AirflowStack(self.work, dags_folder=self.dags_folder())
         stack.extra_env = {
+            "XTRABACKUP_FLEET_CONFIG": str(self.config),
             "XBP_CHAOS_STANDBY_ROOT": str(self.root / "standby"),
             "XBP_CHAOS_CLUSTERS": ",".join(self.clusters),
         }

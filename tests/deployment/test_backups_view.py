@@ -91,7 +91,8 @@ def _write_fleet(root: Path, now: datetime) -> Path:
 def view(tmp_path_factory):
     work = tmp_path_factory.mktemp("view")
     fleet = _write_fleet(work, datetime.now(UTC).replace(microsecond=0))
-    stack = AirflowStack(work, fleet)
+    stack = AirflowStack(work)
+    stack.extra_env["XTRABACKUP_FLEET_CONFIG"] = str(fleet)
     (stack.home / "passwords.json").write_text(json.dumps(PASSWORDS))
     (stack.home / "dag_grants.json").write_text(json.dumps(GRANTS))
     (stack.home / "config" / "xbp_dag_auth.py").write_text(AUTH_MANAGER)

@@ -1,6 +1,5 @@
 """The package's shape stays as designed: no import loops (not even through an import inside a
-function), dependencies pointing one way between the core's domains, and every documented
-import path importable."""
+function) and dependencies pointing one way between the core's domains."""
 
 from __future__ import annotations
 
@@ -128,7 +127,7 @@ def test_domains_depend_one_way():
         ("core.catalog", {"core.backup", "core.restore", "core.binlog", "core.retention"}),
         # nothing in the core knows Airflow, the CLI or the DAG helpers
         *[
-            (f"core.{d}", {"operators", "sensors", "triggers", "hooks", "cli", "dag_tasks", "policy"})
+            (f"core.{d}", {"operators", "sensors", "triggers", "hooks", "cli", "dag_tasks", "dags", "policy"})
             for d in (
                 "storage",
                 "catalog",
@@ -147,7 +146,9 @@ def test_domains_depend_one_way():
         ],
         ("operators", {"cli"}),
         ("sensors", {"cli"}),
-        ("cli", {"operators", "sensors", "triggers", "hooks", "dag_tasks"}),
+        ("cli", {"operators", "sensors", "triggers", "hooks", "dag_tasks", "dags"}),
+        # the DAG factories build on the operators; nothing the operators use builds DAGs
+        *[(d, {"dags"}) for d in ("operators", "sensors", "triggers", "hooks", "dag_tasks")],
     ],
 )
 def test_dependencies_point_down(domain, must_not_reach):
@@ -199,71 +200,7 @@ def test_names_that_moved_between_airflow_minors_come_through_common_compat():
         assert not moved, f"{name} imports {moved}: use airflow.providers.common.compat.sdk (Airflow 3.1)"
 
 
-# Every import path the README, docs/EXTENDING.md and docs/OPERATORS.md show, and the old paths
-# kept as re-exports.
-DOCUMENTED = [
-    ("xtrabackup_provider.operators.backup", "XtraBackupOperator"),
-    ("xtrabackup_provider.operators.restore", "XtraBackupRestoreOperator"),
-    ("xtrabackup_provider.operators.prepare", "XtraBackupPrepareOperator"),
-    ("xtrabackup_provider.operators.prepare", "XtraBackupFinalPrepareOperator"),
-    ("xtrabackup_provider.operators.standby", "XtraBackupStandbyOperator"),
-    ("xtrabackup_provider.operators.restore_test", "RestoreTestOperator"),
-    ("xtrabackup_provider.operators.binlog", "BinlogShipOperator"),
-    ("xtrabackup_provider.operators.pitr", "PitrRestoreTestOperator"),
-    ("xtrabackup_provider.operators.retention", "ApplyRetentionOperator"),
-    ("xtrabackup_provider.operators.checksum", "TableChecksumOperator"),
-    ("xtrabackup_provider.operators.lifecycle", "BucketLifecycleOperator"),
-    ("xtrabackup_provider.operators.glacier", "GlacierRestoreRequestOperator"),
-    ("xtrabackup_provider.operators.verify", "VerifyBackupOperator"),
-    ("xtrabackup_provider.operators.files", "GpgEncryptOperator"),
-    ("xtrabackup_provider.operators.files", "BackupUploadOperator"),
-    ("xtrabackup_provider.operators.base", "BackupStorageOperator"),
-    ("xtrabackup_provider.operators.base", "skip_unless_branch_chose"),
-    ("xtrabackup_provider.operators.base", "storage_template_fields"),
-    ("xtrabackup_provider.operators.base", "ChainRestoreOperator"),
-    ("xtrabackup_provider.operators.base", "RestoreTestingOperator"),
-    ("xtrabackup_provider.arguments", "keep_arguments"),
-    ("xtrabackup_provider.sensors.binlog", "BinlogLagSensor"),
-    ("xtrabackup_provider.sensors.checksum", "ReplicaChecksumSensor"),
-    ("xtrabackup_provider.sensors.glacier", "GlacierRestoreSensor"),
-    ("xtrabackup_provider.hooks.xtrabackup", "XtraBackupHook"),
-    ("xtrabackup_provider.hooks.storage", "BackupStorageHook"),
-    ("xtrabackup_provider.hooks.gpg", "GpgKeysHook"),
-    ("xtrabackup_provider.hooks.gpg", "LegacyGpgKeysHook"),
-    ("xtrabackup_provider.operators.backup", "BACKUP_LABEL"),
-    ("xtrabackup_provider.operators.backup", "KIND_FROM_RUN_CONF"),
-    ("xtrabackup_provider.policy", "task_instance_mutation_hook"),
-    ("xtrabackup_provider.policy", "route_backup_task"),
-    ("xtrabackup_provider.policy", "HOST_QUEUE"),
-    ("xtrabackup_provider.cli", "main"),
-    ("xtrabackup_provider.core.backup.run", "run_backup"),
-    ("xtrabackup_provider.core.backup.run", "BackupRequest"),
-    ("xtrabackup_provider.core.backup.decide", "decide"),
-    ("xtrabackup_provider.core.catalog.backups", "Catalog"),
-    ("xtrabackup_provider.core.db.server", "MySQLTarget"),
-    ("xtrabackup_provider.core.storage.s3", "S3Store"),
-    ("xtrabackup_provider.core.storage.s3", "make_s3_client"),
-    ("xtrabackup_provider.core.storage.local", "LocalStore"),
-    ("xtrabackup_provider.core.storage.base", "ObjectStore"),
-    ("xtrabackup_provider.core.restore.chain", "restore"),
-    ("xtrabackup_provider.core.restore.restore_test", "run_restore_test"),
-    ("xtrabackup_provider.core.restore.standby", "update_standby"),
-    ("xtrabackup_provider.core.engine.tools", "Capabilities"),
-    ("xtrabackup_provider.core.engine.argv", "backup_argv"),
-    # deprecated paths, kept as re-exports
-    ("xtrabackup_provider.operators.s3", "BucketLifecycleOperator"),
-    ("xtrabackup_provider.operators.s3", "GlacierRestoreRequestOperator"),
-    ("xtrabackup_provider.operators.s3", "VerifyBackupOperator"),
-    ("xtrabackup_provider.operators.s3", "BackupVerifyFailed"),
-    ("xtrabackup_provider.operators.s3", "GpgEncryptOperator"),
-    ("xtrabackup_provider.operators.s3", "BackupUploadOperator"),
-    ("xtrabackup_provider.operators._common", "skip_unless_branch_chose"),
-]
-
-
-@pytest.mark.parametrize(("module", "name"), DOCUMENTED)
-def test_documented_import_paths_work(module, name):
-    assert getattr(importlib.import_module(module), name) is not None
+# The documented import paths, old and new: tests/unit/test_public_api.py.
 
 
 def test_every_operator_module_airflow_registers_imports():

@@ -11,10 +11,20 @@ from typing import Any
 
 from ..core.config.schema import BinlogConfig, FleetConfig
 from ..core.config.wiring import cli_target, make_catalog, read_private_key, read_public_keys
+from .event_filters import (
+    check_window,
+    grep_pattern,
+    gtid_position,
+    schema_name,
+    server_uuid,
+    statement_kinds,
+    table_name,
+)
 from .options import (
     NEW_SERVER_HELP,
     add_common,
     add_target_store,
+    backup_id,
     output,
     print_notes,
     read_from,
@@ -57,32 +67,53 @@ def add_parsers(sub: Any) -> None:
     add_common(ev)
     ev.add_argument("--since", type=utc_time, help="from this time (ISO 8601, UTC without an offset)")
     ev.add_argument("--until", type=utc_time, help="up to this time")
-    ev.add_argument("--gtid-from", help="from this GTID on (per domain, inclusive), e.g. 0-1-100")
-    ev.add_argument("--gtid-to", help="up to this GTID (inclusive)")
     ev.add_argument(
-        "--schema", action="append", default=[], help="transactions touching this schema (repeatable)"
+        "--gtid-from",
+        type=gtid_position("--gtid-from"),
+        help="from this GTID on (per domain, inclusive), e.g. 0-1-100",
+    )
+    ev.add_argument("--gtid-to", type=gtid_position("--gtid-to"), help="up to this GTID (inclusive)")
+    ev.add_argument(
+        "--schema",
+        action="append",
+        default=[],
+        type=schema_name,
+        help="transactions touching this schema (repeatable)",
     )
     ev.add_argument(
         "--table",
         action="append",
         default=[],
+        type=table_name,
         help="transactions touching SCHEMA.TABLE or TABLE (repeatable)",
     )
     ev.add_argument(
         "--kind",
         action="append",
         default=[],
+        type=statement_kinds,
         help="statement kinds, comma-separated or repeated: DROP,TRUNCATE,ALTER,DELETE,UPDATE,INSERT,CREATE,RENAME...",
     )
-    ev.add_argument("--grep", help="a regular expression the statement or summary must match")
-    ev.add_argument("--backup-id", help="without a window: from this backup's position (default: the newest)")
-    ev.add_argument("--server", help="the server uuid whose binlogs to read (default: the newest backup's)")
+    ev.add_argument(
+        "--grep", type=grep_pattern, help="a regular expression the statement or summary must match"
+    )
+    ev.add_argument(
+        "--backup-id",
+        type=backup_id(),
+        help="without a window: from this backup's position (default: the newest)",
+    )
+    ev.add_argument(
+        "--server",
+        type=server_uuid,
+        help="the server uuid whose binlogs to read (default: the newest backup's)",
+    )
     ev.add_argument(
         "--private-key-file", help="armored private key; passphrase from $XTRABACKUP_GPG_PASSPHRASE"
     )
     ev.add_argument("--scratch-dir", help="where one binlog at a time is decrypted (default: the temp dir)")
     add_target_store(ev)
     ev.add_argument("--json", action="store_true", help="one JSON object per line")
+    ev.set_defaults(check_args=check_window)
 
 
 def add_promote_parser(sub: Any) -> None:
@@ -209,25 +240,17 @@ def cmd_binlogs(args: argparse.Namespace, config: FleetConfig) -> int:
 
 
 def cmd_events(args: argparse.Namespace, config: FleetConfig) -> int:
-    import re
     from pathlib import Path
 
-    from ..core.common.values import parse_gtid_pos
     from ..core.pitr.moments import MomentFilter, MomentsRequest, list_moments
-    from ..core.pitr.plan import PitrError
 
-    try:
-        gtid_from = parse_gtid_pos(args.gtid_from, "--gtid-from")
-        gtid_to = parse_gtid_pos(args.gtid_to, "--gtid-to")
-        grep = re.compile(args.grep, re.I) if args.grep else None
-    except (ValueError, re.error) as exc:
-        raise PitrError(f"{exc}") from None
-    kinds = {k.strip().upper() for arg in args.kind for k in arg.split(",") if k.strip()}
+    gtid_from, gtid_to = args.gtid_from or {}, args.gtid_to or {}  # parsed and checked (event_filters)
+    kinds = {kind for listed in args.kind for kind in listed}
     key, passphrase = read_private_key(config, args.private_key_file)
     request = MomentsRequest(
         **read_from(config, args),
         filter=MomentFilter(
-            args.since, args.until, gtid_from, gtid_to, set(args.schema), set(args.table), kinds, grep
+            args.since, args.until, gtid_from, gtid_to, set(args.schema), set(args.table), kinds, args.grep
         ),
         private_key=key,
         passphrase=passphrase,

@@ -12,14 +12,14 @@ from typing import Any
 from ..core.backup.copies import CopyReport, What, copy_host
 from ..core.config.schema import FleetConfig
 from ..core.config.wiring import SetupError, copy_target, make_catalog, target_catalog
-from .options import add_common, utc_time
+from .options import add_common, add_config, utc_time
 
 
 def add_parsers(sub: Any) -> None:
     p = sub.add_parser(
         "check", help="one line per host: backup age vs RPO, restore tests, binlogs, copies (exit 0/1/2)"
     )
-    p.add_argument("--config", help="fleet config YAML (default: $XTRABACKUP_FLEET_CONFIG)")
+    add_config(p)
     p.add_argument("--cluster", help="only this cluster (default: every cluster)")
     p.add_argument(
         "--target-store",

@@ -8,7 +8,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from ..core.config.load import FieldNames, load_config, parse_config
+from ..core.config.load import FieldNames, config_path, load_config, parse_config
 from ..core.config.schema import CONFIG_ENV, FleetConfig
 
 NEW_SERVER_HELP = (
@@ -17,8 +17,49 @@ NEW_SERVER_HELP = (
 )
 
 
+class BadArgument(Exception):
+    """A command-line value that would do nothing, or something other than asked: `main` prints
+    `error: <message>` (one line) and exits 2 before anything is read. Not a ValueError, so that
+    argparse lets it through instead of printing its usage."""
+
+
+def bad(flag: str, value: object, why: str) -> BadArgument:
+    """`--flag 'value': why`, the value quoted (a newline or blanks show)."""
+    text = repr(value)
+    return BadArgument(f"{flag} {text if len(text) <= 80 else text[:77] + '...'}: {why}")
+
+
+def require_values(parser: argparse.ArgumentParser) -> None:
+    """Every option that takes a value, in every verb, refuses a blank one: it was read as no
+    value (the config's prefix, no filter, every cluster, the default server). A value its type
+    refuses is one line naming the flag too (argparse prints its usage first)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                require_values(sub)
+        elif action.option_strings and action.nargs != 0:
+            action.type = _given(max(action.option_strings, key=len), action.type)
+
+
+def _given(flag: str, inner: Any) -> Any:
+    def given(text: str) -> Any:
+        if not text.strip():
+            raise bad(flag, text, f"empty; give a value or leave {flag} out")
+        if inner is None:
+            return text
+        try:
+            return inner(text)
+        except argparse.ArgumentTypeError as exc:  # its message quotes the value
+            raise BadArgument(f"{flag}: {exc}") from None
+        except (TypeError, ValueError) as exc:
+            raise bad(flag, text, str(exc)) from None
+
+    given.__name__ = getattr(inner, "__name__", "str")  # argparse names the type in its errors
+    return given
+
+
 def add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", help="fleet config YAML (default: $XTRABACKUP_FLEET_CONFIG)")
+    add_config(p)
     p.add_argument("--cluster", required=True)
     p.add_argument("--host", required=True, help="host name as in the fleet config")
     p.add_argument("--bucket", help="S3 bucket (overrides the config)")
@@ -50,6 +91,15 @@ def print_notes(notes: Iterable[str], stream: Any = None) -> None:
     """One `note:` line per fallback to another storage target (core/catalog/targets.py)."""
     for note in notes:
         print(f"note: {note}", file=stream)
+
+
+CONFIG_HELP = (
+    "fleet config YAML (default: $XTRABACKUP_FLEET_CONFIG, else fleet.yaml in Airflow's dags folder)"
+)
+
+
+def add_config(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help=CONFIG_HELP)
 
 
 def output(as_json: bool, data: Any, lines: Iterable[str]) -> None:
@@ -102,12 +152,13 @@ def _flag(dest: str) -> str:
 
 
 def load(args: argparse.Namespace) -> FleetConfig:
-    """The fleet config from the file, or one built from flags; flags override the file."""
+    """The fleet config from the file (config_path), or, with --bucket / --local-path and no
+    --config or $XTRABACKUP_FLEET_CONFIG, one built from flags alone; flags override the file."""
     import os
 
-    if args.config or os.environ.get(CONFIG_ENV):
+    if args.config or os.environ.get(CONFIG_ENV) or not (args.bucket or args.local_path):
         raw: dict[str, Any] = load_config(args.config).model_dump(exclude_none=True)
-        source = args.config or os.environ[CONFIG_ENV]
+        source = str(config_path(args.config)[0])
     else:
         raw = {"clusters": [{"name": args.cluster, "hosts": [{"name": args.host}]}], "storage": {}}
         source = "command-line flags"

@@ -53,6 +53,11 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--no-wait", action="store_true", help="start replication and return without waiting")
     p.add_argument("--no-checksum", action="store_true", help="skip the pt-table-checksum gate")
     p.add_argument(
+        "--clean-on-failure",
+        action="store_true",
+        help="after a failure past the restore, also empty the datadir (the new server is always stopped)",
+    )
+    p.add_argument(
         "--max-lag-seconds", type=float, help="caught up below this lag (replication.max_lag_seconds)"
     )
     add_target_store(p)
@@ -145,6 +150,8 @@ def cmd_provision_replica(args: argparse.Namespace, config: FleetConfig) -> int:
             else rep.settings.max_lag_seconds,
             catch_up_timeout=rep.settings.catch_up_timeout_minutes * 60,
             poll_seconds=rep.settings.poll_seconds,
+            clean_on_failure=args.clean_on_failure,
+            binlog_binary=(cluster.binlogs.binary if cluster.binlogs else None) or "mariadb-binlog",
             checksum=provision_checksum(cluster, host_dsn(host, config.source))
             if check and not args.no_wait
             else None,

@@ -63,7 +63,7 @@ def glacier_tasks(cluster: str, storage: StorageConfig) -> tuple[Any, list[Any]]
         **where,
     )
     wait = GlacierRestoreSensor(
-        task_id="wait_glacier_restore", poke_interval=storage.glacier_poll_seconds, **where
+        task_id="wait_glacier_restore", poke_interval=storage.glacier_poll_seconds, deferrable=True, **where
     )
     readable = EmptyOperator(task_id="chain_readable")
     check = check_archive()

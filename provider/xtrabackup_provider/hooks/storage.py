@@ -6,6 +6,8 @@ upload stream may hold (core/storage/partplan.py), as `storage.upload_memory_mib
 
 from __future__ import annotations
 
+__all__ = ["BackupStorageHook"]
+
 from typing import Any
 
 from airflow.sdk import BaseHook

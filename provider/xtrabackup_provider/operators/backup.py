@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["XtraBackupOperator", "BACKUP_LABEL", "KIND_FROM_RUN_CONF"]
+
 import logging
 from collections.abc import Sequence
 from typing import Any

@@ -13,6 +13,15 @@ every parse and must not pay there for the core and what it loads (MySQLdb, boto
 
 from __future__ import annotations
 
+__all__ = [
+    "BackupStorageOperator",
+    "BackupStorageSensor",
+    "ChainRestoreOperator",
+    "RestoreTestingOperator",
+    "skip_unless_branch_chose",
+    "storage_template_fields",
+]
+
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -27,7 +36,7 @@ if TYPE_CHECKING:
 
 PUBLIC_KEYS_CONN = "backup_gpg"  # public keys: what backups encrypt for
 PRIVATE_KEY_CONN = "backup_gpg_private"  # the private key: only restore workers should read it
-STORAGE_TEMPLATE_FIELDS = ("cluster", "host", "prefix", "bucket")
+STORAGE_TEMPLATE_FIELDS = ("cluster", "host", "prefix", "bucket", "local_path", "aws_conn_id", "gpg_conn_id")
 
 
 def storage_template_fields(*own: str) -> tuple[str, ...]:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+__all__ = ["BinlogShipOperator"]
+
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from ..arguments import keep_arguments
 from . import _metrics
-from .base import PUBLIC_KEYS_CONN, BackupStorageOperator
+from .base import PUBLIC_KEYS_CONN, BackupStorageOperator, storage_template_fields
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +28,7 @@ class BinlogShipOperator(BackupStorageOperator):
     XCom: counts, the last names shipped, gaps, bytes.
     """
 
+    template_fields: Sequence[str] = storage_template_fields("mysql_conn_id")
     ui_color = "#fdebd0"
     gpg_conn_default = PUBLIC_KEYS_CONN
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["XtraBackupRestoreOperator", "XtraBackupTableRestoreOperator"]
+
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -86,7 +88,14 @@ class XtraBackupTableRestoreOperator(ChainRestoreOperator):
     """
 
     template_fields: Sequence[str] = storage_template_fields(
-        "tables", "new_names", "to_time", "to_gtid", "to_position", "backup_id", "scratch_dir"
+        "mysql_conn_id",
+        "tables",
+        "new_names",
+        "to_time",
+        "to_gtid",
+        "to_position",
+        "backup_id",
+        "scratch_dir",
     )
 
     def __init__(

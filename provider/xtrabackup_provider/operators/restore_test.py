@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["RestoreTestOperator"]
+
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +37,9 @@ class RestoreTestOperator(RestoreTestingOperator):
     Each outlet Asset gets an event whose extra names the host and backup verified.
     """
 
-    template_fields: Sequence[str] = storage_template_fields("backup_id", "level", "workdir_root")
+    template_fields: Sequence[str] = storage_template_fields(
+        "backup_id", "level", "workdir_root", "source_conn_id", "replication_conn_id"
+    )
 
     def __init__(
         self,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["XtraBackupStandbyOperator"]
+
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any

@@ -26,6 +26,8 @@ copies nothing.
 
 from __future__ import annotations
 
+__all__ = ["copy_host"]
+
 import hashlib
 import logging
 import time

@@ -28,7 +28,7 @@ from typing import Any
 from ..catalog.records import BLOCKED, BackupImpact, Blocked, LockPhase
 from ..common import children
 from ..engine.tools import ToolVersion
-from ..storage.base import ObjectWriter, WrittenSegment
+from ..storage.base import UPLOAD_CAP_MIB_RANGE, ObjectWriter, WrittenSegment
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,12 @@ class ImpactSettings:
         data = dict(data or {})
         mib = data.pop("max_upload_mib_per_second", None)
         if mib:
+            low, high = UPLOAD_CAP_MIB_RANGE
+            if not low <= float(mib) <= high:  # a cap that rounds to 0 bytes/s would be none; .inf overflows
+                raise ValueError(
+                    f"max_upload_mib_per_second {mib!r}: a cap is {low!r} (1 KiB/s) to {high:.0f} MiB/s; "
+                    "leave it unset for none"
+                )
             data["max_upload_bytes_per_second"] = int(float(mib) * 1024 * 1024)
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in data.items() if k in known})

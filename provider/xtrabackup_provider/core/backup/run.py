@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["BackupRequest", "run_backup"]
+
 import logging
 import os
 import shutil

@@ -16,6 +16,8 @@ PITR planning need no keys.
 
 from __future__ import annotations
 
+__all__ = ["binlogs_needed"]
+
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime

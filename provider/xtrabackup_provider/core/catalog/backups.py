@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["Catalog"]
+
 from concurrent.futures import ThreadPoolExecutor
 
 from ..storage.base import ObjectStore, StorageError

@@ -30,6 +30,8 @@ carries: the tool's own error lines first, page dumps and binary bytes dropped.
 
 from __future__ import annotations
 
+__all__ = ["run", "popen", "summarize_stderr"]
+
 import atexit
 import logging
 import os

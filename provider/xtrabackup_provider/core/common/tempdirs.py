@@ -10,6 +10,8 @@ disk only until the next run of that kind there.
 
 from __future__ import annotations
 
+__all__ = ["private_dir"]
+
 import os
 import shutil
 import tempfile

@@ -3,6 +3,8 @@ server facts."""
 
 from __future__ import annotations
 
+__all__ = ["MySQLTarget"]
+
 import json
 import os
 import re

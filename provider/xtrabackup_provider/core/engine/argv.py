@@ -7,6 +7,8 @@ command line is refused.
 
 from __future__ import annotations
 
+__all__ = ["backup_argv", "prepare_steps", "prepare_argv", "copy_back_argv", "extract_argv"]
+
 import re
 from dataclasses import dataclass, field
 

@@ -6,6 +6,8 @@ without the tools installed.
 
 from __future__ import annotations
 
+__all__ = ["Capabilities"]
+
 import re
 from dataclasses import dataclass
 from typing import Literal

@@ -7,7 +7,11 @@ disk holds at most one binlog. Which binlogs: those of one server (the newest ba
 one named) whose manifests overlap the time window or GTID range asked for; without either,
 everything shipped after the newest backup. A transaction is listed when it matches every
 filter given: its time, its GTID, a schema or table it touched, a kind of statement (DROP,
-TRUNCATE, ALTER, DELETE, ...), a regular expression over its summary.
+TRUNCATE, ALTER, DELETE, ...), a regular expression over its summary. "Touched" is every table
+its row events and statements name (core/binlog/statements.py: a DROP or RENAME list, a
+multi-table DELETE / UPDATE, ...), names compared without regard to case; a transaction with a
+statement whose tables cannot be told is listed whatever the table and schema filters say, marked
+`[TABLES NOT PARSED ...]` (`"tables_parsed": false` in JSON): a filter never hides it.
 
 "Stop right before it": the GTID state just before the transaction (every domain; tracked from
 the backup's GTID or the binlog's Gtid_list, never `seq - 1`: sequences can have gaps and a
@@ -65,11 +69,12 @@ class MomentFilter:
             return False
         if self.kinds and not self.kinds & set(txn.kinds()):
             return False
-        touched = txn.tables()
-        if self.schemas and not self.schemas & ({t.split(".", 1)[0] for t in touched} | txn.schemas):
-            return False
-        if self.tables and not any(_table_matches(want, touched) for want in self.tables):
-            return False
+        touched = txn.touched()
+        if not touched.unparsed:  # a statement whose tables are unknown is never hidden by these
+            if self.schemas and not any(touched.names_schema(s) for s in self.schemas):
+                return False
+            if self.tables and not any(touched.names_table(t) for t in self.tables):
+                return False
         return not (
             self.grep and not self.grep.search(" ".join(txn.statements + txn.annotations) + txn.summary())
         )
@@ -92,12 +97,6 @@ class MomentFilter:
         return True
 
 
-def _table_matches(want: str, touched: set[str]) -> bool:
-    if "." in want:
-        return want in touched
-    return any(t.split(".", 1)[1] == want for t in touched if "." in t)
-
-
 @dataclass(frozen=True)
 class Moment:
     time: datetime
@@ -109,12 +108,14 @@ class Moment:
     complete: bool
     to_gtid: str  # stops right before it ("" if its domain had no transaction before it)
     to_position: str  # FILE:POS of its GTID event, which --to-position does not replay
+    unparsed: list[str] = field(default_factory=list)  # statements whose tables are unknown
 
     def line(self) -> str:
         stop = f"--to-gtid={self.to_gtid} | " if self.to_gtid else ""
+        unknown = "  [TABLES NOT PARSED: listed whatever --table/--schema say]" if self.unparsed else ""
         return (
             f"{self.time:%Y-%m-%d %H:%M:%S}  {self.gtid:<16} {self.file}:{self.position:<10} "
-            f"{'+'.join(self.kinds):<9} {self.summary}   [stop before: {stop}--to-position={self.to_position}]"
+            f"{'+'.join(self.kinds):<9} {self.summary}{unknown}   [stop before: {stop}--to-position={self.to_position}]"
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -128,6 +129,8 @@ class Moment:
             "complete": self.complete,
             "to_gtid": self.to_gtid,
             "to_position": self.to_position,
+            "tables_parsed": not self.unparsed,
+            "unparsed": self.unparsed,
         }
 
 
@@ -244,4 +247,5 @@ def _moment(txn: Transaction) -> Moment:
         complete=txn.complete,
         to_gtid=format_gtid_pos(before) if txn.gtid.domain in before else "",
         to_position=f"{txn.file}:{txn.offset}",
+        unparsed=txn.touched().unparsed,
     )

@@ -24,7 +24,9 @@ root password is never needed, and the replay honours every GRANT it contains.
 
 The sandbox runs without a binlog of its own, so the datadir gets no stray binlog files; the
 GTID position reached is computed from the binlogs, reported, and left in the datadir as its
-gtid_slave_pos (the applier sets it as it applies, the pipe path sets it at the end).
+gtid_slave_pos (the applier sets it as it applies, the pipe path sets it at the end, and a target
+the backup is already at sets it to the backup's GTID). A `--to-gtid` the backup has already
+reached needs no binlog at all: none is planned or fetched.
 If anything fails after the restore, the target datadir is emptied again.
 """
 
@@ -223,21 +225,22 @@ def recover(
             report.chain, timings = restore_base(req, plan, scratch / "restore")
             report.timings.update(timings)
         t0 = time.monotonic()
-        if where_replay_stops(plan, files, report):
-            stop = replay_binlogs(
-                req.replay,
-                plan,
-                files,
-                req.target_datadir,
-                binlog_binary=req.binlog_binary,
-                client_binary=req.client_binary,
-                threads=req.replay_threads,
-                server_args=req.replay_server_args,
-            )
+        if not where_replay_stops(plan, files, report):
+            log.info("backup %s is already at %s: nothing to replay", backup.backup_id, report.target)
+        # Also with nothing to replay: it leaves gtid_slave_pos at the GTID reached (promote's fork).
+        stop = replay_binlogs(
+            req.replay,
+            plan,
+            files,
+            req.target_datadir,
+            binlog_binary=req.binlog_binary,
+            client_binary=req.client_binary,
+            threads=req.replay_threads,
+            server_args=req.replay_server_args,
+        )
+        if stop.transactions:
             report.replay, report.transactions = req.replay, stop.transactions
             report.reached_gtid = stop.gtid or report.reached_gtid
-        else:
-            log.info("backup %s is already at %s: nothing to replay", backup.backup_id, report.target)
         report.timings["replay"] = time.monotonic() - t0
     except BaseException:
         if req.target_datadir.exists() and any(req.target_datadir.iterdir()):
@@ -300,7 +303,13 @@ def where_replay_stops(plan: PitrPlan, files: list[Path], report: PitrReport) ->
     )
     gtid = parse_gtid_pos(plan.backup.gtid)
     gtid.update(end.last_gtid)
-    report.reached_file, report.reached_position = end.file, end.position
+    if files:
+        report.reached_file, report.reached_position = end.file, end.position
+    else:  # nothing planned: the backup is at the target
+        report.reached_file, report.reached_position = (
+            plan.backup.binlog_file or "",
+            plan.backup.binlog_position or 0,
+        )
     report.reached_gtid = format_gtid_pos(gtid)
     start = (plan.backup.binlog_file, plan.backup.binlog_position or 0)
     if target.kind == "gtid":

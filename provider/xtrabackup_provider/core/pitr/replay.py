@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..common import children
@@ -35,17 +37,7 @@ def replay(
 ) -> None:
     """Start a socket-only sandbox on `datadir` and pipe `binlog_binary reader_args` into it;
     then set its gtid_slave_pos to the GTID reached, when given (the pipe itself leaves none)."""
-    basedir = private_dir("replay", "/tmp", on_sweep=stop_orphans)  # 0700; short socket path
-    # No binlog of its own: the datadir gets no stray binlog files.
-    server = SandboxServer.on_datadir(
-        datadir,
-        basedir,
-        server_id=REPLAY_SERVER_ID,
-        log_bin=False,
-        extra_args=[_MAX_PACKET, *(extra_args or [])],
-    )
-    try:
-        server.start()
+    with replay_sandbox(datadir, [_MAX_PACKET, *(extra_args or [])]) as server:
         account = replay_account(server)
         with defaults_file(account) as creds:
             # Option files first: the tools ignore them anywhere else.
@@ -61,6 +53,19 @@ def replay(
             finally:
                 conn.close()
         _drop_account(account)
+
+
+@contextmanager
+def replay_sandbox(datadir: Path, extra_args: list[str]) -> Iterator[SandboxServer]:
+    """A started socket-only sandbox on `datadir` without a binlog of its own (the datadir gets no
+    stray binlog files), in a private directory; stopped and removed afterwards."""
+    basedir = private_dir("replay", "/tmp", on_sweep=stop_orphans)  # 0700; short socket path
+    server = SandboxServer.on_datadir(
+        datadir, basedir, server_id=REPLAY_SERVER_ID, log_bin=False, extra_args=extra_args
+    )
+    try:
+        server.start()
+        yield server
     finally:
         server.stop()
         shutil.rmtree(basedir, ignore_errors=True)
@@ -74,6 +79,17 @@ def reader_argv(binlog_binary: str, reader_args: list[str]) -> list[str]:
 def client_argv(client_binary: str, creds: str) -> list[str]:
     """The client that applies the events: our 0600 defaults file alone (the sandbox's socket)."""
     return [client_binary, f"--defaults-file={creds}"]
+
+
+def leave_gtid_slave_pos(datadir: Path, gtid: str, extra_args: list[str] | None = None) -> None:
+    """Set the stopped datadir's gtid_slave_pos to `gtid` (a sandbox on it, socket only, no binlog,
+    replication not started): what a replay leaves, for a restore that had nothing to replay."""
+    with replay_sandbox(datadir, ["--skip-slave-start", *(extra_args or [])]) as server:
+        conn = server.connect()  # --skip-grant-tables: the one privileged session
+        try:
+            conn.cursor().execute("SET GLOBAL gtid_slave_pos = %s", (gtid,))
+        finally:
+            conn.close()
 
 
 def replay_account(server: SandboxServer) -> MySQLTarget:

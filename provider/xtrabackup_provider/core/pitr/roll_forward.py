@@ -12,6 +12,8 @@ binlogs here at all.
 
 from __future__ import annotations
 
+__all__ = ["ShippedBinlogs"]
+
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path

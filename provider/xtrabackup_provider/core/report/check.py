@@ -23,6 +23,8 @@ monitoring systems (Nagios, Icinga, Sensu) expect.
 
 from __future__ import annotations
 
+__all__ = ["check_fleet", "check_host"]
+
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime

@@ -7,6 +7,8 @@ step succeeded; if copy-back fails, what it wrote is removed again.
 
 from __future__ import annotations
 
+__all__ = ["restore", "fetch_one"]
+
 import logging
 import os
 import shutil

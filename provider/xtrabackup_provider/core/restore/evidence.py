@@ -18,6 +18,8 @@ ones):
 
 from __future__ import annotations
 
+__all__ = ["CheckResult"]
+
 import logging
 import os
 import struct

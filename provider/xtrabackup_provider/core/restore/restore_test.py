@@ -20,6 +20,8 @@ The report (restore-report.json, next to the backup) is what retention reads as 
 
 from __future__ import annotations
 
+__all__ = ["run_restore_test", "LEVELS"]
+
 import json
 import logging
 import random
@@ -58,7 +60,10 @@ class RollForward(Protocol):
 
 class DeepCompare(Protocol):
     """Attaches the restored datadir as a replica of the host's source from `gtid`, waits until it
-    has caught up and compares it with pt-table-checksum (core.restore.replica_compare)."""
+    has caught up and compares it with pt-table-checksum (core.restore.replica_compare).
+    `preflight` runs before the restore: what it raises fails the check, never attached."""
+
+    def preflight(self) -> None: ...
 
     def __call__(self, datadir: Path, basedir: Path, gtid: str) -> CheckResult: ...
 
@@ -163,6 +168,7 @@ def _run_checks(
     """Restore, then each check of the level in turn; a step that raises is the failed check."""
     stage = "restore"
     server: SandboxServer | None = None
+    refused = _deep_preflight(req)
     try:
         _refuse_flavour(manifest)
         restored = restore(
@@ -209,7 +215,7 @@ def _run_checks(
             if req.level == "deep":
                 stage = "replica_checksum"
                 t0 = time.monotonic()
-                results.append(_deep(req, datadir, gtid, rolled))
+                results.append(refused or _deep(req, datadir, gtid, rolled))
                 report.timings["replica_checksum"] = time.monotonic() - t0
     except Exception as exc:  # noqa: BLE001 - any failure is the verdict, reported with its check
         results.append(CheckResult.of(stage, [f"{type(exc).__name__}: {exc}"]))
@@ -234,6 +240,21 @@ def _roll_forward(req: RestoreTestRequest, datadir: Path, manifest: Manifest) ->
             "roll_forward", "not run: the caller gave no roll-forward (core.pitr.roll_forward)"
         )
     return req.roll_forward(datadir, manifest, req.workdir / "roll-forward")
+
+
+def _deep_preflight(req: RestoreTestRequest) -> CheckResult | None:
+    """Level deep: the replica's checks before the restore (the replication account logs in); a
+    refusal is the failed replica_checksum, and the sandbox is never attached to the source."""
+    if req.level != "deep" or req.deep is None:
+        return None
+    try:
+        req.deep.preflight()
+    except Exception as exc:  # noqa: BLE001 - any refusal is the check's verdict
+        return CheckResult.of(
+            "replica_checksum",
+            [f"{type(exc).__name__}: {exc}; the restored copy was not attached to the source"],
+        )
+    return None
 
 
 def _deep(req: RestoreTestRequest, datadir: Path, gtid: str, rolled: CheckResult) -> CheckResult:

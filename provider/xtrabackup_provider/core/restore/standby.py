@@ -33,6 +33,8 @@ GTID of xtrabackup_binlog_info) must be the newest applied backup's.
 
 from __future__ import annotations
 
+__all__ = ["update_standby"]
+
 import json
 import logging
 import os
