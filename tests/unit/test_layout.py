@@ -233,3 +233,111 @@ def test_every_child_process_starts_through_core_common_children():
                 ):
                     offenders.append(f"{name}:{node.lineno} {ast.unparse(node.func)}")
     assert offenders == [], f"processes started outside {allowed}: {offenders}"
+
+
+# -- only our settings reach a tool (issue 27) -------------------------------------------------------------
+
+OPTION_FILE_OPTIONS = ("--no-defaults", "--defaults-file=")
+
+
+def _built_tool_argvs() -> dict[str, list[str]]:
+    """Every tool argv the core's builders make, for both flavours and every mode."""
+    from pathlib import Path
+
+    from xtrabackup_provider.core.binlog.ship import download_argv
+    from xtrabackup_provider.core.db.checksum import ChecksumOptions, checksum_argv
+    from xtrabackup_provider.core.db.sandbox import SandboxServer
+    from xtrabackup_provider.core.db.server import MySQLTarget
+    from xtrabackup_provider.core.engine.argv import (
+        BackupOptions,
+        PrepareTuning,
+        backup_argv,
+        copy_back_argv,
+        prepare_argv,
+        prepare_steps,
+    )
+    from xtrabackup_provider.core.engine.tools import ToolVersion
+    from xtrabackup_provider.core.pitr.replay import client_argv, reader_argv
+
+    tools = {
+        "xtrabackup": ToolVersion("xtrabackup", (8, 0, 35, 33)),
+        "mariabackup": ToolVersion("mariabackup", (10, 11, 19, 0)),
+    }
+    opts = BackupOptions(datadir="/var/lib/mysql", lsn_dir="/l", scratch_dir="/s", incremental_lsn=42)
+    built: dict[str, list[str]] = {}
+    for name, tool in tools.items():
+        built[f"{name} --backup"] = backup_argv(tool, "/c.cnf", opts)
+        for n, step in enumerate(prepare_steps(tool, "/base", ["/inc1", "/inc2"])):
+            built[f"{name} --prepare #{n}"] = prepare_argv(
+                tool, step, PrepareTuning(use_memory_bytes=1 << 30)
+            )
+        built[f"{name} --copy-back"] = copy_back_argv(tool, "/p", "/d")
+        built[f"{name} --move-back"] = copy_back_argv(tool, "/p", "/d", move=True)
+    for binary in ("mariadb-binlog", "mysqlbinlog"):
+        built[f"{binary} batch"] = download_argv(binary, "/c.cnf", Path("/d"), "mysql-bin.000001")
+        built[f"{binary} --stop-never"] = download_argv(
+            binary, "/c.cnf", Path("/d"), "mysql-bin.000001", stop_never=True, replica_server_id=7
+        )
+    built["pt-table-checksum"] = checksum_argv(MySQLTarget(socket="/s.sock"), "/c.cnf", ChecksumOptions())
+    for grants in (True, False):
+        server = SandboxServer(Path("/b"), Path("/d"), 3306, 1, skip_grant_tables=grants)
+        built[f"mariadbd skip_grant_tables={grants}"] = server.server_args()
+    built["mariadb-binlog (replay)"] = reader_argv("mariadb-binlog", ["/b/mysql-bin.000001"])
+    built["mariadb (replay)"] = client_argv("mariadb", "/c.cnf")
+    return built
+
+
+def test_every_tool_argv_the_core_builds_reads_only_the_options_we_chose():
+    """The first option of every MySQL/MariaDB tool names its one option file (ours) or none;
+    core/common/children.py refuses anything else at run time as well."""
+    from xtrabackup_provider.core.common.children import check_tool_options
+
+    for what, argv in _built_tool_argvs().items():
+        check_tool_options(argv)
+        if argv[0].startswith("pt-"):  # its own options from no file; the connection's from ours alone (F=)
+            assert argv[1] == "--config=/dev/null" and argv[2].endswith(",F=/c.cnf"), argv
+        else:
+            assert argv[1].startswith(OPTION_FILE_OPTIONS), f"{what}: {argv}"
+        assert not [a for a in argv if a.startswith("--defaults-extra-file")], f"{what}: {argv}"
+
+
+def test_option_file_options_are_only_ever_a_tools_first_option():
+    """A list literal in the core that holds --no-defaults or --defaults-file=... holds it right
+    after the program (a tool ignores it anywhere else); one that starts with a MySQL program's
+    name has it there."""
+    from xtrabackup_provider.core.common.children import OPTION_FILE_READERS
+
+    def text(node: ast.expr) -> str | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant):
+            return str(node.values[0].value)
+        return None
+
+    misplaced = []
+    for name, path in MODULES.items():
+        if not name.startswith(f"{PACKAGE}.core"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.List) or not node.elts:
+                continue
+            texts = [text(e) for e in node.elts]
+            at = [i for i, t in enumerate(texts) if t and t.startswith(OPTION_FILE_OPTIONS)]
+            program = texts[0]
+            if at and at != [1] or (program in OPTION_FILE_READERS and at != [1]):
+                misplaced.append(f"{name}:{node.lineno} {ast.unparse(node)[:100]}")
+    assert misplaced == [], misplaced
+
+
+def test_no_tool_is_given_a_defaults_extra_file():
+    """`--defaults-extra-file` adds a file to the host's option files (~/.my.cnf still wins): it is
+    named only where the guard refuses it."""
+    root = PROVIDER.parent
+    allowed = {PROVIDER / PACKAGE / "core" / "common" / "children.py"}
+    found = [
+        str(path.relative_to(root))
+        for folder in ("provider", "dags", "bench", "scripts")
+        for path in (root / folder).rglob("*.py")
+        if path not in allowed and "--defaults-extra-file" in path.read_text()
+    ]
+    assert found == [], f"--defaults-extra-file in {found}"

@@ -30,7 +30,16 @@ from ..core.storage.base import StorageError
 from ..core.storage.glacier import request_restores, wait_for_restores, waiting
 from .binlogs import add_restore_targets, cmd_pitr_restore, pitr_target, restore_source
 from .monitor import copy_to_targets
-from .options import add_common, add_target_store, backup_id, output, print_notes, read_from, seconds
+from .options import (
+    NEW_SERVER_HELP,
+    add_common,
+    add_target_store,
+    backup_id,
+    output,
+    print_notes,
+    read_from,
+    seconds,
+)
 
 
 def add_parsers(sub: Any) -> None:
@@ -48,6 +57,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument(
         "--no-copies", action="store_true", help="do not copy to `copies:` now (`copy` catches up)"
     )
+    p.add_argument("--new-server", action="store_true", help=NEW_SERVER_HELP)
 
     p = sub.add_parser("list", help="list a host's backups on every storage target")
     add_common(p)
@@ -220,6 +230,7 @@ def cmd_backup(args: argparse.Namespace, config: FleetConfig) -> int:
             progress=ProgressLogger(logging.getLogger("xtrabackup_provider"), f"backup of {args.host}"),
             impact=impact,
             option_files=list(host.option_files),
+            accept_new_server=args.new_server,
         )
     )
     print(

@@ -21,6 +21,7 @@ from .event_filters import (
     table_name,
 )
 from .options import (
+    NEW_SERVER_HELP,
     add_common,
     add_target_store,
     backup_id,
@@ -53,6 +54,7 @@ def add_parsers(sub: Any) -> None:
     ship.add_argument("--no-encrypt", action="store_true", help="store unencrypted (not recommended)")
     ship.add_argument("--binary", help="mariadb-binlog or mysqlbinlog (default: by server flavour)")
     ship.add_argument("--workdir", help="local scratch for the binlog copies (default: the temp dir)")
+    ship.add_argument("--new-server", action="store_true", help=NEW_SERVER_HELP)
     lst = bsub.add_parser("list", help="list the shipped binlogs and recorded gaps on every storage target")
     add_common(lst)
     add_target_store(lst)
@@ -220,6 +222,7 @@ def cmd_binlogs(args: argparse.Namespace, config: FleetConfig) -> int:
         sse=config.storage.sse,
         kms_key_id=config.storage.kms_key_id,
         workdir=args.workdir,
+        accept_new_server=args.new_server,
     )
     if args.continuous:
         report = ship_continuous(req, args.continuous, args.progress_interval)

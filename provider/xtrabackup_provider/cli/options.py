@@ -11,6 +11,11 @@ from typing import Any
 from ..core.config.load import FieldNames, config_path, load_config, parse_config
 from ..core.config.schema import CONFIG_ENV, FleetConfig
 
+NEW_SERVER_HELP = (
+    "the host's server was rebuilt or moved: accept a server its catalog does not know (server_uuid) as the "
+    "host's from now on"
+)
+
 
 class BadArgument(Exception):
     """A command-line value that would do nothing, or something other than asked: `main` prints

@@ -388,14 +388,24 @@ def _tool_time(text: str) -> datetime | None:
 class LockWatch:
     """Reads the tool's stderr file while the tool writes it, stamping each line with the time it
     was read; `phases()` after the tool ended. Reads with pread: the tool shares the file's offset.
-    `on_line` sees each line as it is read (core/db/rowcounts.py opens its snapshot on one)."""
+    `on_line` sees each line as it is read (core/db/rowcounts.py opens its snapshot on one).
+    `refuse(line)` names a line that means the tool is not doing what it was asked (core/engine/
+    warnings.py): the tool is killed at once, and `refused` says why (with the lines that follow it
+    in the same write: the values the warning compares)."""
 
     POLL = 0.05
 
-    def __init__(self, flavour: str, on_line: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        flavour: str,
+        on_line: Callable[[str], None] | None = None,
+        refuse: Callable[[str], str | None] | None = None,
+    ) -> None:
         self.flavour = flavour
         self.on_line = on_line
         self.lines: list[LogLine] = []
+        self.refused: str | None = None
+        self._refuse = refuse
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
@@ -416,8 +426,10 @@ class LockWatch:
                     offset += len(chunk)
                     now = time.time()
                     *complete, pending = (pending + chunk).split(b"\n")
-                    for raw in complete:
-                        self._read(LogLine(now, raw.decode(errors="replace")))
+                    new = [LogLine(now, c.decode(errors="replace")) for c in complete]
+                    for line in new:
+                        self._read(line)
+                    self._check(new, popen)
                 if exited:
                     if pending:
                         self.lines.append(LogLine(time.time(), pending.decode(errors="replace")))
@@ -430,6 +442,17 @@ class LockWatch:
         self.lines.append(line)
         if self.on_line is not None:
             self.on_line(line.text)
+
+    def _check(self, new: list[LogLine], popen: Any) -> None:
+        if self._refuse is None or self.refused is not None:
+            return
+        for n, line in enumerate(new):
+            if why := self._refuse(line.text):
+                follow = [x.text.strip() for x in new[n + 1 : n + 3] if x.text[:1].isspace()]
+                self.refused = " ".join([why, *follow])
+                if popen.poll() is None:
+                    popen.kill()  # before it copies anything more
+                return
 
     def phases(self) -> list[LockPhase]:
         if self._thread is not None:

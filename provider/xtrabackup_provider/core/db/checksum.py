@@ -9,6 +9,7 @@ table (db.gate reads it on the replica). Airflow-free; the operator and the CLI 
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -124,11 +125,16 @@ def checksum_options(settings: Any, replica_dsns: Sequence[str]) -> ChecksumOpti
     return ChecksumOptions(replica_dsns=tuple(replica_dsns), **values)
 
 
+NO_CONFIG = os.devnull  # pt-table-checksum's --config: read this (empty) file instead of its defaults
+
+
 def checksum_argv(target: MySQLTarget, creds_path: str, opts: ChecksumOptions) -> list[str]:
-    """argv for pt-table-checksum; credentials only by the defaults file path (F=)."""
+    """argv for pt-table-checksum; credentials only by the defaults file path (F=, which DBD::mysql
+    reads alone). `--config` first: no /etc/percona-toolkit or ~/.percona-toolkit.conf option."""
     check_table_name(opts.replicate, "replicate")
     argv = [
         opts.binary,
+        f"--config={NO_CONFIG}",
         source_dsn(target, creds_path),
         f"--replicate={opts.replicate}",
         # Replicas log in ROW format (the sandbox and most GTID setups). pt sets STATEMENT on its
