@@ -294,3 +294,43 @@ def test_cli_children_get_no_secret_in_their_environment(mariadb, s3_server, tmp
             f"{os.path.basename(s.argv[0])} {s.argv[1][:30] if len(s.argv) > 1 else ''}", set()
         ).add(f"{s.secret} ({s.where})")
     assert leaks == {}, f"secrets seen in /proc of {len(leaks)} kinds of process: {leaks}"
+
+
+def test_a_child_a_library_starts_from_the_cli_gets_no_secret(tmp_path):
+    """A library may start a process of its own with the CLI's environment: loading a config
+    imports croniter (the schedules), whose import runs `file -b` (platform.architecture()). A
+    `file` first on PATH records the environment it got: no passphrase, S3 key or password named by
+    the config may be in it. The CLI itself still finds them (it lists an empty store, exit 0)."""
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    seen = tmp_path / "file-environments"
+    (shim / "file").write_text(f"#!/bin/sh\nenv >> {seen}\necho '---' >> {seen}\necho 'ELF 64-bit LSB'\n")
+    (shim / "file").chmod(0o755)
+    env = {
+        "XTRABACKUP_GPG_PASSPHRASE": secrets.token_urlsafe(16),
+        "AWS_ACCESS_KEY_ID": "AKIA" + secrets.token_hex(8).upper(),
+        "AWS_SECRET_ACCESS_KEY": secrets.token_urlsafe(30),
+        "DB1_LOGIN": secrets.token_urlsafe(12),  # a password variable whose name says nothing
+        "PATH": f"{shim}:{os.environ['PATH']}",
+    }
+    config = tmp_path / "fleet.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "storage": {"local_path": str(tmp_path / "store")},
+                "encryption": {"enabled": False},
+                "clusters": [
+                    {
+                        "name": "c1",
+                        "hosts": [{"name": "db1", "host": "127.0.0.1", "password_env": "DB1_LOGIN"}],
+                    }
+                ],
+            }
+        )
+    )
+    proc = cli("list", "--config", str(config), "--cluster", "c1", "--host", "db1", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert seen.exists(), "croniter no longer runs `file`: this test proves nothing now, find another child"
+    environments = seen.read_text()
+    leaked = [name for name, value in env.items() if name != "PATH" and value in environments]
+    assert leaked == [], f"`file -b` started by a library got {leaked} in its environment"

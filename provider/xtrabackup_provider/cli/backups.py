@@ -12,6 +12,7 @@ from typing import Any
 
 from ..core.catalog.manifest import CatalogError
 from ..core.catalog.targets import Targets, list_backups
+from ..core.common import secretenv
 from ..core.config.schema import FleetConfig
 from ..core.config.wiring import (
     SetupError,
@@ -451,7 +452,7 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 
     from ..core.pipeline.gpg import generate_key_pair
 
-    passphrase = os.environ.get(args.passphrase_env)
+    passphrase = secretenv.get(args.passphrase_env)
     if not passphrase:
         raise SetupError(f"set {args.passphrase_env} to the passphrase that protects the private key")
     pair = generate_key_pair(args.uid, passphrase)

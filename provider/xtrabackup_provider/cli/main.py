@@ -12,6 +12,7 @@ import logging
 import sys
 
 from ..core.catalog.manifest import CatalogError
+from ..core.common import secretenv
 from ..core.config.load import load_config
 from ..core.config.schema import ConfigError, FleetConfig
 from ..core.config.wiring import SetupError
@@ -85,15 +86,16 @@ def main(argv: list[str] | None = None) -> int:
             logging.getLogger(library).setLevel(logging.WARNING)
     config: FleetConfig | None = None
     try:
-        if args.command == "keygen":
-            return backups.cmd_keygen(args)
-        if args.command == "install-dags":
-            return install.cmd_install_dags(args)
-        if args.command in FLEET_COMMANDS:
-            config = load_config(args.config)
-            return FLEET_COMMANDS[args.command](args, config)
-        config = load(args)
-        return COMMANDS[args.command](args, config)
+        with secretenv.held():  # no library's child sees a secret in our environment
+            if args.command == "keygen":
+                return backups.cmd_keygen(args)
+            if args.command == "install-dags":
+                return install.cmd_install_dags(args)
+            if args.command in FLEET_COMMANDS:
+                config = _holding(load_config(args.config))
+                return FLEET_COMMANDS[args.command](args, config)
+            config = _holding(load(args))
+            return COMMANDS[args.command](args, config)
     except PassphraseRequired as exc:
         # The CLI passes no passphrase only when its variable is unset.
         name = config.encryption.passphrase_env if config else "XTRABACKUP_GPG_PASSPHRASE"
@@ -118,6 +120,13 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"error: {message}", file=sys.stderr)
         return 2
+
+
+def _holding(config: FleetConfig) -> FleetConfig:
+    """The config, once the variables it names (passwords, the passphrase) are held too (a config
+    loaded before, from the cache, was not parsed again)."""
+    secretenv.hold(secretenv.names_in(config.model_dump()))
+    return config
 
 
 def _s3_failure(exc: Exception, config: FleetConfig | None) -> str | None:

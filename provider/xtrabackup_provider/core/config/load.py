@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from ..common import secretenv
 from .schema import CONFIG_ENV, ConfigError, FleetConfig
 
 # A field path -> what the user set it with (a CLI flag), to name that instead of the path.
@@ -134,4 +135,5 @@ def _parse_text(text: str, resolved: Path) -> FleetConfig:
         raise ConfigError(f"{resolved}: not valid YAML: {detail}") from exc
     except RecursionError:
         raise ConfigError(f"{resolved}: not valid YAML: nested too deeply") from None
+    secretenv.hold(secretenv.names_in(data))  # the CLI's: before validation imports croniter
     return parse_config(data, str(resolved))

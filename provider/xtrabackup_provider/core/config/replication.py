@@ -5,10 +5,10 @@ restore test use; with the CLI's credentials (the DAGs read the same from Airflo
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 
 from ..binlog.replication import ReplicationSource
+from ..common import secretenv
 from ..db.checksum import ChecksumOptions, checksum_options, replica_dsn
 from ..db.server import MySQLTarget
 from ..restore.replica_compare import SourceCompare
@@ -53,7 +53,7 @@ def source_address(settings: ReplicationConfig, source: HostConfig, where: str) 
 
 def cli_replication_source(config: FleetConfig, cluster_name: str) -> ReplicationSource:
     rep = cluster_replication(config, cluster_name)
-    password = os.environ.get(rep.settings.password_env)
+    password = secretenv.get(rep.settings.password_env)
     if password is None:
         raise SetupError(
             f"{config.source}: cluster {cluster_name!r}: set ${rep.settings.password_env} to the password of the "

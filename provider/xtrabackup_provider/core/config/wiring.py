@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from ..backup.copies import CopyTarget
@@ -10,6 +9,7 @@ from ..backup.decide import ChainPolicy
 from ..backup.impact import ImpactSettings
 from ..catalog.backups import Catalog
 from ..catalog.targets import Source
+from ..common import secretenv
 from ..db.server import MySQLTarget
 from ..storage.base import MiB, ObjectStore
 from ..storage.local import LocalStore
@@ -85,7 +85,7 @@ def cli_target(host: HostConfig, source: str) -> MySQLTarget:
     """Credentials without Airflow: a client option file, or a password from the environment."""
     password = None
     if host.password_env:
-        password = os.environ.get(host.password_env)
+        password = secretenv.get(host.password_env)
         if password is None:
             raise SetupError(
                 f"{source}: host {host.name!r}: environment variable {host.password_env} is not set"
@@ -118,7 +118,7 @@ def read_private_key(config: FleetConfig, override: str | None = None) -> tuple[
     path = override or config.encryption.private_key_file
     if not path:
         return None, None
-    return _read(path, "encryption.private_key_file"), os.environ.get(config.encryption.passphrase_env)
+    return _read(path, "encryption.private_key_file"), secretenv.get(config.encryption.passphrase_env)
 
 
 def _read(path: str, field: str) -> str:

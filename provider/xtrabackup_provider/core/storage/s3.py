@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from ..common import secretenv
 from .base import (
     LEGAL_HOLD,
     Deleted,
@@ -108,6 +109,7 @@ def make_s3_client(
     from botocore.config import Config
 
     config = Config(retries={"max_attempts": max_attempts, "mode": "standard"}, max_pool_connections=16)
+    kwargs = secretenv.aws_credentials() | kwargs  # the CLI holds the keys out of os.environ
     return boto3.client("s3", endpoint_url=endpoint_url, region_name=region, config=config, **kwargs)
 
 
