@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -295,9 +296,18 @@ CHECKPOINTS = b"backup_type = full-backuped\nfrom_lsn = 0\nto_lsn = 1234\nlast_l
             ],
             "invalid filename ../evil",
         ),
+        (  # more than the pipes hold after it: zstd dies of the broken pipe when mbstream stops
+            [
+                ("first", b"1"),
+                ("../evil", b"x"),
+                ("xtrabackup_checkpoints", CHECKPOINTS),
+                ("ibdata1", os.urandom(8 << 20)),
+            ],
+            "invalid filename ../evil",
+        ),
         ([("first", b"1"), ("ibdata1", b"\0" * 16384)], "extracted no xtrabackup_checkpoints"),
     ],
-    ids=["path escapes the target", "no checkpoints"],
+    ids=["path escapes the target", "... with 8 MiB after it", "no checkpoints"],
 )
 def test_a_stream_that_mbstream_extracts_only_in_part_fails_the_restore(files, mention, tmp_path):
     """mbstream -x skips a file whose path would escape the target, says "invalid filename", stops

@@ -221,8 +221,12 @@ def _check_stages(stages: list[Proc], unzstd: Proc, object_name: str, consumer_n
     if not failed:
         return
     causes = [p for p in failed if not p.broken_pipe()]
-    if not causes:
-        raise PipelineError(f"{consumer_name} exited before reading the whole of {object_name}")
+    if not causes:  # the consumer left early and said why (mbstream: "invalid filename ../x", exit 0)
+        said = stages[-1].stderr_summary()
+        raise PipelineError(
+            f"{consumer_name} exited before reading the whole of {object_name}"
+            + (f": {said}" if said else "")
+        )
     cause = causes[0]
     if cause is unzstd:
         raise _damaged(object_name, cause.stderr_summary() or "no stderr")
