@@ -6,6 +6,7 @@ environment, for when Airflow is down). Models and validators only: no I/O, no r
 
 from __future__ import annotations
 
+import functools
 import os
 from datetime import timedelta
 from typing import Annotated, Any, Literal
@@ -31,8 +32,8 @@ DAY_SECONDS = 86400
 MAX_PREFIX = 512  # S3 keys are at most 1024 bytes: the prefix leaves room for cluster/host/backup id
 NAME_MAX = 255  # bytes in one file name: a prefix segment is a directory of a local target
 YEAR_HOURS = 24 * 366
-# Airflow's cron presets (airflow.sdk.definitions.timetables._cron.CRON_PRESETS, 3.1-3.3): it
-# resolves them before croniter parses the expression; @once and @continuous are no cron.
+# Airflow's cron presets (airflow.utils.dates.cron_presets): 3.1 and 3.3 resolve them before croniter
+# parses the expression, 3.2 does not (see airflow_cron_presets); @once and @continuous are no cron.
 AIRFLOW_CRON_PRESETS = {
     "@hourly": "0 * * * *",
     "@daily": "0 0 * * *",
@@ -59,16 +60,34 @@ def check_prefix(value: str) -> str:
     return value
 
 
+@functools.cache
+def airflow_cron_presets() -> dict[str, str]:
+    """The presets the installed Airflow's DAGs resolve: 3.1's DAGs use core's cron timetables, which
+    resolve all of them; 3.2's use the task SDK's, which resolve none (croniter parses @daily,
+    @hourly, ... itself, not @quarterly); 3.3's SDK resolves them again (its CRON_PRESETS)."""
+    try:
+        from airflow.sdk.definitions.timetables import _cron
+    except ImportError:  # Airflow 3.1: no SDK timetables
+        return AIRFLOW_CRON_PRESETS
+    return dict(getattr(_cron, "CRON_PRESETS", {}))
+
+
 def check_schedule(value: str | None) -> str | None:
-    """A DAG `schedule` Airflow 3.1-3.3 accepts: null, @once, @continuous, a preset, or what croniter
-    (Airflow's cron parser) parses; refused here, it does not become a DAG import error."""
+    """A DAG `schedule` the installed Airflow accepts: null, @once, @continuous, a preset it resolves,
+    or what croniter (Airflow's cron parser) parses; refused here, it does not become a DAG import
+    error."""
     if value is None or value in ("@once", "@continuous"):
         return value
     try:
         from croniter import croniter
 
-        croniter(AIRFLOW_CRON_PRESETS.get(value, value))
+        croniter(airflow_cron_presets().get(value, value))
     except Exception as exc:  # whatever croniter raises, Airflow refuses the DAG with it
+        if value in AIRFLOW_CRON_PRESETS:  # a preset croniter lacks, which this Airflow does not resolve
+            raise ValueError(
+                f"{value!r}: the Airflow installed here does not resolve this preset; write it as "
+                f"'{AIRFLOW_CRON_PRESETS[value]}'"
+            ) from None
         why = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
         raise ValueError(
             f"{value!r} is not a schedule Airflow accepts ({why}); use a cron expression like "
