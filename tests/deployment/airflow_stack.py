@@ -287,6 +287,23 @@ class AirflowStack:
         state = self.run_state(dag_id, run_id)
         return state if state in ("success", "failed") else None
 
+    def wait_in_run(
+        self, what: str, dag_id: str, run_id: str, predicate: Callable[[], Any], timeout: float
+    ) -> Any:
+        """wait() for a state of a run that has not finished: a run that ends first fails the wait at
+        once, with its failed tasks' log tails."""
+
+        def seen() -> Any:
+            if value := predicate():
+                return value
+            if state := self.finished(dag_id, run_id):
+                raise AssertionError(
+                    f"{dag_id} {run_id} ended {state} while waiting for {what}\n{self.explain(dag_id, run_id)}"
+                )
+            return None
+
+        return self.wait(what, seen, timeout)
+
     def succeeded(self, dag_id: str, run_id: str, what: str, timeout: float) -> None:
         """Wait for the run to finish; a failed run is reported with its failed tasks' log tails."""
         state = self.wait(what, lambda: self.finished(dag_id, run_id), timeout)
