@@ -320,7 +320,7 @@ class AirflowStack:
                 )
                 for log in logs:
                     out += [
-                        "    " + line[:800] for line in log.read_text(errors="replace").splitlines()[-12:]
+                        "    " + _brief(line) for line in log.read_text(errors="replace").splitlines()[-12:]
                     ]
         return "\n".join(out)
 
@@ -385,3 +385,16 @@ class AirflowStack:
     def logs(self) -> list[Path]:
         """Every log the deployment wrote: the components' output and Airflow's own log tree."""
         return [p for p in [*self.work.glob("*.log"), *(self.home / "logs").rglob("*")] if p.is_file()]
+
+
+def _brief(line: str) -> str:
+    """A task log line (Airflow writes JSON) as its level, event and exception: the exception comes
+    after the context fields, past where a cut of the raw line would end."""
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return line[:800]
+    if not isinstance(entry, dict):
+        return line[:800]
+    errors = [f"{e.get('exc_type')}: {e.get('exc_value')}" for e in entry.get("error_detail") or []]
+    return " ".join([str(entry.get("level", "")), str(entry.get("event", ""))[:800], *errors])
