@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 from datetime import timedelta
+from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
@@ -62,14 +63,16 @@ def check_prefix(value: str) -> str:
 
 @functools.cache
 def airflow_cron_presets() -> dict[str, str]:
-    """The presets the installed Airflow's DAGs resolve: 3.1's DAGs use core's cron timetables, which
-    resolve all of them; 3.2's use the task SDK's, which resolve none (croniter parses @daily,
-    @hourly, ... itself, not @quarterly); 3.3's SDK resolves them again (its CRON_PRESETS)."""
+    """The presets the installed Airflow's DAGs resolve, told by its task SDK's version (core
+    imports no Airflow): 1.1 (Airflow 3.1) builds core's cron timetables, which resolve them all;
+    1.2 (3.2) its own, which resolve none (croniter parses @daily, @hourly, ... itself, not
+    @quarterly; read in 3.2.2's airflow/sdk/definitions/timetables/_cron.py); 1.3 (3.3) resolves
+    them again (CRON_PRESETS there)."""
     try:
-        from airflow.sdk.definitions.timetables import _cron
-    except ImportError:  # Airflow 3.1: no SDK timetables
+        sdk = tuple(int(p) for p in version("apache-airflow-task-sdk").split(".")[:2])
+    except (PackageNotFoundError, ValueError):
         return AIRFLOW_CRON_PRESETS
-    return dict(getattr(_cron, "CRON_PRESETS", {}))
+    return {} if sdk == (1, 2) else AIRFLOW_CRON_PRESETS
 
 
 def check_schedule(value: str | None) -> str | None:
