@@ -287,6 +287,23 @@ class AirflowStack:
         state = self.run_state(dag_id, run_id)
         return state if state in ("success", "failed") else None
 
+    def wait_in_run(
+        self, what: str, dag_id: str, run_id: str, predicate: Callable[[], Any], timeout: float
+    ) -> Any:
+        """wait() for a state of a run that has not finished: a run that ends first fails the wait at
+        once, with its failed tasks' log tails."""
+
+        def seen() -> Any:
+            if value := predicate():
+                return value
+            if state := self.finished(dag_id, run_id):
+                raise AssertionError(
+                    f"{dag_id} {run_id} ended {state} while waiting for {what}\n{self.explain(dag_id, run_id)}"
+                )
+            return None
+
+        return self.wait(what, seen, timeout)
+
     def succeeded(self, dag_id: str, run_id: str, what: str, timeout: float) -> None:
         """Wait for the run to finish; a failed run is reported with its failed tasks' log tails."""
         state = self.wait(what, lambda: self.finished(dag_id, run_id), timeout)
@@ -303,7 +320,7 @@ class AirflowStack:
                 )
                 for log in logs:
                     out += [
-                        "    " + line[:800] for line in log.read_text(errors="replace").splitlines()[-12:]
+                        "    " + _brief(line) for line in log.read_text(errors="replace").splitlines()[-12:]
                     ]
         return "\n".join(out)
 
@@ -368,3 +385,16 @@ class AirflowStack:
     def logs(self) -> list[Path]:
         """Every log the deployment wrote: the components' output and Airflow's own log tree."""
         return [p for p in [*self.work.glob("*.log"), *(self.home / "logs").rglob("*")] if p.is_file()]
+
+
+def _brief(line: str) -> str:
+    """A task log line (Airflow writes JSON) as its level, event and exception: the exception comes
+    after the context fields, past where a cut of the raw line would end."""
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return line[:800]
+    if not isinstance(entry, dict):
+        return line[:800]
+    errors = [f"{e.get('exc_type')}: {e.get('exc_value')}" for e in entry.get("error_detail") or []]
+    return " ".join([str(entry.get("level", "")), str(entry.get("event", ""))[:800], *errors])

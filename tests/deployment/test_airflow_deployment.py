@@ -184,10 +184,18 @@ def _ship_binlogs_then_done(stack: AirflowStack, run_id: str, kind: str) -> dict
     return tis
 
 
+def _delay_replica(replica: Any, seconds: int) -> None:
+    replica.query("STOP SLAVE")
+    replica.query(f"CHANGE MASTER TO MASTER_DELAY = {seconds}")
+    replica.query("START SLAVE")
+
+
 def _replica_waits_in_the_triggerer(stack: AirflowStack, source: Any, replica: Any) -> None:
-    """The replica's SQL thread is stopped while the source writes: the sensor defers, its trigger
-    polls in the triggerer, and once the replica applies the GTID the task resumes by itself."""
-    replica.query("STOP SLAVE SQL_THREAD")
+    """The replica lags while the source writes (a delayed replica: its threads run, the events
+    wait MASTER_DELAY seconds; a stopped SQL thread would fail the sensor after its grace, as it
+    should): the sensor defers, its trigger polls in the triggerer, and once the replica applies
+    the GTID the task resumes by itself."""
+    _delay_replica(replica, 3600)
     add_orders(source, DB, 50)
     gtid = source.query("SELECT @@gtid_binlog_pos")[0][0]
     stack.unpause(REPLICA_DAG)
@@ -196,11 +204,11 @@ def _replica_waits_in_the_triggerer(stack: AirflowStack, source: Any, replica: A
         "SELECT t.classpath FROM task_instance ti JOIN trigger t ON ti.trigger_id = t.id WHERE ti.dag_id=?"
         " AND ti.run_id=? AND ti.task_id='wait' AND ti.state='deferred' AND t.triggerer_id IS NOT NULL"
     )
-    ((classpath,),) = stack.wait("the replica's wait deferred to the triggerer",
-                                 lambda: stack.db(deferred_sql, REPLICA_DAG, run), STEP)  # fmt: skip
+    ((classpath,),) = stack.wait_in_run("the replica's wait deferred to the triggerer", REPLICA_DAG, run,
+                                        lambda: stack.db(deferred_sql, REPLICA_DAG, run), STEP)  # fmt: skip
     assert classpath == "xtrabackup_provider.triggers.replica.ReplicaCaughtUpTrigger"
     assert stack.finished(REPLICA_DAG, run) is None, "it cannot finish before the replica applies the GTID"
-    replica.query("START SLAVE SQL_THREAD")
+    _delay_replica(replica, 0)  # the delayed events apply at once
     stack.succeeded(REPLICA_DAG, run, "the replica's wait", STEP)
     wait = stack.task_instances(REPLICA_DAG, run)[("wait", "")]
     # Resumed by its trigger's event: one try, no trigger left, the GTID applied.
@@ -248,9 +256,9 @@ def test_the_shipped_dags_on_a_celery_deployment(deployment, tmp_path):
         " WHERE ti.dag_id=? AND ti.run_id=? AND ti.task_id='backup.binlogs_shipped' AND ti.state='deferred'"
         " AND t.triggerer_id IS NOT NULL"
     )
-    deferred = stack.wait("both binlog gates deferred to the triggerer",
-                          lambda: (rows := stack.db(deferred_sql, BACKUP, first)) and len(rows) == 2 and rows,
-                          STEP)  # fmt: skip
+    deferred = stack.wait_in_run("both binlog gates deferred to the triggerer", BACKUP, first,
+                                 lambda: (rows := stack.db(deferred_sql, BACKUP, first)) and len(rows) == 2 and rows,
+                                 STEP)  # fmt: skip
     assert {c for _, c in deferred} == {"xtrabackup_provider.triggers.binlog.BinlogShippedTrigger"}
     mark("backups done, binlog gates deferred")
     stack.unpause(SHIP)

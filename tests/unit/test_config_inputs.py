@@ -8,7 +8,7 @@ import shutil
 import tempfile
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
@@ -196,6 +196,7 @@ def _airflow_accepts(schedule: str) -> bool:
 
 @settings(derandomize=True, max_examples=int(os.environ.get("XBP_PROPERTY_EXAMPLES", "300")), deadline=None)
 @given(SCHEDULES)
+@example("@quarterly")  # a preset croniter lacks: Airflow 3.1 and 3.3 resolve it, 3.2 refuses it
 def test_the_config_check_accepts_a_schedule_exactly_when_airflow_does(schedule):
     try:
         check_schedule(schedule)

@@ -27,9 +27,10 @@ class ReplicaCaughtUpSensor(KeptArguments, BaseSensorOperator):
     when its replication started: ProvisionReplicaOperator's XCom `source_gtid`) and its lag is at
     most `max_lag_seconds`. A replication thread error fails the task without retrying, in one
     line naming Last_IO_Errno / Last_SQL_Errno (core/db/replica.py): at once when it is final (the
-    SQL thread stopped; 1236: the source no longer has the binlogs it needs, build it from a newer
-    backup), or once it has lasted `grace_seconds` within one check (a wrong password, a source it
-    cannot reach).
+    SQL thread stopped on an error; 1236: the source no longer has the binlogs it needs, build it
+    from a newer backup), or once it has lasted `grace_seconds` within one check (a wrong password,
+    a source it cannot reach, a thread stopped without an error: it will not catch up by itself).
+    A delayed replica (MASTER_DELAY) runs both threads: it is waited for like any lag.
 
     deferrable=True: one check here, then ReplicaCaughtUpTrigger polls the replica in the
     triggerer every `poke_interval` until `timeout` (no worker slot held for a catch-up of hours).

@@ -6,8 +6,10 @@ environment, for when Airflow is down). Models and validators only: no I/O, no r
 
 from __future__ import annotations
 
+import functools
 import os
 from datetime import timedelta
+from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
@@ -31,8 +33,8 @@ DAY_SECONDS = 86400
 MAX_PREFIX = 512  # S3 keys are at most 1024 bytes: the prefix leaves room for cluster/host/backup id
 NAME_MAX = 255  # bytes in one file name: a prefix segment is a directory of a local target
 YEAR_HOURS = 24 * 366
-# Airflow's cron presets (airflow.sdk.definitions.timetables._cron.CRON_PRESETS, 3.1-3.3): it
-# resolves them before croniter parses the expression; @once and @continuous are no cron.
+# Airflow's cron presets (airflow.utils.dates.cron_presets): 3.1 and 3.3 resolve them before croniter
+# parses the expression, 3.2 does not (see airflow_cron_presets); @once and @continuous are no cron.
 AIRFLOW_CRON_PRESETS = {
     "@hourly": "0 * * * *",
     "@daily": "0 0 * * *",
@@ -59,16 +61,36 @@ def check_prefix(value: str) -> str:
     return value
 
 
+@functools.cache
+def airflow_cron_presets() -> dict[str, str]:
+    """The presets the installed Airflow's DAGs resolve, told by its task SDK's version (core
+    imports no Airflow): 1.1 (Airflow 3.1) builds core's cron timetables, which resolve them all;
+    1.2 (3.2) its own, which resolve none (croniter parses @daily, @hourly, ... itself, not
+    @quarterly; read in 3.2.2's airflow/sdk/definitions/timetables/_cron.py); 1.3 (3.3) resolves
+    them again (CRON_PRESETS there)."""
+    try:
+        sdk = tuple(int(p) for p in version("apache-airflow-task-sdk").split(".")[:2])
+    except (PackageNotFoundError, ValueError):
+        return AIRFLOW_CRON_PRESETS
+    return {} if sdk == (1, 2) else AIRFLOW_CRON_PRESETS
+
+
 def check_schedule(value: str | None) -> str | None:
-    """A DAG `schedule` Airflow 3.1-3.3 accepts: null, @once, @continuous, a preset, or what croniter
-    (Airflow's cron parser) parses; refused here, it does not become a DAG import error."""
+    """A DAG `schedule` the installed Airflow accepts: null, @once, @continuous, a preset it resolves,
+    or what croniter (Airflow's cron parser) parses; refused here, it does not become a DAG import
+    error."""
     if value is None or value in ("@once", "@continuous"):
         return value
     try:
         from croniter import croniter
 
-        croniter(AIRFLOW_CRON_PRESETS.get(value, value))
+        croniter(airflow_cron_presets().get(value, value))
     except Exception as exc:  # whatever croniter raises, Airflow refuses the DAG with it
+        if value in AIRFLOW_CRON_PRESETS:  # a preset croniter lacks, which this Airflow does not resolve
+            raise ValueError(
+                f"{value!r}: the Airflow installed here does not resolve this preset; write it as "
+                f"'{AIRFLOW_CRON_PRESETS[value]}'"
+            ) from None
         why = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
         raise ValueError(
             f"{value!r} is not a schedule Airflow accepts ({why}); use a cron expression like "
