@@ -164,6 +164,28 @@ def test_purged_binlog_is_detected_recorded_and_pitr_refuses_to_cross_it(
     assert missing[0] in str(pitr.value)
 
 
+def test_the_binlog_a_crashed_server_was_writing_ships_once_it_is_back(mariadb, s3_server, bucket, gpg_keys):
+    """A server killed (SIGKILL, an OOM kill) leaves the binlog it was writing without a rotate or
+    stop event; restarted, it lists that binlog closed at its size. It ships as it is, and a
+    point-in-time recovery reaches through it (found by the chaos run: shipping refused it forever)."""
+    db = _table(mariadb)
+    catalog = _catalog(s3_server, bucket)
+    run_backup(BackupRequest(catalog=catalog, target=_target(mariadb), allow_unencrypted=True, kind="full"))
+    before_crash = _write(mariadb, db, 5)
+    crashed = str(mariadb.query("SHOW MASTER STATUS")[0][0])
+    mariadb.kill()
+    mariadb.start()
+    after_crash = _write(mariadb, db, 3, flush=True)
+
+    report = ship_binlogs(_request(mariadb, catalog, gpg_keys))
+    assert crashed in report.shipped
+    index = BinlogCatalog(catalog, server_facts(_target(mariadb)).server_uuid).index()
+    assert index.complete[crashed].gtid_last == before_crash
+    assert index.complete[crashed].size == (mariadb.datadir / crashed).stat().st_size
+    plan = make_plan(catalog, PitrTarget.at_gtid(after_crash))
+    assert crashed in [m.name for m in plan.binlogs] and plan.binlogs[-1].gtid_last == after_crash
+
+
 def test_continuous_mode_ships_the_open_binlog_within_seconds_and_resumes(
     mariadb, s3_server, bucket, gpg_keys, tmp_path
 ):

@@ -213,17 +213,30 @@ class BinlogShipper:
                 continue
             path = self.download(name)
             summary = summarize(path)
-            if not summary.closed or summary.size != size:
-                raise BinlogError(
-                    f"{self.where}: the copy of {name} is {summary.size} bytes ending with event type "
-                    f"{summary.last_type}; the server lists {size} bytes and the binlog is closed. Not shipping it"
-                )
+            self.check_closed(name, summary, size)
             self.ship_complete(path, name, summary, index.partial.get(name))
             path.unlink()
         self.report.open_binlog = logs[-1][0] if logs else None
         if gap is not None:
             raise self.gap_error(gap)
         return self.report
+
+    def check_closed(self, name: str, summary: BinlogSummary, size: int) -> None:
+        """A closed binlog's copy must hold every byte the server lists for it. It ends with a rotate
+        or stop event, unless the server died while writing it (a kill, an OOM kill): then it ends
+        with its last complete event, and the server, restarted, lists exactly those bytes."""
+        if summary.size != size:
+            raise BinlogError(
+                f"{self.where}: the copy of {name} is {summary.size} bytes ending with event type "
+                f"{summary.last_type}; the server lists {size} bytes and the binlog is closed. Not shipping it"
+            )
+        if not summary.closed:
+            log.warning(
+                "%s ends without a rotate or stop event: the server stopped without closing it (a crash); "
+                "shipping its %d bytes, which the restarted server lists as the whole binlog",
+                name,
+                size,
+            )
 
     def index(self) -> BinlogIndex:
         index = self.bcat.index()
