@@ -49,6 +49,7 @@ from ..pipeline.split import PartPlan, plan_parts
 from ..pipeline.to_parts import stream_to_parts
 from ..pipeline.to_store import StreamResult, stream_to_store
 from ..storage.base import ARCHIVE_TAGGING, ObjectWriter, PutOptions
+from .abandoned import remove_abandoned
 from .decide import ChainPolicy, Decision, decide
 from .impact import AppliedImpact, ImpactSettings, LockWatch, apply_settings
 from .lineage import ServerLineage, describe_break, lineage_problems
@@ -171,6 +172,7 @@ def _run_locked(req: BackupRequest, now: datetime | None, lock: HostLock) -> Man
         )
     datadir = req.datadir or facts.datadir
     _abort_stale_uploads(req)
+    remove_abandoned(req.catalog, lock.dead_holder)
     canary = _heartbeat(req, backup_id) if req.heartbeat else {"heartbeat": False}
     where = f"host {req.catalog.cluster}/{req.catalog.host}"
     applied = apply_settings(req.impact, tool, req.parallel, where)

@@ -6,7 +6,10 @@ A lease is `<prefix>/<cluster>/<host>/leases/<token>.json` naming backup ids and
 holder rewrites it every third of the lease while it runs and deletes it when done; a lease the
 store says was last written longer ago than its lease plus STORE_CLOCK_MARGIN is dead (the
 store's own clock, as for the host lock), so a killed restore blocks retention for one lease at
-most. Any number of readers may hold leases at once; they never block a backup.
+most. So is, at once, a lease whose holder ran on this machine and whose process is gone (the
+host lock's rule, core/catalog/lock.py `process_gone`): a retention run or `retention apply` on
+the reader's machine frees what a killed restore held without waiting for its lease. Any number
+of readers may hold leases at once; they never block a backup.
 
 The race with retention is closed by order, not by a lock: the reader writes its lease and then
 checks that every manifest it read still exists (`ReadLease.check`: the backups' and the
@@ -37,7 +40,7 @@ from typing import Any
 from ..common.crashpoints import crash_point
 from ..storage.base import StorageError
 from .backups import Catalog
-from .lock import STORE_CLOCK_MARGIN
+from .lock import STORE_CLOCK_MARGIN, process_gone, this_process
 from .manifest import CatalogError
 
 log = logging.getLogger(__name__)
@@ -92,6 +95,7 @@ class ReadLease:
             "binlogs": list(self.binlogs),
             "lease_seconds": self.lease.total_seconds(),
             "written": datetime.now(UTC).isoformat(timespec="seconds"),
+            **this_process(),
         }
         return json.dumps(body, indent=2).encode()
 
@@ -164,7 +168,8 @@ def live_leases(catalog: Catalog) -> list[LeaseInfo]:
 
 def scan_leases(catalog: Catalog) -> tuple[list[LeaseInfo], list[str]]:
     """(the live leases, the keys of dead ones): a lease not renewed for longer than its length
-    plus STORE_CLOCK_MARGIN (the store's clock) belongs to a reader that is gone."""
+    plus STORE_CLOCK_MARGIN (the store's clock), or whose holder's process is gone from this
+    machine, belongs to a reader that is gone."""
     prefix = f"{catalog.host_prefix}/{LEASES_DIR}/"
     live, dead = [], []
     for info in catalog.store.list(prefix):
@@ -177,7 +182,8 @@ def scan_leases(catalog: Catalog) -> tuple[list[LeaseInfo], list[str]]:
         except (ValueError, TypeError, OverflowError):
             log.warning("ignoring the unreadable read lease %s", info.key)
             continue
-        if current.age is not None and current.age > lease + STORE_CLOCK_MARGIN:
+        expired = current.age is not None and current.age > lease + STORE_CLOCK_MARGIN
+        if expired or process_gone(raw.get("machine"), raw.get("pid"), raw.get("pid_start")):
             dead.append(info.key)  # its holder is gone
             continue
         with contextlib.suppress(TypeError, ValueError):
@@ -200,7 +206,7 @@ def remove_dead_leases(catalog: Catalog) -> list[str]:
     dead = scan_leases(catalog)[1]
     if dead:
         catalog.store.delete(dead)
-        log.info("removed %d expired read lease(s) of readers that are gone", len(dead))
+        log.info("removed %d read lease(s) of readers that are gone", len(dead))
     return dead
 
 
