@@ -392,10 +392,12 @@ class BinlogCatalog:
         self.store.delete([s.object.key for s in partial.segments])
 
 
-def leased_manifest_key(catalog: Catalog, item: str) -> str:
-    """The manifest key of a binlog named as leases and retention name it: `<server_uuid>/<binlog>`."""
+def leased_manifest_keys(catalog: Catalog, item: str) -> tuple[str, str]:
+    """The manifest keys of a binlog named as leases and retention name it (`<server_uuid>/<binlog>`):
+    the complete binlog's and the open one's partial manifest; either shows it is stored."""
     server_uuid, _, name = item.partition("/")
-    return BinlogCatalog(catalog, server_uuid).manifest_key(name)
+    bcat = BinlogCatalog(catalog, server_uuid)
+    return bcat.manifest_key(name), bcat.manifest_key(name, partial=True)
 
 
 def _is_binlog_name(name: str) -> bool:

@@ -32,7 +32,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -69,8 +69,9 @@ class LeaseError(CatalogError):
 @dataclass
 class ReadLease:
     """`with ReadLease(catalog, "restore", backups=[...]):` while the chain is read. Binlogs are
-    named `<server_uuid>/<binlog>`; `binlog_manifest` maps such a name to its manifest's key (the
-    binlog layer's, core/binlog/catalog.py), for `check`."""
+    named `<server_uuid>/<binlog>`; `binlog_manifest` maps such a name to the keys of its manifests
+    (the binlog layer's, core/binlog/catalog.py: complete, or the open binlog's partial one; any
+    of them shows it is stored), for `check`."""
 
     catalog: Catalog
     purpose: str  # "restore", "point-in-time restore", "standby update"
@@ -79,7 +80,7 @@ class ReadLease:
     lease: timedelta = DEFAULT_READ_LEASE
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
     unleased_ok: bool = False  # go on without a lease when it cannot be written (logged)
-    binlog_manifest: Callable[[str], str] | None = None
+    binlog_manifest: Callable[[str], Sequence[str]] | None = None
 
     def __post_init__(self) -> None:
         self.backups, self.binlogs = tuple(self.backups), tuple(self.binlogs)
@@ -136,7 +137,7 @@ class ReadLease:
             raise ValueError("a lease naming binlogs needs binlog_manifest to check them")
         for name in self.binlogs:
             assert self.binlog_manifest is not None
-            if self.catalog.store.head(self.binlog_manifest(name)) is None:
+            if all(self.catalog.store.head(key) is None for key in self.binlog_manifest(name)):
                 raise CatalogError(
                     f"binlog {name} was deleted (retention) while this {self.purpose} started; nothing was "
                     "downloaded: choose a later point in time, or a backup whose binlogs are still stored"

@@ -41,7 +41,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ..binlog.catalog import BinlogManifest, leased_manifest_key
+from ..binlog.catalog import BinlogManifest, leased_manifest_keys
 from ..binlog.events import replay_end
 from ..catalog.backups import Catalog
 from ..catalog.lease import ReadLease
@@ -126,7 +126,7 @@ def read_lease(req: PitrRequest, purpose: str, backups: list[str], binlogs: list
         backups,
         binlogs,
         unleased_ok=req.without_read_lease,
-        binlog_manifest=partial(leased_manifest_key, req.catalog),
+        binlog_manifest=partial(leased_manifest_keys, req.catalog),
     )
 
 
