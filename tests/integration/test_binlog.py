@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 import threading
 
 import pytest
@@ -14,8 +16,16 @@ from helpers import gpg_home, run_gpg, unique_name, wait_for
 from xtrabackup_provider.cli import main as cli_main
 from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
 from xtrabackup_provider.core.binlog.catalog import BinlogCatalog, BinlogGapError
+from xtrabackup_provider.core.binlog.events import event_frames, summarize
 from xtrabackup_provider.core.binlog.follow import ship_continuous
-from xtrabackup_provider.core.binlog.ship import ShipRequest, is_shipped, lag_target, ship_binlogs
+from xtrabackup_provider.core.binlog.listing import XID_EVENT
+from xtrabackup_provider.core.binlog.ship import (
+    BinlogShipper,
+    ShipRequest,
+    is_shipped,
+    lag_target,
+    ship_binlogs,
+)
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.db.sandbox import SandboxServer
 from xtrabackup_provider.core.db.server import MySQLTarget, server_facts
@@ -293,6 +303,43 @@ def test_a_point_in_time_restore_reaches_into_the_open_binlog_continuous_shippin
     with SandboxServer.on_datadir(datadir, tmp_path / "sb", server_id=977) as restored:
         restored.start()
         assert restored.query(f"SELECT COUNT(*) FROM `{db}`.t")[0][0] == 5
+
+
+def test_a_gtid_the_open_binlog_holds_only_in_part_is_refused_not_restored_short(
+    mariadb, s3_server, bucket, gpg_keys, tmp_path
+):
+    """Continuous shipping stores the open binlog as the server sends it, so its partial manifest
+    can end inside a transaction (its GTID event stored, its commit not yet): a point-in-time
+    restore to that GTID must say so, not stop quietly before it."""
+    db = _table(mariadb)
+    catalog = _catalog(s3_server, bucket)
+    run_backup(BackupRequest(catalog=catalog, target=_target(mariadb), allow_unencrypted=True, kind="full"))
+    _write(mariadb, db, 2)
+    target = _write(mariadb, db, 1)
+    name = str(mariadb.query("SHOW MASTER STATUS")[0][0])
+    copy = tmp_path / name
+    shutil.copyfile(mariadb.datadir / name, copy)
+    with open(copy, "rb") as fh:
+        frames = list(event_frames(fh, 0, str(copy), {}))
+    last_commit = max(i for i, frame in enumerate(frames) if frame[3] == XID_EVENT)
+    os.truncate(copy, frames[last_commit][0])  # the target's transaction without its commit
+    with BinlogShipper(_request(mariadb, catalog, gpg_keys)) as shipper:
+        partial = shipper.ship_progress(copy, name, summarize(copy), None, None)
+    assert partial.gtid_last == target and not partial.complete
+
+    datadir = tmp_path / "restored" / "data"
+    with pytest.raises(PitrError) as info:
+        point_in_time_restore(
+            PitrRequest(
+                catalog,
+                datadir,
+                PitrTarget.at_gtid(target),
+                private_key=gpg_keys.private_key,
+                passphrase=gpg_keys.passphrase,
+            )  # fmt: skip
+        )
+    assert target in str(info.value) and name in str(info.value), info.value
+    assert not datadir.exists() or not any(datadir.iterdir())
 
 
 def test_cli_ships_and_lists_binlogs_without_airflow(mariadb, tmp_path, capsys):

@@ -195,6 +195,7 @@ def recover(
             )
             report.replay, report.transactions = req.replay, stop.transactions
             report.reached_gtid = stop.gtid or report.reached_gtid
+            _check_reached(plan, report.reached_gtid)
         else:
             log.info("backup %s is already at %s: nothing to replay", backup.backup_id, report.target)
         report.timings["replay"] = time.monotonic() - t0
@@ -239,6 +240,21 @@ def _base_and_binlogs(
             raise
         report.timings.update(timings)
         return fetching.result()
+
+
+def _check_reached(plan: PitrPlan, reached: str) -> None:
+    """A GTID target is inclusive: a replay that stopped before it (the open binlog is stored as
+    the server sent it, so it can end inside the target's transaction) is an error, not a
+    restore to some earlier point."""
+    target = plan.target
+    if target.kind != "gtid" or gtid_reached(parse_gtid_pos(reached), target.gtid_pos()):
+        return
+    last = plan.binlogs[-1]
+    raise PitrError(
+        f"the shipped binlogs hold {target.describe()} only in part: {last.name} is stored up to byte "
+        f"{last.size}, inside that transaction, so the replay stopped at {reached or '-'}. Retry once "
+        "binlog shipping has stored more of it, or name an earlier GTID"
+    )
 
 
 def where_replay_stops(plan: PitrPlan, files: list[Path], report: PitrReport) -> bool:
