@@ -115,6 +115,21 @@ def crash_parts_between_commits(bed: Bed) -> None:
     check_restores(bed, full, expected)
 
 
+def test_a_run_that_takes_over_and_then_fails_has_still_removed_the_killed_attempt(bed):
+    """The run that takes the dead holder's lock is the only one that can prove it dead: if it then
+    fails (here its server is down; in the chaos run a clock behind), the cleanup must be done."""
+    bed.policy = {"max_parts": 2, "part_min_gib": 0}
+    old = plant_debris(bed)
+    backup(bed, "--kind", "full", crash="parts.between_commits")
+    bed.server.stop()
+    try:
+        refused = bed.cli("backup", "--no-copies")
+    finally:
+        bed.server.start()
+    assert refused.returncode != 0 and took_over(refused.stderr), refused.stderr[-2000:]
+    removed_attempt(bed, refused.stderr, old)
+
+
 # -- binlog registration ---------------------------------------------------------------------------
 
 

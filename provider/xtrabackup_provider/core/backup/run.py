@@ -156,6 +156,9 @@ def _start_after_newest(catalog: Catalog) -> datetime:
 
 
 def _run_locked(req: BackupRequest, now: datetime | None, lock: HostLock) -> Manifest:
+    # First: a run refused below (a clock behind, a server down) has still cleaned up after the
+    # run whose lock it took, which the next run, finding the lock free, could not prove dead.
+    remove_abandoned(req.catalog, lock.dead_holder)
     started = _start_after_newest(req.catalog)
     tool = detect_tool(req.flavour, req.binary)
     facts = server_facts(req.target)
@@ -172,7 +175,6 @@ def _run_locked(req: BackupRequest, now: datetime | None, lock: HostLock) -> Man
         )
     datadir = req.datadir or facts.datadir
     _abort_stale_uploads(req)
-    remove_abandoned(req.catalog, lock.dead_holder)
     canary = _heartbeat(req, backup_id) if req.heartbeat else {"heartbeat": False}
     where = f"host {req.catalog.cluster}/{req.catalog.host}"
     applied = apply_settings(req.impact, tool, req.parallel, where)
