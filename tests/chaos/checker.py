@@ -75,7 +75,7 @@ class Checker:
         return out
 
     def violation(self, text: str) -> None:
-        print(f"VIOLATION: {text}", flush=True)
+        say(f"VIOLATION: {text}")
         with self.mutex:
             self.violations.append(text)
 
@@ -156,6 +156,9 @@ class Checker:
         if end < low:
             return
         self.windows += 1
+        say(
+            f"checker: PITR window of {c} from {full} to seq {end}: {min(self.points, end - low + 1)} point(s)"
+        )
         server_id = int(str(self.fleet.clusters[c].source.query("SELECT @@server_id")[0][0]))
         for seq in sorted(self.rng.sample(range(low, end + 1), min(self.points, end - low + 1))):
             newest = max((t for lo, hi, t in times if lo <= seq <= hi), default=time.time())
@@ -197,10 +200,7 @@ class Checker:
             self.violation(
                 f"{t.cluster} {t.backup_id} restored differs from the source at {t.gtid}: {_diff(got, expected)}"
             )
-        print(
-            f"restore check {t.cluster} {t.backup_id} at {t.gtid}: {'ok' if got == expected else 'DIFFERS'}",
-            flush=True,
-        )
+        say(f"restore check {t.cluster} {t.backup_id} at {t.gtid}: {'ok' if got == expected else 'DIFFERS'}")
 
     def advance(self, cluster: str, gtid: str, seq: int) -> bool:
         ref = self.fleet.clusters[cluster].reference
@@ -236,7 +236,7 @@ class Checker:
             self.violation(
                 f"PITR of {t.cluster} to {t.gtid} differs from the source there: {_diff(got, expected)}"
             )
-        print(f"PITR check {t.cluster} {t.gtid}: {'ok' if got == expected else 'DIFFERS'}", flush=True)
+        say(f"PITR check {t.cluster} {t.gtid}: {'ok' if got == expected else 'DIFFERS'}")
 
     def _pitr_failed(self, t: Target, cluster: Cluster, error: str) -> None:
         """A refusal is right only for a point retention was allowed to drop: its window's full is
@@ -245,12 +245,13 @@ class Checker:
         age = time.time() - t.newest_event
         if t.backup_id not in view.manifests and age > self.pitr_window.total_seconds():
             self.skipped += 1
-            print(
-                f"PITR check {t.cluster} {t.gtid}: skipped, retention dropped its window ({error[-160:]})",
-                flush=True,
-            )
+            say(f"PITR check {t.cluster} {t.gtid}: skipped, retention dropped its window ({error[-160:]})")
             return
         self.violation(f"PITR of {t.cluster} to {t.gtid} failed: {error}")
+
+
+def say(text: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {text}", flush=True)
 
 
 def shipped(view: HostView) -> tuple[int, list[tuple[int, int, float]]]:

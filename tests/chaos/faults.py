@@ -47,6 +47,7 @@ CLI_CRASH_POINTS = (
 KINDS = ("kill_worker", "kill_tool", "kill_cli", "restart_db", "scratch_full", "clock_skew",
          "reseed_replica", "s3_partition")  # fmt: skip
 BUSY = "cannot start: another"  # the host lock's refusal (core/catalog/lock.py)
+UNREACHABLE = "Cannot reach the S3 endpoint"  # core/storage/s3.py, while an endpoint is partitioned
 # Airflow fails a task whose worker died once its heartbeat is missed
 # ([scheduler] task_instance_heartbeat_timeout, 300 s) and records it in its audit log.
 HEARTBEAT_TIMEOUT = "audit:heartbeat timeout"
@@ -103,11 +104,12 @@ class Injector:
     def cli_backup(
         self, name: str, cluster: str, patience: float = 480, **env: str
     ) -> subprocess.CompletedProcess[str]:
-        """A CLI backup of the cluster's host, tried again while a scheduled run holds the host lock."""
+        """A CLI backup of the cluster's host, tried again while a scheduled run holds the host lock
+        or the endpoint is partitioned (another fault): its own fault must reach the product."""
         deadline = time.time() + patience
         while True:
             proc = self.cli(name, "backup", "--cluster", cluster, "--host", BACKUP_HOST, "--no-copies", **env)
-            if BUSY not in proc.stderr or time.time() > deadline:
+            if not any(w in proc.stderr for w in (BUSY, UNREACHABLE)) or time.time() > deadline:
                 return proc
             time.sleep(15)
 
@@ -184,16 +186,21 @@ class Injector:
                      victims=victims)  # fmt: skip
 
     def kill_tool(self, rng: random.Random) -> Fault:
-        """SIGKILL a mariabackup or gpg that a worker of the fleet runs, if one is streaming."""
+        """SIGKILL a mariabackup or gpg that a worker of the fleet runs mid-stream. None streaming
+        after a minute: a backup run of a cluster is started (mariabackup streams for seconds, the
+        gpg of a binlog segment for less than the scan of the process table)."""
         held = self.claim(rng, [("tool",)])
         try:
             t0 = time.time()
-            deadline = t0 + 180  # wait a while for one to start: backups run every few minutes
-            while not (tools := self._tools()) and time.time() < deadline:
-                time.sleep(0.3)
+            triggered = False
+            while not (tools := self._tools()) and time.time() < t0 + 300:
+                if not triggered and time.time() > t0 + 60 and self.fleet.stack:
+                    self.fleet.stack.trigger(f"mysql_backup_{rng.choice(self.clusters())}")
+                    triggered = True
+                time.sleep(0.2)
             if not tools:
                 return Fault(
-                    "kill_tool", "-", t0, None, note="no mariabackup or gpg was streaming for 3 minutes"
+                    "kill_tool", "-", t0, None, note="no mariabackup or gpg was streaming for 5 minutes"
                 )
             pid, argv, worker = rng.choice(tools)
             name = Path(argv[0]).name
@@ -321,7 +328,8 @@ class Injector:
     def scratch_full(self, rng: random.Random) -> Fault:
         """The cluster's restore scratch filesystem full while a restore test runs: filled, a restore
         test started, and emptied again once that test has ended."""
-        held = self.claim(rng, [(f"scratch:{c}",) for c in self.clusters()])
+        # The restore test must reach the scratch: its worker and the primary store stay up meanwhile.
+        held = self.claim(rng, [(f"scratch:{c}", f"worker:{c}", "endpoint:primary") for c in self.clusters()])
         try:
             c = held[0].split(":")[1]
             scratch = self.fleet.scratch[c]
