@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import threading
+import time
 
 import pytest
 import zstandard
@@ -15,7 +16,7 @@ import zstandard
 from helpers import gpg_home, run_gpg, unique_name, wait_for
 from xtrabackup_provider.cli import main as cli_main
 from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
-from xtrabackup_provider.core.binlog.catalog import BinlogCatalog, BinlogGapError
+from xtrabackup_provider.core.binlog.catalog import BinlogCatalog, BinlogError, BinlogGapError
 from xtrabackup_provider.core.binlog.events import event_frames, summarize
 from xtrabackup_provider.core.binlog.follow import ship_continuous
 from xtrabackup_provider.core.binlog.listing import XID_EVENT
@@ -340,6 +341,46 @@ def test_a_gtid_the_open_binlog_holds_only_in_part_is_refused_not_restored_short
         )
     assert target in str(info.value) and name in str(info.value), info.value
     assert not datadir.exists() or not any(datadir.iterdir())
+
+
+def _reset_history(server, db: str) -> None:
+    """The server starts a new binlog history under the old names (RESET MASTER here; in the chaos
+    run a replica re-seeded from another one's backup, whose datadir holds no binlogs)."""
+    time.sleep(1.1)  # a file created in another second: its format event's time differs
+    server.query("RESET MASTER")
+    for _ in range(3):
+        _write(server, db, 40)
+
+
+@pytest.mark.parametrize("mode", ["continuous", "batch"])
+def test_a_new_binlog_history_under_the_old_names_is_refused_and_the_stored_one_kept(
+    mariadb, s3_server, bucket, gpg_keys, mode
+):
+    """The open binlog of the old history is stored as a partial manifest; the server then writes
+    another mysql-bin.000001. Shipping it would overwrite the old history that earlier backups'
+    point-in-time recovery reads (found by the chaos run: after a re-seed, PITR to a point before
+    it failed with 'Could not parse relay log event entry')."""
+    db = _table(mariadb)
+    catalog = _catalog(s3_server, bucket)
+    _write(mariadb, db, 5)
+    ship_continuous(_request(mariadb, catalog, gpg_keys), duration=1.5, progress_interval=0.2)
+    bcat = BinlogCatalog(catalog, server_facts(_target(mariadb)).server_uuid)
+    (name,) = bcat.index().partial
+    stored = catalog.store.get_bytes(bcat.manifest_key(name, partial=True))
+    _reset_history(mariadb, db)
+    if mode == "batch":
+        mariadb.query("FLUSH BINARY LOGS")  # the new mysql-bin.000001 is closed: batch ships closed ones
+
+    with pytest.raises(BinlogError, match="reset") as info:
+        if mode == "batch":
+            ship_binlogs(_request(mariadb, catalog, gpg_keys))
+        else:
+            ship_continuous(_request(mariadb, catalog, gpg_keys), duration=3, progress_interval=0.2)
+    assert name in str(info.value), info.value
+    assert catalog.store.get_bytes(bcat.manifest_key(name, partial=True)) == stored
+    assert name not in bcat.index().complete
+    for seg in bcat.index().partial[name].segments:
+        assert catalog.store.head(seg.object.key) is not None, "a segment of the old history was deleted"
 
 
 def test_cli_ships_and_lists_binlogs_without_airflow(mariadb, tmp_path, capsys):

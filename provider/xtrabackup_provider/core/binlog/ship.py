@@ -164,6 +164,24 @@ def _when(epoch: int | None) -> datetime | None:
     return datetime.fromtimestamp(epoch, UTC) if epoch is not None else None
 
 
+def check_same_file(where: str, stored: BinlogManifest, summary: BinlogSummary) -> None:
+    """The server's binlog must be the file stored under its name: its first event (the format
+    event, stamped when the server created the file) must carry the same time. A file created
+    later under an old name starts a new history (RESET MASTER, a datadir re-seeded from another
+    server's backup holds no binlogs, so they restart at .000001): storing it would replace the
+    binlogs that earlier backups' point-in-time recovery reads, so it is refused, naming both."""
+    created = _when(summary.first_time)
+    if created is None or stored.first_event_time is None or created == stored.first_event_time:
+        return
+    raise BinlogError(
+        f"{where}: the server's {stored.name} was created at {created:%Y-%m-%d %H:%M:%S} UTC, the {stored.name} "
+        f"stored for it at {stored.first_event_time:%Y-%m-%d %H:%M:%S} UTC: the server's binlogs were reset "
+        "(RESET MASTER?) or its datadir was replaced (re-seeded), and the stored history is kept for the "
+        "point-in-time recovery of earlier backups. Give the server a server_id of its own (its binlogs then "
+        "go to a directory of their own) and take a full backup"
+    )
+
+
 class BinlogShipper:
     """One shipping run against one server: its identity, the storage index, the encryption keys."""
 
@@ -214,7 +232,10 @@ class BinlogShipper:
             path = self.download(name)
             summary = summarize(path)
             self.check_closed(name, summary, size)
-            self.ship_complete(path, name, summary, index.partial.get(name))
+            partial = index.partial.get(name)
+            if partial is not None:
+                check_same_file(self.where, partial, summary)
+            self.ship_complete(path, name, summary, partial)
             path.unlink()
         self.report.open_binlog = logs[-1][0] if logs else None
         if gap is not None:
