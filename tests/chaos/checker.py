@@ -126,12 +126,17 @@ class Checker:
         views = self.views()
         for c in self.fleet.clusters:
             _reader, view = views[("primary", c)]
-            high, times = shipped(view)
             fulls = sorted(b for b, m in view.manifests.items() if m.get("kind") == "full" and m.get("gtid"))
             for i, full in enumerate(fulls):
                 nxt = fulls[i + 1] if i + 1 < len(fulls) else None
-                end = _seq(view.manifests[nxt]["gtid"]) if nxt else high
-                closed = nxt is not None and high >= end
+                # A window's binlogs are its full's server's: a re-seeded replica's history ends there.
+                server = view.manifests[full].get("server_uuid")
+                high, times = shipped(view, server)
+                nxt_seq = _seq(view.manifests[nxt]["gtid"]) if nxt else high
+                end = min(nxt_seq, high)
+                closed = nxt is not None and (
+                    high >= nxt_seq or view.manifests[nxt].get("server_uuid") != server
+                )
                 if closed or final:
                     self._chain_target(c, view, full, nxt)
                 if (c, full) not in self.sampled and (closed or final):
@@ -254,11 +259,13 @@ def say(text: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {text}", flush=True)
 
 
-def shipped(view: HostView) -> tuple[int, list[tuple[int, int, float]]]:
-    """The newest shipped domain-0 sequence (complete and partial binlog manifests), and
-    (first seq, last seq, newest event time) of each shipped binlog."""
+def shipped(view: HostView, server: str | None) -> tuple[int, list[tuple[int, int, float]]]:
+    """The newest domain-0 sequence shipped from `server` (complete and partial binlog manifests),
+    and (first seq, last seq, newest event time) of each of its shipped binlogs."""
     spans = []
     for m in [*view.binlogs.values(), *view.partials.values()]:
+        if m.get("server_uuid") != server:
+            continue
         first, last = _seq(m.get("gtid_first") or ""), _seq(m.get("gtid_last") or "")
         newest = m.get("covers_until") or m.get("last_event_time") or m.get("shipped_at")
         spans.append((first, last, _epoch(newest)))

@@ -97,11 +97,15 @@ def find(work: Path, fault: Fault, stack: Any = None) -> str | None:
         return "no victim"
     if fault.evidence.startswith("audit:"):
         return _audit(stack, fault, fault.evidence.removeprefix("audit:"))
-    pattern = re.compile(fault.evidence)
-    for t, path, raw in lines(work, fault.t0):
-        if t <= fault.t0 + fault.bound_s and pattern.search(raw):
-            return f"{Path(path).name}: {raw[:200]}"
-    return None
+    found = []
+    for evidence in (fault.evidence, *fault.more_evidence):
+        pattern = re.compile(evidence)
+        hit = next((f"{Path(p).name}: {raw[:200]}" for t, p, raw in lines(work, fault.t0)
+                    if t <= fault.t0 + fault.bound_s and pattern.search(raw)), None)  # fmt: skip
+        if hit is None:
+            return None
+        found.append(hit)
+    return " | ".join(found)
 
 
 def _audit(stack: Any, fault: Fault, event: str) -> str | None:

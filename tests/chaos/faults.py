@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -48,6 +49,8 @@ KINDS = ("kill_worker", "kill_tool", "kill_cli", "restart_db", "scratch_full", "
          "reseed_replica", "s3_partition")  # fmt: skip
 BUSY = "cannot start: another"  # the host lock's refusal (core/catalog/lock.py)
 UNREACHABLE = "Cannot reach the S3 endpoint"  # core/storage/s3.py, while an endpoint is partitioned
+# Binlog shipping refusing a new history under the old names (core/binlog/ship.py, catalog.py).
+REFUSED_HISTORY = r"binlogs were reset \(RESET MASTER\?\)"
 # Airflow fails a task whose worker died once its heartbeat is missed
 # ([scheduler] task_instance_heartbeat_timeout, 300 s) and records it in its audit log.
 HEARTBEAT_TIMEOUT = "audit:heartbeat timeout"
@@ -64,6 +67,7 @@ class Fault:
     t0: float
     # A regex that must show after t0 ("audit:<event>": Airflow's audit log); None: no victim.
     evidence: str | None
+    more_evidence: list[str] = field(default_factory=list)  # regexes that must show as well
     bound_s: float = 900
     note: str = ""
     clusters: list[str] = field(default_factory=list)  # what it can disturb (check alerts it explains)
@@ -289,17 +293,36 @@ class Injector:
                      note="" if evidence else "the product does not talk to this server")  # fmt: skip
 
     def reseed_replica(self, rng: random.Random) -> Fault:
-        """r1's datadir replaced by a copy of r2's (same server_id, port, path): the next backup of
-        r1 must be a full that says the data does not descend from its parent."""
+        """r1's datadir replaced by a copy of r2's (same server_id, port, path). The next backup of
+        r1 must be a full that says the data does not descend from its parent, and binlog shipping
+        must refuse the new binlogs under the old names (the datadir held none, so they restart at
+        .000001) rather than replace the stored ones. Then the DBA does what that error says: r1
+        gets a server_id of its own (its binlogs go to a directory of their own)."""
         held = self.claim(rng, [(f"server:{c}-r1", f"server:{c}-r2") for c in self.clusters()])
         try:
             c = self.fleet.clusters[held[0].split(":")[1].split("-")[0]]
             t0 = time.time()
             self._reseed(c, t0)
+            refused = self._wait_for(REFUSED_HISTORY, t0, 600)
+            r1 = c.replicas["r1"]
+            r1.stop()
+            r1.server_id = self.fleet.new_server_id()
+            r1.start(timeout=300)
         finally:
             self.release(held)
         return Fault("reseed_replica", f"{c.name}-r1 from {c.name}-r2", t0, r"does not descend from",
-                     bound_s=900, clusters=[c.name])  # fmt: skip
+                     more_evidence=[REFUSED_HISTORY], bound_s=900, clusters=[c.name],
+                     note=f"r1 now server_id {r1.server_id}; shipping refused the new binlogs: {refused or 'NOT SEEN'}")  # fmt: skip
+
+    def _wait_for(self, pattern: str, since: float, seconds: float) -> str | None:
+        from evidence import lines  # evidence imports this module
+
+        deadline, regex = time.time() + seconds, re.compile(pattern)
+        while time.time() < deadline:
+            if hit := next((raw for _t, _p, raw in lines(self.fleet.work, since) if regex.search(raw)), None):
+                return hit[:160]
+            time.sleep(20)
+        return None
 
     def _reseed(self, c: Any, t0: float) -> None:
         r1, r2 = c.replicas["r1"], c.replicas["r2"]

@@ -105,6 +105,9 @@ class Fleet:
 
     # -- servers ------------------------------------------------------------------------------------
 
+    def new_server_id(self) -> int:
+        return next(self._ids)
+
     def server(self, name: str) -> SandboxServer:
         return SandboxServer.create(
             self.root / name, server_id=next(self._ids), root_password=secrets.token_urlsafe(16)
