@@ -166,7 +166,8 @@ def ship_continuous(
                 stderr.seek(0)
                 tail = children.summarize_stderr(stderr.read())
                 raise BinlogError(
-                    f"{shipper.binary} stopped following {shipper.where} (exit {died}): {tail or '(no stderr)'}; "
+                    f"{shipper.binary} stopped following {shipper.where} ({children.how_ended(died)}): "
+                    f"{tail or '(no stderr)'}; "
                     "what it received was shipped, and the next run resumes from there"
                 )
         shipper.report.open_binlog = follower.current

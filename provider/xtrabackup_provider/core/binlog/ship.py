@@ -291,7 +291,7 @@ class BinlogShipper:
         path = self.scratch / name
         if proc.returncode != 0 or not path.is_file():
             raise BinlogError(
-                f"{self.binary} could not copy {name} from {self.where} (exit {proc.returncode}): "
+                f"{self.binary} could not copy {name} from {self.where} ({children.how_ended(proc.returncode)}): "
                 f"{children.summarize_stderr(proc.stderr) or '(no stderr)'}. The user needs REPLICATION SLAVE and "
                 "BINLOG MONITOR (REPLICATION CLIENT); if the server purged it meanwhile, the next run records the gap"
             )
