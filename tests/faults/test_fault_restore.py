@@ -9,9 +9,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -33,6 +36,7 @@ from xtrabackup_provider.core.catalog.manifest import Manifest
 from xtrabackup_provider.core.pipeline.gpg import GpgError
 from xtrabackup_provider.core.pipeline.process import PipelineError
 from xtrabackup_provider.core.restore.chain import RestoreError, RestoreRequest, restore
+from xtrabackup_provider.core.restore.prepare import PrepareError
 
 
 @pytest.fixture(scope="module")
@@ -242,6 +246,48 @@ def test_a_restore_killed_mid_fetch_leaves_a_scratch_that_the_next_restore_remov
     restore_with(catalog, gpg_keys, parent / "data")  # the next restore into the same place
     assert sorted(p.name for p in parent.iterdir()) == ["data"], "the killed restore's scratch is still there"
     assert (parent / "data" / db).is_dir()
+
+
+def _kill_first_prepare(stop: threading.Event, killed: list[list[bytes]]) -> None:
+    """SIGKILL the first `mariabackup --prepare` this test process started, as the OOM killer or
+    a `kill -9` does (the chaos run's kill_tool)."""
+    me = os.getpid()
+    while not stop.is_set():
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit() or not ProcScanner.descends_from(int(pid), me):
+                continue
+            with contextlib.suppress(OSError):
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                if argv[0].endswith(b"mariabackup") and b"--prepare" in argv:
+                    os.kill(int(pid), signal.SIGKILL)
+                    killed.append(argv)
+                    return
+        time.sleep(0.002)
+
+
+def test_a_prepare_killed_by_a_signal_names_the_tool_and_the_signal(backed_up, gpg_keys, tmp_path):
+    """A real mariabackup --prepare, run by the product's runner, killed by SIGKILL: the error a
+    user reads names the tool and the signal ("mariabackup --prepare of ... failed (killed by
+    signal 9)"), the evidence they look for after an OOM kill; the target stays empty and the
+    same backup restores afterwards."""
+    catalog, _manifest, db = backed_up
+    target_dir = tmp_path / "restore" / "data"
+    stop, killed = threading.Event(), []
+    killer = threading.Thread(target=_kill_first_prepare, args=(stop, killed), daemon=True)
+    killer.start()
+    try:
+        with pytest.raises(PrepareError) as excinfo:
+            restore_with(catalog, gpg_keys, target_dir, scratch_dir=tmp_path / "scratch")
+    finally:
+        stop.set()
+        killer.join()
+    assert killed, "no mariabackup --prepare was seen to kill"
+    message = str(excinfo.value)
+    assert re.match(r"mariabackup --prepare of \S+ failed \(killed by signal 9\)", message), message
+    assert not target_dir.exists(), "the target was created although the prepare was killed"
+
+    restore_with(catalog, gpg_keys, target_dir)  # nothing of the backup was harmed
+    assert (target_dir / db).is_dir()
 
 
 def test_answers_cut_short_by_the_network_are_read_again_and_the_restore_succeeds(
