@@ -5,9 +5,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEB_PACKAGES := mariadb-server mariadb-backup mariadb-client percona-toolkit gnupg zstd \
-                libmariadb-dev pkg-config procps sysbench strace redis-server
+                libmariadb-dev pkg-config procps sysbench strace redis-server chromium
 
-.PHONY: setup deps test unit lint demo bench clean lock soak chaos chaos-smoke test-airflow-3.1 lock-airflow-3.1
+.PHONY: setup deps test unit lint docs demo bench clean lock soak chaos chaos-smoke test-wheel envs ci \
+        test-airflow-3.1 lock-airflow-3.1 test-airflow-3.2 lock-airflow-3.2
 
 setup: deps $(STAMP)
 	@# Our own modules too (PYTHONDONTWRITEBYTECODE may be set): each CLI call and DAG parse imports them.
@@ -21,18 +22,34 @@ $(STAMP): pyproject.toml constraints.txt
 	@$(MAKE) --no-print-directory deps
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@$(VENV)/bin/pip install -q uv
-	$(VENV)/bin/uv pip install -q --python $(PY) -c constraints.txt -e '.[test]'
+	$(VENV)/bin/uv pip install -q --python $(PY) -c constraints.txt -e '.[test,docs]'
 	@# Byte-compile once: with PYTHONDONTWRITEBYTECODE set, every process would recompile Airflow.
 	@$(PY) -m compileall -q -j0 $(VENV)/lib > /dev/null || true
 	@touch $@
 
 lint: setup
 	$(VENV)/bin/ruff check provider dags tests bench scripts
+	$(VENV)/bin/ruff format --check -q provider dags tests bench scripts
 	$(VENV)/bin/mypy
 
-# `slow` tests (the soak, several minutes) run with `make soak`.
-test: setup lint
-	@scripts/run-pytest.sh -m "not slow" $(PYTEST_ARGS)
+# The documentation site (mkdocs.yml): every page, link and anchor must resolve (not with -q:
+# mkdocs then counts no warning and strict passes).
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -d site
+
+# Every suite but the `slow` soak (`make soak`); the Celery deployment test runs from the built
+# wheel (test-wheel). CI runs the same, and the other Airflow minors' suites, through scripts/ci.sh.
+test: setup lint docs
+	@scripts/run-pytest.sh -m "not slow" --ignore=tests/deployment $(PYTEST_ARGS)
+	@scripts/test-wheel.sh
+
+# The deployment test from the wheel `uv build` makes, installed outside the checkout.
+test-wheel: setup
+	@scripts/test-wheel.sh $(PYTEST_ARGS)
+
+# What .ci/run runs: lint and docs, then the suites of every Airflow minor side by side.
+ci:
+	@scripts/ci.sh
 
 # The oldest Airflow minor pyproject.toml admits: the unit and DAG suites on Airflow 3.1.8 with a
 # resolution dated by its release (Airflow's own constraint files are not reachable from CI).
@@ -40,16 +57,38 @@ AF31 := .venv-airflow-3.1
 test-airflow-3.1: deps $(AF31)/.installed
 	@PYTEST=$(AF31)/bin/pytest scripts/run-pytest.sh -m "not slow" tests/unit tests/dags $(PYTEST_ARGS)
 
-$(AF31)/.installed: pyproject.toml constraints-airflow-3.1.txt
-	@test -x $(AF31)/bin/python || python3 -m venv $(AF31)
-	@$(AF31)/bin/pip install -q uv
-	$(AF31)/bin/uv pip install -q --python $(AF31)/bin/python -c constraints-airflow-3.1.txt -e '.[test]'
-	@$(AF31)/bin/python -m compileall -q -j0 $(AF31)/lib > /dev/null || true
+$(AF31)/.installed: pyproject.toml constraints-airflow-3.1.txt $(STAMP)
+	@test -x $(AF31)/bin/python || python3 -m venv --without-pip $(AF31)
+	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(AF31)/bin/python \
+		-c constraints-airflow-3.1.txt -e '.[test]'
+	@# Our own modules for this interpreter too (PYTHONDONTWRITEBYTECODE may be set).
+	@$(AF31)/bin/python -m compileall -q provider dags scripts > /dev/null
 	@touch $@
 
 lock-airflow-3.1:
 	echo apache-airflow==3.1.8 | $(VENV)/bin/uv pip compile -q --python $(PY) --extra test \
 		--exclude-newer 2026-03-12T00:00:00Z pyproject.toml - -o constraints-airflow-3.1.txt
+
+# Airflow 3.2 on Python 3.13 (the newest Python CI runs): the unit and DAG suites, with a
+# resolution dated by 3.2.2's release. The interpreter: scripts/find-python.sh.
+AF32 := .venv-airflow-3.2-py3.13
+test-airflow-3.2: deps $(AF32)/.installed
+	@PYTEST=$(AF32)/bin/pytest scripts/run-pytest.sh -m "not slow" tests/unit tests/dags $(PYTEST_ARGS)
+
+$(AF32)/.installed: pyproject.toml constraints-airflow-3.2-py3.13.txt $(STAMP)
+	@test -x $(AF32)/bin/python || "$$(scripts/find-python.sh 3.13)" -m venv --without-pip $(AF32)
+	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(AF32)/bin/python \
+		-c constraints-airflow-3.2-py3.13.txt -e '.[test]'
+	@# Our own modules for this interpreter too (PYTHONDONTWRITEBYTECODE may be set).
+	@$(AF32)/bin/python -m compileall -q provider dags scripts > /dev/null
+	@touch $@
+
+lock-airflow-3.2:
+	echo apache-airflow==3.2.2 | $(VENV)/bin/uv pip compile -q --python-version 3.13 --extra test \
+		--exclude-newer 2026-05-30T00:00:00Z pyproject.toml - -o constraints-airflow-3.2-py3.13.txt
+
+# The second suites' environments (CI builds them while lint runs).
+envs: setup $(AF31)/.installed $(AF32)/.installed
 
 soak: setup
 	@scripts/run-pytest.sh -m slow $(PYTEST_ARGS)
@@ -77,7 +116,7 @@ bench: setup
 	$(PY) bench/backup_throughput.py
 
 lock:
-	$(VENV)/bin/uv pip compile -q --python $(PY) --extra test pyproject.toml -o constraints.txt
+	$(VENV)/bin/uv pip compile -q --python $(PY) --extra test --extra docs pyproject.toml -o constraints.txt
 
 clean:
-	rm -rf $(VENV) $(AF31) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(AF31) $(AF32) site .pytest_cache .mypy_cache .ruff_cache

@@ -15,7 +15,7 @@ On one sandbox MariaDB holding at least ``--size-gb`` GiB of InnoDB data, in one
 (b) and (c) alternate (b, c, b, c, ...) and their medians are compared. Every method that writes a
 file makes it durable (LocalStore fsyncs on commit; the shell methods end with ``sync FILE``). The
 mariabackup argv of (a)-(c) is the provider's own (``engine.backup_argv``, --parallel=2), and the
-credentials reach every tool through a 0600 ``--defaults-extra-file``. Outputs of (b) and (c) are
+credentials reach every tool through a 0600 ``--defaults-file`` (the first option: no other option file). Outputs of (b) and (c) are
 decrypted and decompressed once afterwards (untimed) to check they hold the whole stream.
 
 Targets (printed as PASS/MISS, never asserted): b/c <= 1.10, d/b >= 3.0, peak RSS of (b) < 300 MB.
@@ -250,7 +250,7 @@ class Bench:
         encrypted = run_dir / "backup.tar.gz.gpg"
         copy_argv = [
             "mariabackup",
-            f"--defaults-extra-file={self.creds}",
+            f"--defaults-file={self.creds}",
             "--backup",
             f"--target-dir={stage}",
             f"--datadir={self.server.datadir}",

@@ -240,13 +240,13 @@ class Replicas:
                 run_replay(
                     [
                         "mariadb-binlog",
-                        f"--defaults-extra-file={source_cnf}",
+                        f"--defaults-file={source_cnf}",
                         "--read-from-remote-server",
                         "--to-last-log",
                         f"--start-position={backup.binlog_position}",
                         str(backup.binlog_file),
                     ],
-                    ["mariadb", f"--defaults-extra-file={replica_cnf}", "--binary-mode", "--batch"],
+                    ["mariadb", f"--defaults-file={replica_cnf}", "--binary-mode", "--batch"],
                 )
             t3 = time.monotonic()
             reached = source_position(_tcp_admin(self.source))  # writes have stopped: the replay's end

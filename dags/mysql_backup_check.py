@@ -1,57 +1,9 @@
-"""Watched: one DAG per cluster (`mysql_backup_check_<cluster>`, on its `check.schedule`) that
-checks every host from the catalogs alone, independent of whether the backup DAG ran: the age of
-the newest restorable backup against the cluster's RPO, restore tests, binlog lag and gaps, and
-the copies on further storage targets (core/report/check.py, the same as `xtrabackup-provider
-check`). The task fails when a host is critical, so Airflow's own alerting fires (set
-`on_failure_callback` or email in `default_args` of your deployment); each figure is a metric
-(`<statsd_prefix>.xtrabackup.check.<cluster>.<host>.*`).
+"""Airflow DAG file: the `check` of each cluster on its schedule (xtrabackup_provider.dags.backup_check).
+
+Written by `xtrabackup-provider install-dags`; the DAGs are built by the installed package from the
+fleet config: $XTRABACKUP_FLEET_CONFIG, else fleet.yaml in this folder.
 """
 
-from __future__ import annotations
+from xtrabackup_provider.dags.backup_check import build_dags
 
-from datetime import datetime, timedelta
-
-from airflow.sdk import DAG
-
-from xtrabackup_provider.core.config.load import load_config
-from xtrabackup_provider.core.config.schema import ClusterConfig, FleetConfig
-from xtrabackup_provider.operators.check import BackupCheckOperator
-
-
-def build_dag(config: FleetConfig, cluster: ClusterConfig) -> DAG:
-    with DAG(
-        dag_id=f"mysql_backup_check_{cluster.name}",
-        description=f"Freshness and restorability check of cluster {cluster.name}",
-        schedule=cluster.check.schedule,
-        start_date=datetime(2026, 1, 1),
-        catchup=False,
-        max_active_runs=1,
-        tags=["mysql", "check", cluster.name],
-        doc_md=__doc__,
-    ) as dag:
-        BackupCheckOperator(
-            task_id="check",
-            cluster=cluster.name,
-            hosts=[h.name for h in cluster.hosts],
-            targets=[
-                {
-                    "name": t.name,
-                    "bucket": t.bucket,
-                    "local_path": t.local_path,
-                    "prefix": t.prefix,
-                    "aws_conn_id": t.aws_conn_id,
-                }
-                for t in config.targets()
-            ],
-            check=cluster.check.model_dump(),
-            binlogs=cluster.binlogs is not None,
-            retries=0,  # a retry would only delay the alert
-            execution_timeout=timedelta(minutes=30),
-        )
-    return dag
-
-
-FLEET = load_config()
-for _cluster in FLEET.clusters:
-    if _cluster.check.schedule is not None:
-        globals()[f"mysql_backup_check_{_cluster.name}"] = build_dag(FLEET, _cluster)
+globals().update(build_dags(__file__))

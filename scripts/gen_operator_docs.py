@@ -48,6 +48,8 @@ def _signature(cls: type) -> list[str]:
         if default is CLASS_DEFAULT:  # gpg_conn_id: what the operator's kind reads
             default = getattr(cls, "gpg_conn_default", None)
         text = "required" if default is inspect.Parameter.empty else f"default `{default!r}`"
+        if p.name == "deferrable":  # evaluated from the deployment's settings at import
+            text = "default `[operators] default_deferrable`"
         annotation = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", "")
         cells = [f"`{p.name}`", f"`{annotation}`", text]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
@@ -74,6 +76,13 @@ def render() -> str:
         "Generated from the code by `scripts/gen_operator_docs.py`; do not edit by hand.",
         "Every operator also takes Airflow's usual `BaseOperator` arguments (`task_id`, `queue`,",
         "`pool`, `retries`, ...). Backup operators must run on a worker on the database host: set `queue`.",
+        "",
+        "The operators that read backups (restores, restore tests, provisioning, the standby) read the",
+        "storage target of `bucket` / `local_path` (named `storage_name`) and, where it cannot be read or",
+        "an object on it is damaged, each of `fallback_targets` in order (dicts with `name`, `bucket` or",
+        "`local_path`, `prefix`, `aws_conn_id`: the fleet config's `copies`, as the shipped DAGs pass them),",
+        "as the CLI does; each fallback is a warning in the task log and the XCom's `source` names the",
+        "target read. `target_store` (templated) reads the target of that name alone.",
         "",
     ]
     groups = [

@@ -91,6 +91,34 @@ def start_replication(source: SandboxServer, replica: SandboxServer, user: str =
     replica.query("START SLAVE")
 
 
+def deep_pair(factory: Callable[..., SandboxServer], name: str, **compare: Any) -> tuple[Any, Any, Any]:
+    """(source, replica, SourceCompare): a source and its caught-up GTID replica (backups are taken of
+    the replica), with a replication account and a pt-table-checksum account on the source: what a
+    deep restore test of the replica's backups needs. `compare` goes to SourceCompare."""
+    import secrets
+
+    from xtrabackup_provider.core.binlog.replication import ReplicationSource
+    from xtrabackup_provider.core.restore.replica_compare import SourceCompare
+
+    source = factory(f"{name}-src", root_password=secrets.token_urlsafe(12))
+    replica = factory(f"{name}-rep", root_password=secrets.token_urlsafe(12))
+    start_replication(source, replica)
+    repl, check = uuid.uuid4().hex, uuid.uuid4().hex
+    source.execute_script(
+        f"CREATE USER xrepl@'127.0.0.1' IDENTIFIED BY '{repl}'; GRANT REPLICATION SLAVE ON *.* TO xrepl@'127.0.0.1';"
+        f"CREATE USER xbp_checksum@'127.0.0.1' IDENTIFIED BY '{check}';"
+        "GRANT SELECT, PROCESS, SUPER, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO xbp_checksum@'127.0.0.1';"
+        "GRANT ALL ON percona.* TO xbp_checksum@'127.0.0.1';"
+    )
+    wait_caught_up(source, replica)
+    deep = SourceCompare(
+        ReplicationSource("127.0.0.1", source.port, "xrepl", repl, connect_retry=1, label=f"{name}/source"),
+        MySQLTarget(host="127.0.0.1", port=source.port, user="xbp_checksum", password=check),
+        **compare,
+    )
+    return source, replica, deep
+
+
 def checksum_pair(
     factory: Callable[..., SandboxServer], name: str
 ) -> tuple[SandboxServer, SandboxServer, str]:

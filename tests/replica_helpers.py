@@ -185,18 +185,9 @@ def rewrite_backup(catalog: Catalog, manifest: Manifest, workdir: Path, change: 
     manifest with the new size and sha256: bytes that were bad before they were stored (a bad disk or
     memory on the backup host), so every stored-object check passes and only the data is wrong."""
     obj = manifest.backup_object
-    assert obj.encryption == "none", "rewrite_backup takes unencrypted backups"
     work = workdir / "rewrite"
-    extracted = work / "x"
-    extracted.mkdir(parents=True)
+    extracted = extract_backup(catalog, manifest, work / "x")
     packed = work / "backup.xbstream.zst"
-    (work / "in.zst").write_bytes(catalog.store.get_bytes(obj.key))
-    subprocess.run(
-        f"zstd -dc {work / 'in.zst'} | mbstream -x -C {extracted}",
-        shell=True,
-        check=True,
-        capture_output=True,
-    )
     change(extracted)
     files = sorted(str(p.relative_to(extracted)) for p in extracted.rglob("*") if p.is_file())
     subprocess.run(
@@ -212,6 +203,18 @@ def rewrite_backup(catalog: Catalog, manifest: Manifest, workdir: Path, change: 
     catalog.write(rewritten)
     shutil.rmtree(work, ignore_errors=True)
     return rewritten
+
+
+def extract_backup(catalog: Catalog, manifest: Manifest, dest: Path) -> Path:
+    """The files of an unencrypted one-stream backup as stored (not prepared), extracted into `dest`."""
+    obj = manifest.backup_object
+    assert obj.encryption == "none", "only unencrypted backups are extracted here"
+    dest.mkdir(parents=True)
+    packed = dest.parent / f"{dest.name}.zst"
+    packed.write_bytes(catalog.store.get_bytes(obj.key))
+    subprocess.run(f"zstd -dc {packed} | mbstream -x -C {dest}", shell=True, check=True, capture_output=True)
+    packed.unlink()
+    return dest
 
 
 def backup_tablespace(extracted: Path, db: str, table: str) -> Path:

@@ -6,6 +6,8 @@ filled in is assigned again after it."""
 
 from __future__ import annotations
 
+__all__ = ["keep_arguments"]
+
 from typing import TYPE_CHECKING, Any
 
 _NOT_ARGUMENTS = ("self", "kwargs", "__class__")
@@ -25,3 +27,10 @@ class KeptArguments:
     if TYPE_CHECKING:
 
         def __getattr__(self, name: str) -> Any: ...
+
+
+def flag(value: Any) -> bool:
+    """A boolean argument that may arrive rendered from a template ("True", "false", "1")."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes", "on")
+    return bool(value)

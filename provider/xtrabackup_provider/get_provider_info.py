@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import __version__
+from . import RELEASES
 
 P = "xtrabackup_provider"
 GPG_CONN_TYPE = "gpgkeys"
@@ -38,13 +38,38 @@ GPG_FORM: dict[str, Any] = {
 }
 
 
+# The Backups view's settings (plugins/backups_api.py), listed by `airflow config list`.
+VIEW_CONFIG: dict[str, Any] = {
+    "xtrabackup": {
+        "description": "The Backups view in Airflow's UI (docs/UI.md).",
+        "options": {
+            "view_cache_seconds": {
+                "description": "How long a host's catalog reading is reused by the Backups view.",
+                "version_added": "0.2.0",
+                "type": "float",
+                "example": "60",
+                "default": "60",
+            },
+            "view_read_timeout_seconds": {
+                "description": "How long a request of the Backups view waits for a host's catalog; a host "
+                "that takes longer shows as critical while its reading goes on.",
+                "version_added": "0.2.0",
+                "type": "float",
+                "example": "10",
+                "default": "10",
+            },
+        },
+    }
+}
+
+
 def get_provider_info() -> dict[str, Any]:
     return {
         "package-name": "airflow-provider-xtrabackup",
         "name": "XtraBackup / MariaBackup",
         "description": "Physical MySQL/MariaDB backups: incremental chains, zstd+GPG streaming to S3, "
         "binlog shipping, checksum gates, retention and restore tests.",
-        "versions": [__version__],
+        "versions": list(RELEASES),
         "integrations": [
             {
                 "integration-name": "XtraBackup",
@@ -89,7 +114,12 @@ def get_provider_info() -> dict[str, Any]:
         "triggers": [
             {
                 "integration-name": "XtraBackup",
-                "python-modules": [f"{P}.triggers.checksum", f"{P}.triggers.glacier", f"{P}.triggers.binlog"],
+                "python-modules": [
+                    f"{P}.triggers.checksum",
+                    f"{P}.triggers.glacier",
+                    f"{P}.triggers.binlog",
+                    f"{P}.triggers.replica",
+                ],
             }
         ],
         "hooks": [
@@ -98,6 +128,7 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": [f"{P}.hooks.xtrabackup", f"{P}.hooks.storage", f"{P}.hooks.gpg"],
             }
         ],
+        "config": VIEW_CONFIG,
         "connection-types": [
             {
                 "connection-type": GPG_CONN_TYPE,

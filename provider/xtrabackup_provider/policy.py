@@ -5,6 +5,8 @@ fixed when the task instance is created. So the backup DAG, when its hosts have 
 queues, gives the backup tasks the placeholder queue `HOST_QUEUE` and lists every host's queue
 in the mapped task group's arguments; this hook, which the scheduler runs for every task
 instance it creates or refreshes, swaps the placeholder for the queue of the instance's host.
+The standby tasks the same way: `STANDBY_QUEUE` for the `standby_queue` of each host (the worker
+where its standby directory lives).
 
 Install it on every Airflow component (scheduler, dag processor, workers) in
 `$AIRFLOW_HOME/config/airflow_local_settings.py`:
@@ -18,6 +20,8 @@ it never runs on the wrong host, and Airflow fails it after `[scheduler] task_qu
 
 from __future__ import annotations
 
+__all__ = ["task_instance_mutation_hook", "route_backup_task", "HOST_QUEUE"]
+
 import logging
 import sys
 from typing import Any
@@ -25,10 +29,12 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 HOST_QUEUE = "xtrabackup-per-host-queue"
+STANDBY_QUEUE = "xtrabackup-per-host-standby-queue"
+ROUTED = {HOST_QUEUE: "queue", STANDBY_QUEUE: "standby_queue"}  # placeholder -> the group's argument
 
 
-def host_queue(task: Any, map_index: int) -> str | None:
-    """The `queue` argument of map index `map_index` of the mapped task group around `task`."""
+def host_queue(task: Any, map_index: int, argument: str = "queue") -> str | None:
+    """The `argument` (a queue) of map index `map_index` of the mapped task group around `task`."""
     closest = getattr(task, "get_closest_mapped_task_group", None)
     group = closest() if closest else None
     # The group's literal expand_kwargs list; Airflow keeps it on the (private) _expand_input.
@@ -36,22 +42,24 @@ def host_queue(task: Any, map_index: int) -> str | None:
     if not isinstance(values, list) or not 0 <= map_index < len(values):
         return None
     kwargs = values[map_index]
-    queue = kwargs.get("queue") if isinstance(kwargs, dict) else None
+    queue = kwargs.get(argument) if isinstance(kwargs, dict) else None
     return queue if isinstance(queue, str) and queue else None
 
 
 def route_backup_task(task_instance: Any) -> None:
-    """Give a mapped task with the placeholder queue the queue of its host; leave others alone."""
+    """Give a mapped task with a placeholder queue the queue of its host; leave others alone."""
     task = getattr(task_instance, "task", None)
-    if task is None or getattr(task, "queue", None) != HOST_QUEUE or task_instance.map_index < 0:
+    placeholder = getattr(task, "queue", None)
+    if task is None or placeholder not in ROUTED or task_instance.map_index < 0:
         return
-    queue = host_queue(task, task_instance.map_index)
+    queue = host_queue(task, task_instance.map_index, ROUTED[placeholder])
     if queue is None:
         log.error(
-            "%s map index %d: no host queue in its task group's arguments; it stays on %r",
+            "%s map index %d: no %s in its task group's arguments; it stays on %r",
             task_instance.task_id,
             task_instance.map_index,
-            HOST_QUEUE,
+            ROUTED[placeholder],
+            placeholder,
         )
         return
     task_instance.queue = queue

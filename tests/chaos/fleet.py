@@ -278,6 +278,9 @@ class Fleet:
                     "socket": str(r1.socket),
                     "defaults_file": str(r1.write_client_defaults(self.work / f"{c.name}-{BACKUP_HOST}.cnf")),
                     "standby_dir": str(self.root / "standby" / c.name),
+                    # On the backed-up host's worker (this fleet has no recovery host): the kill_worker
+                    # and kill_tool faults reach the standby refresh too.
+                    "standby_queue": f"{c.name}-{BACKUP_HOST}",
                 }
             ],
         }
@@ -293,7 +296,8 @@ class Fleet:
         return folder
 
     def start_airflow(self) -> AirflowStack:
-        stack = self.stack = AirflowStack(self.work, self.config, dags_folder=self.dags_folder())
+        stack = self.stack = AirflowStack(self.work, dags_folder=self.dags_folder())
+        stack.extra_env = {"XTRABACKUP_FLEET_CONFIG": str(self.config)}
         migrate = subprocess.run(
             [str(BIN / "airflow"), "db", "migrate"], env=stack.env(), capture_output=True, text=True
         )

@@ -48,29 +48,35 @@ def _index(server, catalog):
     return BinlogCatalog(catalog, server_facts(_target(server)).server_uuid).index()
 
 
-def _deferred_since(since: datetime) -> list[dict]:
-    """The kwargs of the binlog sensor's triggers created since `since` (a deferral each)."""
+def _triggers() -> dict[int, dict]:
+    """{id: kwargs} of the binlog sensor's trigger rows in the Airflow db (a deferral each)."""
     from airflow.models.trigger import Trigger
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
     with create_session() as session:
-        rows = session.scalars(
-            select(Trigger).where(Trigger.classpath == TRIGGER, Trigger.created_date >= since)
-        )
-        return [dict(row.kwargs) for row in rows]
+        return {
+            row.id: dict(row.kwargs)
+            for row in session.scalars(select(Trigger).where(Trigger.classpath == TRIGGER))
+        }
+
+
+def _deferred(bucket: str, before: dict[int, dict]) -> list[dict]:
+    """This test's deferrals: triggers for its own bucket that were not there `before` (the session's
+    db holds every other test's rows; no clock decides which are new)."""
+    return [kw for tid, kw in _triggers().items() if tid not in before and kw.get("bucket") == bucket]
 
 
 class ShipWhenDeferred(threading.Thread):
     """Waits until the sensor's trigger row is in the Airflow db, then ships: the binlogs cannot
     be stored before the task has deferred."""
 
-    def __init__(self, server, catalog, gpg_keys, since: datetime) -> None:
+    def __init__(self, server, catalog, gpg_keys) -> None:
         super().__init__(daemon=True)
         self.request = ShipRequest(
             catalog=catalog, target=_target(server), public_keys=[gpg_keys.public_key], flush=True
         )
-        self.since = since
+        self.bucket, self.before = catalog.store.bucket, _triggers()
         self.trigger_kwargs: dict | None = None
         self.error: BaseException | None = None
         self.stop = threading.Event()
@@ -78,7 +84,7 @@ class ShipWhenDeferred(threading.Thread):
     def run(self) -> None:
         try:
             while not self.stop.wait(0.2):
-                if deferred := _deferred_since(self.since):
+                if deferred := _deferred(self.bucket, self.before):
                     self.trigger_kwargs = deferred[0]
                     ship_binlogs(self.request)
                     return
@@ -109,17 +115,17 @@ def test_backup_dag_counts_a_backup_only_once_its_binlogs_are_stored(binlog_flee
     server.query("CREATE TABLE gate_dag.t (id INT PRIMARY KEY, at DATETIME) ENGINE=InnoDB")
     # Nobody ships: the sensor gives up at lag_timeout (3 s here) and the run fails, backup or not.
     _set_binlogs(lag_timeout_minutes=0.05)
-    started = datetime.now(UTC)
+    before = _triggers()
     dagrun = run_dag(load_dag_module("mysql_backup").mysql_backup_dagtest)
     states = _states(dagrun)
     assert states["db1.backup"] == "success" and states["db1.binlogs_shipped"] == "failed", states
     assert dagrun.state == "failed"
     # Failed by its own timeout after deferring, not because the task could not start.
-    assert _deferred_since(started), "the sensor failed without deferring to its trigger"
+    assert _deferred(catalog.store.bucket, before), "the sensor failed without deferring to its trigger"
 
     _set_binlogs(lag_timeout_minutes=2)
     dag = load_dag_module("mysql_backup").mysql_backup_dagtest
-    shipper = ShipWhenDeferred(server, catalog, gpg_keys, datetime.now(UTC))
+    shipper = ShipWhenDeferred(server, catalog, gpg_keys)
     shipper.start()
     try:
         dagrun = run_dag(dag)
@@ -139,8 +145,10 @@ def test_backup_dag_counts_a_backup_only_once_its_binlogs_are_stored(binlog_flee
     # The restore-test DAG's point-in-time branch: restore to a time after that backup.
     server.query("INSERT INTO gate_dag.t VALUES (1, NOW())")
     reached = server.query("SELECT @@gtid_binlog_pos")[0][0]
-    target = datetime.fromtimestamp(int(time.time()) + 1, UTC)
-    while time.time() < target.timestamp() + 0.05:
+    # The server stamps its binlog events: the target is the next second of its own clock.
+    stamped = int(server.query("SELECT UNIX_TIMESTAMP()")[0][0])
+    target = datetime.fromtimestamp(stamped + 1, UTC)
+    while int(server.query("SELECT UNIX_TIMESTAMP()")[0][0]) <= stamped:
         time.sleep(0.05)
     server.query("INSERT INTO gate_dag.t VALUES (2, NOW())")
     ship_binlogs(

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime
 
 import pytest
 import yaml
@@ -38,26 +37,30 @@ class TriggerWatcher(threading.Thread):
     """Waits for the sensor's trigger row in the Airflow db, then lets moto finish the restores:
     the restore cannot complete before the task has deferred."""
 
-    def __init__(self, endpoint_url: str, since: datetime) -> None:
+    def __init__(self, endpoint_url: str, bucket: str) -> None:
         super().__init__(daemon=True)
-        self.endpoint_url, self.since = endpoint_url, since
+        self.endpoint_url, self.bucket = endpoint_url, bucket
+        self.before = self._triggers()  # the session's db holds other tests' rows
         self.kwargs: dict | None = None
         self.stop = threading.Event()
 
-    def run(self) -> None:
+    @staticmethod
+    def _triggers() -> dict[int, dict]:
         from airflow.models.trigger import Trigger
         from airflow.utils.session import create_session
         from sqlalchemy import select
 
+        with create_session() as session:
+            rows = session.scalars(select(Trigger).where(Trigger.classpath == TRIGGER))
+            return {row.id: dict(row.kwargs) for row in rows}
+
+    def run(self) -> None:
         while not self.stop.wait(0.2):
-            with create_session() as session:
-                row = session.scalars(
-                    select(Trigger).where(Trigger.classpath == TRIGGER, Trigger.created_date >= self.since)
-                ).first()
-                if row is not None:
-                    self.kwargs = dict(row.kwargs)
-                    finish_restores(self.endpoint_url)
-                    return
+            new = [kw for tid, kw in self._triggers().items() if tid not in self.before]
+            if mine := [kw for kw in new if kw.get("bucket") == self.bucket]:
+                self.kwargs = mine[0]
+                finish_restores(self.endpoint_url)
+                return
 
 
 def _return_value(dagrun, task_id: str):
@@ -87,7 +90,7 @@ def test_archived_backup_restore_test_defers_then_resumes(glacier_fleet, s3_serv
     assert client.head_object(Bucket=catalog.store.bucket, Key=key)["StorageClass"] == "GLACIER"
 
     dag = load_dag_module("mysql_restore_test").mysql_restore_test_dagtest
-    watcher = TriggerWatcher(s3_server.endpoint_url, datetime.now(UTC))
+    watcher = TriggerWatcher(s3_server.endpoint_url, catalog.store.bucket)
     with slow_restores(s3_server.endpoint_url, client, catalog.store.bucket, [key], reads=60):
         watcher.start()
         try:

@@ -5,6 +5,8 @@ with its own log file; every wait is bounded and fails as soon as a component ex
 
 The components get a clean environment (nothing of the test process's AWS_* / AIRFLOW_*), the
 same JWT secret and fernet key, and ports of their own (other Airflows may run on this machine).
+The DAG files are where a user puts them: `xtrabackup-provider install-dags` writes them into
+$AIRFLOW_HOME/dags, next to the fleet config (no $XTRABACKUP_FLEET_CONFIG).
 """
 
 from __future__ import annotations
@@ -45,11 +47,13 @@ class ComponentExited(AssertionError):
 
 
 class AirflowStack:
-    def __init__(self, work: Path, fleet_config: Path, dags_folder: Path | None = None) -> None:
+    def __init__(self, work: Path, dags_folder: Path | None = None) -> None:
         self.work = work
         self.home = work / "airflow"
-        self.fleet_config = fleet_config
-        self.dags_folder = dags_folder or Path(__file__).resolve().parents[2] / "dags"
+        # Airflow's default dags folder, where install_dags() puts the files as a user would; a run
+        # with its own folder (the chaos fleet) names it.
+        self.dags = dags_folder or self.home / "dags"
+        self._own_dags_folder = dags_folder is not None
         self.extra_env: dict[str, str] = {}  # every component's, e.g. what a DAG file of the run reads
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.api_port = free_port()
@@ -67,6 +71,12 @@ class AirflowStack:
         (self.home / "passwords.json").write_text(json.dumps({"ops": self.ui_password}))
 
     @property
+    def fleet_config(self) -> Path:
+        """The fleet config the components read: $XTRABACKUP_FLEET_CONFIG if the run sets it, else
+        fleet.yaml next to the DAG files (install_dags)."""
+        return Path(self.extra_env.get("XTRABACKUP_FLEET_CONFIG") or self.dags / "fleet.yaml")
+
+    @property
     def api(self) -> str:
         return f"http://127.0.0.1:{self.api_port}"
 
@@ -76,10 +86,8 @@ class AirflowStack:
         env.update(
             PATH=f"{BIN}:{os.environ.get('PATH', os.defpath)}",
             AIRFLOW_HOME=str(self.home),
-            XTRABACKUP_FLEET_CONFIG=str(self.fleet_config),
             AIRFLOW__CORE__EXECUTOR="CeleryExecutor",
             AIRFLOW__CORE__LOAD_EXAMPLES="False",
-            AIRFLOW__CORE__DAGS_FOLDER=str(self.dags_folder),
             AIRFLOW__CORE__FERNET_KEY=self._fernet,
             AIRFLOW__CORE__HOSTNAME_CALLABLE="xbp_worker_host.hostname",
             AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"{self.api}/execution/",
@@ -102,9 +110,41 @@ class AirflowStack:
             AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC="2",
             AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL="10",
         )
+        if self._own_dags_folder:
+            env["AIRFLOW__CORE__DAGS_FOLDER"] = str(self.dags)
         env.update(self.extra_env)
         env.update(extra)
         return env
+
+    def install_dags(self, fleet: dict[str, Any], **own_dags: str) -> None:
+        """As the docs tell a user: `xtrabackup-provider install-dags` into the dags folder, the
+        fleet config next to the files; `own_dags` (file name -> text) are the user's own DAGs."""
+        import yaml
+
+        self.dags.mkdir(parents=True, exist_ok=True)
+        self._run_bin("xtrabackup-provider", "install-dags")
+        (self.dags / "fleet.yaml").write_text(yaml.safe_dump(fleet))
+        for name, text in own_dags.items():
+            (self.dags / name).write_text(text)
+
+    def provider_location(self) -> Path:
+        """Where the components import the provider from."""
+        out = self._run_bin("python", "-c", "import xtrabackup_provider; print(xtrabackup_provider.__file__)")
+        return Path(out.strip()).parent
+
+    def _run_bin(self, program: str, *args: str) -> str:
+        """A program of the components' virtualenv, in their environment (not in the checkout)."""
+        done = subprocess.run(
+            [str(BIN / program), *args],
+            env=self.env(),
+            cwd=self.work,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, f"{program} {args[0]} exited {done.returncode}: {done.stderr[-3000:]}"
+        return done.stdout
 
     # -- processes -------------------------------------------------------------------------------
 

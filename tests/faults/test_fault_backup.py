@@ -378,9 +378,9 @@ def test_worker_killed_leaves_no_backup_and_a_retry_succeeds(
         died = json.loads(out.strip().splitlines()[-1])
         assert catalog.store.head(died["key"]) is not None
     else:
-        # Killed mid-stream: its credential file, GPG home and work directory (the tool's scratch,
-        # the LSN files) could not be removed, but stay private.
-        assert {p.name.split("-")[1] for p in left} == {"cred", "gpg", "backup"}, left
+        # Killed mid-stream: its credential file, GPG home, work directory (the tool's scratch,
+        # the LSN files) and its children's empty HOME could not be removed, but stay private.
+        assert {p.name.split("-")[1] for p in left} == {"cred", "gpg", "backup", "home"}, left
         for path in left:
             assert path.stat().st_mode & 0o777 == 0o700, f"{path} is open to others"
         for cnf in (f for p in left for f in p.glob("*.cnf")):

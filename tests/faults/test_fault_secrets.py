@@ -74,7 +74,7 @@ class _Watch:
 
     def __call__(self, pid: int, argv: list[str]) -> None:
         for arg in argv:
-            if arg.startswith("--defaults-extra-file=") and arg not in self.credential_files:
+            if arg.startswith("--defaults-file=") and arg not in self.credential_files:
                 path = arg.split("=", 1)[1]
                 with contextlib.suppress(OSError):
                     self.credential_files[path] = (mode(path), mode(os.path.dirname(path)))
@@ -132,7 +132,7 @@ def test_backups_and_a_restore_test_keep_every_secret_out_of_argv_env_and_logs(
     assert [s for s in scan.sightings] == [], f"secrets seen in /proc: {scan.sightings}"
 
     # Credentials reached mariabackup only as a private file, removed afterwards.
-    assert watch.credential_files, "no --defaults-extra-file was seen; the scan missed the backups"
+    assert watch.credential_files, "no --defaults-file was seen; the scan missed the backups"
     for path, (file_mode, dir_mode) in watch.credential_files.items():
         assert (file_mode, dir_mode) == (0o600, 0o700), f"{path}: {oct(file_mode)} in {oct(dir_mode)}"
         assert not os.path.exists(path) and not os.path.exists(os.path.dirname(path)), f"{path} left behind"

@@ -322,3 +322,44 @@ def test_the_cli_prints_no_botocore_chatter_unless_verbose(s3_server, bucket):
     assert "Found credentials" not in quiet.stderr and "botocore" not in quiet.stderr, quiet.stderr
     verbose = cli("-v", "list", *flags, env=S3_ENV)
     assert verbose.returncode == 0 and "Found credentials" in verbose.stderr, verbose.stderr
+
+
+def test_without_config_the_cli_reads_fleet_yaml_in_airflows_dags_folder(tmp_path, monkeypatch):
+    """The default the DAG files use (fleet.yaml next to them), found from Airflow's own settings:
+    $AIRFLOW__CORE__DAGS_FOLDER, else airflow.cfg's dags_folder, else $AIRFLOW_HOME/dags."""
+    monkeypatch.delenv("XTRABACKUP_FLEET_CONFIG", raising=False)
+    store = tmp_path / "store"
+    backup = make_manifest("20261101T000000Z-full")
+    local = LocalStore(store)
+    for obj in backup.objects:
+        local.put_bytes(obj.key, b"x" * obj.size)
+    Catalog(local, PREFIX, CLUSTER, HOST).write(backup)
+    fleet = yaml.safe_dump(
+        {
+            "storage": {"local_path": str(store), "prefix": PREFIX},
+            "clusters": [{"name": CLUSTER, "hosts": [{"name": HOST}]}],
+        }
+    )
+    home = tmp_path / "airflow"
+    listing = ["list", "--cluster", CLUSTER, "--host", HOST]
+
+    (home / "dags").mkdir(parents=True)
+    (home / "dags" / "fleet.yaml").write_text(fleet)
+    done = cli(*listing, env={"AIRFLOW_HOME": str(home)})
+    assert done.returncode == 0 and backup.backup_id in done.stdout, done.stderr
+
+    (home / "airflow.cfg").write_text("[core]\ndags_folder = {AIRFLOW_HOME}/team-dags\n")
+    done = cli(*listing, env={"AIRFLOW_HOME": str(home)})
+    assert done.returncode == 2, done.stdout
+    assert done.stderr.strip() == (
+        f"error: {home / 'team-dags' / 'fleet.yaml'}: no fleet config there (the default: fleet.yaml next to the "
+        "DAG files); write it there, or name another file with $XTRABACKUP_FLEET_CONFIG (the CLI: --config)"
+    )
+    (home / "dags").rename(home / "team-dags")
+    done = cli(*listing, env={"AIRFLOW_HOME": str(home)})
+    assert done.returncode == 0 and backup.backup_id in done.stdout, done.stderr
+
+    elsewhere = tmp_path / "mounted-dags"
+    (home / "team-dags").rename(elsewhere)
+    done = cli(*listing, env={"AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(elsewhere)})
+    assert done.returncode == 0 and backup.backup_id in done.stdout, done.stderr

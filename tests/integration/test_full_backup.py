@@ -20,7 +20,7 @@ from xtrabackup_provider.core.backup.run import BackupError, BackupRequest, run_
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.catalog.manifest import new_backup_id
 from xtrabackup_provider.core.db.sandbox import SandboxServer, table_checksums
-from xtrabackup_provider.core.db.server import MySQLTarget
+from xtrabackup_provider.core.db.server import MySQLTarget, server_facts
 from xtrabackup_provider.core.pipeline.gpg import GpgError
 from xtrabackup_provider.core.pipeline.process import PipelineError
 from xtrabackup_provider.core.restore.chain import RestoreError, RestoreRequest, restore
@@ -180,14 +180,16 @@ def test_backup_ids_follow_each_other_in_time(mariadb, gpg_keys, tmp_path):
         catalog=catalog, target=root_target(mariadb), kind="full", public_keys=[gpg_keys.public_key]
     )
 
-    this_second = new_backup_id("full")  # as if a backup had just been taken in this second
-    _register(catalog, make_manifest(this_second))
+    # as if this server's backup had just been taken in this second
+    server = {"server_uuid": server_facts(root_target(mariadb)).server_uuid}
+    this_second = new_backup_id("full")
+    _register(catalog, make_manifest(this_second, **server))
     taken = run_backup(request)
     assert taken.backup_id[:16] > this_second[:16]
     assert catalog.backup_ids() == [this_second, taken.backup_id]
 
     ahead = new_backup_id("full", datetime.now(UTC) + timedelta(hours=1))
-    _register(catalog, make_manifest(ahead))
+    _register(catalog, make_manifest(ahead, **server))
     with pytest.raises(BackupError, match=rf"{ahead}.*later than this worker's clock.*NTP"):
         run_backup(request)
     assert catalog.backup_ids() == [this_second, taken.backup_id, ahead]

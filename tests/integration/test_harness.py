@@ -55,7 +55,9 @@ def test_restart_keeps_data(mariadb: SandboxServer):
     assert table_checksums(mariadb, ["r"]) == before
 
 
-def test_secrets_stay_out_of_argv(mariadb: SandboxServer, tmp_path: Path):
+def test_secrets_stay_out_of_argv(mariadb_source: SandboxServer, tmp_path: Path):
+    # It only reads: the session's shared server will do (a fresh one costs a server start).
+    mariadb = mariadb_source
     assert mariadb.root_password
     argv = process_argv(mariadb.pid or 0)
     assert argv[0].endswith("mariadbd")
@@ -104,9 +106,9 @@ def test_start_failure_reports_datadir_and_log(sandbox_root: Path):
         server.destroy()
 
 
-def test_execute_script_error_has_stderr(mariadb: SandboxServer):
-    with pytest.raises(SandboxError, match="doesnotexist"):
-        mariadb.execute_script("SELECT 1; SELECT * FROM mysql.doesnotexist;")
+def test_execute_script_error_has_stderr(mariadb_source: SandboxServer):
+    with pytest.raises(SandboxError, match="doesnotexist"):  # a read: the shared server
+        mariadb_source.execute_script("SELECT 1; SELECT * FROM mysql.doesnotexist;")
 
 
 def test_s3_endpoint_over_http(s3_server: S3Server, bucket: str):

@@ -107,3 +107,43 @@ def test_one_stream_and_k_part_backups_mix_in_a_chain_and_a_bad_part_is_refused_
         restore_with(catalog, gpg_keys, tmp_path / "r3" / "data")
     [quick] = verify(VerifyRequest(catalog, [inc.backup_id]))
     assert quick.problems == [f"{part1.key}: missing"]
+
+
+def test_a_k_part_chain_damaged_on_the_first_target_restore_tests_from_its_copy(seeded, gpg_keys, tmp_path):
+    """A part of a K-part incremental altered on the first target: the restore test fetches that
+    backup from the copy (one note naming the part), passes, and reports on the target it read."""
+    from xtrabackup_provider.core.backup.copies import CopyTarget, copy_host
+    from xtrabackup_provider.core.catalog.reports import read_report
+    from xtrabackup_provider.core.catalog.targets import Source
+    from xtrabackup_provider.core.restore.restore_test import RestoreTestRequest, run_restore_test
+
+    server, db = seeded
+    first = Catalog(LocalStore(tmp_path / "first"), "backups", "c1", "db1")
+    take_backup(server, first, gpg_keys, "full", 2)
+    add_orders(server, db, 5_000)
+    # Fresh statistics: the source's shape at backup time must not be the stale 2-page estimate of
+    # a table just loaded (the restore test's source_shape check compares sizes with it).
+    server.query(f"ANALYZE TABLE `{db}`.orders")
+    inc = take_backup(server, first, gpg_keys, "incremental", 2)
+    copy = Catalog(LocalStore(tmp_path / "copy"), "far", "c1", "db1")
+    copied = copy_host(first, CopyTarget(name="offsite", store=copy.store, prefix="far"), what="backups")
+    assert copied.copied == first.backup_ids(), copied
+    part = inc.objects[1]  # backup.p1of2...: its last byte is inside gpg's modification detection code
+    data = bytearray(first.store.get_bytes(part.key))
+    data[-1] ^= 0x01
+    first.store.put_bytes(part.key, bytes(data))
+
+    report = run_restore_test(
+        RestoreTestRequest(
+            catalog=first,
+            workdir=tmp_path / "rt",
+            private_key=gpg_keys.private_key,
+            passphrase=gpg_keys.passphrase,
+            fallbacks=[Source("offsite", copy)],
+        )
+    )
+    assert report.passed, report.reasons
+    [note] = report.fallbacks
+    assert note.startswith(f"backup {inc.backup_id}: fetched from target offsite because primary: "), note
+    assert "p1of2" in note, note
+    assert read_report(first, inc.backup_id)["verdict"] == "pass"  # the chain was read from the first

@@ -2,8 +2,9 @@
 
 The old primary writes, a table is dropped by mistake, more writes follow, binlogs are shipped.
 The host is restored to just before the DROP, put in the old server's place, promoted with a
-server_id of its own, written to; its binlogs are shipped and a full backup is taken on the new
-timeline; a PITR on the new timeline and one on the old timeline are both exact.
+server_id of its own, written to; its binlogs are shipped (`check` warns that the new timeline has
+no backup yet) and a full backup is taken on the new timeline; a PITR on the new timeline and one
+on the old timeline are both exact.
 
 Before promotion existed, the same steps with the old server_id gave (kept in the report): the
 first write reused the old timeline's GTID, shipping refused ("... was already shipped closed"),
@@ -27,9 +28,11 @@ from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
 from xtrabackup_provider.core.binlog.ship import ShipRequest, list_binlogs, ship_binlogs
 from xtrabackup_provider.core.binlog.timeline import timelines
 from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.config.schema import CheckConfig
 from xtrabackup_provider.core.db.sandbox import SandboxServer
 from xtrabackup_provider.core.pitr.plan import PitrError, PitrTarget, make_plan
 from xtrabackup_provider.core.pitr.recover import PitrReport, PitrRequest, point_in_time_restore
+from xtrabackup_provider.core.report.check import Finding, check_host
 from xtrabackup_provider.core.storage.s3 import S3Store, make_s3_client
 
 
@@ -121,6 +124,11 @@ def _promote_cli(
             ]
         )
     return rc, out.getvalue(), err.getvalue()
+
+
+def _timeline_findings(catalog: Catalog) -> list[Finding]:
+    result = check_host([("primary", catalog)], CheckConfig(), True, datetime.now(UTC), "c1")
+    return [f for f in result.findings if "new timeline" in f.text]
 
 
 def _one_line_error(rc: int, err: str) -> str:
@@ -280,8 +288,12 @@ def test_promoted_server_gets_a_new_timeline_that_ships_backs_up_and_restores(
         time.sleep(1.1)  # binlog times are whole seconds: a target second after the promotion's
         with pytest.raises(PitrError, match=r"was replaced by .*take a full backup of the new primary"):
             make_plan(old.catalog, PitrTarget.at_time(datetime.now(UTC).isoformat(timespec="seconds")))
+        # check (and the Backups view's row) says the new timeline has no backup yet, naming it.
+        before = _timeline_findings(old.catalog)
+        assert [f.status for f in before] == ["warning"] and timeline.server_uuid in before[0].text, before
         backup = run_backup(BackupRequest(kind="full", **keys))
         assert backup.server_uuid == timeline.server_uuid
+        assert _timeline_findings(old.catalog) == []
         _write(new, old.db, "new 2")
         last = commit_known(new, old.db, "new 3")
         ship_binlogs(ShipRequest(**keys, flush=True))

@@ -4,21 +4,31 @@ that purged the binlogs the backup needs; a datadir that is not empty."""
 
 from __future__ import annotations
 
+import os
+import re
 import secrets
+import threading
+import time
 import uuid
+from dataclasses import replace
 
 import pytest
 
 from helpers import add_orders, root_target, seed_database, unique_name, wait_caught_up
 from replica_helpers import NewHost, WriteLoad, new_host_dir
 from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
-from xtrabackup_provider.core.binlog.replication import PurgedBinlogsError, ReplicationSource
+from xtrabackup_provider.core.binlog.replication import (
+    PurgedBinlogsError,
+    ReplicationError,
+    ReplicationSource,
+)
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.db.checksum import ChecksumOptions
+from xtrabackup_provider.core.db.replica import ReplicaError
 from xtrabackup_provider.core.db.sandbox import table_checksums
 from xtrabackup_provider.core.db.server import MySQLTarget
 from xtrabackup_provider.core.restore.chain import RestoreError
-from xtrabackup_provider.core.restore.provision import ProvisionRequest, provision_replica
+from xtrabackup_provider.core.restore.provision import ProvisionError, ProvisionRequest, provision_replica
 from xtrabackup_provider.core.storage.local import LocalStore
 
 
@@ -148,3 +158,124 @@ def test_a_datadir_that_is_not_empty_is_refused(mariadb_source, tmp_path):
         assert not host.pid_file.exists(), "no server was started"
     finally:
         host.destroy()
+
+
+def _backed_up_source(mariadb_factory, tmp_path, name: str):
+    source = mariadb_factory(name, root_password=secrets.token_urlsafe(12))
+    replication, admin = _accounts(source)
+    db = unique_name("fast")
+    seed_database(source, db, rows=500)
+    catalog = Catalog(LocalStore(tmp_path / "store"), "backups", "c1", "db1")
+    run_backup(BackupRequest(catalog=catalog, target=root_target(source), allow_unencrypted=True))
+    return source, replication, admin, catalog
+
+
+@pytest.mark.parametrize(
+    "wrong, errno",
+    [("password", "1045"), ("port", "200[23]")],
+    ids=["wrong-password", "unreachable-source"],
+)
+def test_a_replication_account_that_cannot_log_in_is_refused_before_anything_is_restored(
+    mariadb_factory, tmp_path, wrong, errno
+):
+    """The replication account logs in to the source from where the new server will (this host),
+    as the replica will: a wrong password or an address it cannot reach is one line naming the
+    account and the source, before the chain is fetched (on main: restored, started, then the
+    whole catch-up timeout waited)."""
+    source, replication, admin, catalog = _backed_up_source(mariadb_factory, tmp_path, f"prov-{wrong}")
+    if wrong == "password":
+        replication = replace(replication, password="not-" + (replication.password or ""))
+    else:
+        replication = replace(replication, port=1)
+    host = NewHost(new_host_dir(), server_id=7304)
+    try:
+        with pytest.raises(ReplicationError) as err:
+            provision_replica(
+                replace(_request(catalog, host, source, replication, admin), catch_up_timeout=120)
+            )
+        message = str(err.value)
+        print(message)
+        assert f"repl@{replication.address}" in message and re.search(errno, message)
+        assert list(host.datadir.iterdir()) == [], "nothing was restored"
+        assert not host.pid_file.exists(), "no server was started"
+    finally:
+        host.destroy()
+        mariadb_factory.discard(source)
+
+
+def test_a_new_server_account_without_the_privileges_provisioning_needs_is_refused_before_restoring(
+    mariadb_factory, tmp_path
+):
+    """The new server's account comes with the restored data (the source's accounts): without
+    REPLICATION SLAVE ADMIN / SUPER and RELOAD there, CHANGE MASTER and RESET SLAVE fail after the
+    whole restore (on main: 1227 after restoring, with the server left running)."""
+    source, replication, admin, catalog = _backed_up_source(mariadb_factory, tmp_path, "prov-acct")
+    password = uuid.uuid4().hex
+    source.execute_script(
+        f"CREATE USER prov@localhost IDENTIFIED BY '{password}'; GRANT SELECT, PROCESS ON *.* TO prov@localhost;"
+    )
+    run_backup(BackupRequest(catalog=catalog, target=root_target(source), allow_unencrypted=True))
+    host = NewHost(new_host_dir(), server_id=7305)
+    try:
+        request = replace(
+            _request(catalog, host, source, replication, admin),
+            replica=MySQLTarget(socket=str(host.socket), user="prov", password=password),
+        )
+        with pytest.raises(ProvisionError) as err:
+            provision_replica(request)
+        message = str(err.value)
+        print(message)
+        assert "prov@localhost" in message and "REPLICATION SLAVE ADMIN" in message and "RELOAD" in message
+        assert list(host.datadir.iterdir()) == [], "nothing was restored"
+        assert not host.pid_file.exists(), "no server was started"
+    finally:
+        host.destroy()
+        mariadb_factory.discard(source)
+
+
+def _alive(pid_file) -> bool:
+    try:
+        os.kill(int(pid_file.read_text().strip()), 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+@pytest.mark.parametrize("clean", [False, True], ids=["keep-datadir", "clean-on-failure"])
+def test_an_io_error_that_persists_during_catch_up_fails_naming_it_and_stops_the_new_server(
+    mariadb_factory, tmp_path, clean
+):
+    """The replication password changes on the source once the login check has passed (the restore
+    is running): the IO thread then gets 1045 on every retry. The wait fails naming Last_IO_Errno
+    and the server's message, stops the server it started and says how to clean up, or empties the
+    datadir with clean_on_failure (on main: the whole catch-up timeout, `lag unknowns`, the server
+    left running)."""
+    source, replication, admin, catalog = _backed_up_source(mariadb_factory, tmp_path, "prov-io")
+    host = NewHost(new_host_dir(), server_id=7306)
+
+    def rotate_password_once_restoring() -> None:
+        while not any(host.datadir.iterdir()):
+            time.sleep(0.05)
+        source.query("ALTER USER repl@'127.0.0.1' IDENTIFIED BY %s", (uuid.uuid4().hex,))
+
+    rotate = threading.Thread(target=rotate_password_once_restoring, daemon=True)
+    rotate.start()
+    try:
+        request = replace(
+            _request(catalog, host, source, replication, admin), catch_up_timeout=180, clean_on_failure=clean
+        )
+        with pytest.raises(ReplicaError) as err:
+            provision_replica(request)
+        message = str(err.value)
+        print(message)
+        assert "Last_IO_Errno 1045" in message and "Access denied for user 'repl'" in message
+        assert "stopped the new server" in message
+        assert not _alive(host.pid_file), "the server it started is stopped"
+        if clean:
+            assert list(host.datadir.iterdir()) == [] and "emptied" in message
+        else:
+            assert any(host.datadir.iterdir()) and f"empty {host.datadir}" in message
+    finally:
+        rotate.join(5)
+        host.destroy()
+        mariadb_factory.discard(source)

@@ -31,7 +31,7 @@ from xtrabackup_provider.core.db.server import MySQLTarget
 from xtrabackup_provider.core.restore.restore_test import RestoreTestRequest, run_restore_test
 from xtrabackup_provider.core.storage.local import LocalStore
 
-# The grants the README's fleet example documents for the backup account.
+# The grants docs/configuration.md documents for the backup account.
 BACKUP_GRANTS = "RELOAD, PROCESS, LOCK TABLES, BINLOG MONITOR, BINLOG ADMIN, READ_ONLY ADMIN"
 
 

@@ -8,23 +8,20 @@ from __future__ import annotations
 import json
 import secrets
 import shutil
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from helpers import GpgKeys, root_target, seed_database, start_replication, unique_name, wait_caught_up
+from helpers import GpgKeys, deep_pair, root_target, seed_database, unique_name, wait_caught_up
 from replica_helpers import backup_tablespace, flip_page, rewrite_backup, transplant
 from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
 from xtrabackup_provider.core.binlog.catalog import BinlogCatalog
-from xtrabackup_provider.core.binlog.replication import ReplicationSource
 from xtrabackup_provider.core.binlog.ship import ShipRequest, ship_binlogs
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.catalog.manifest import Manifest
 from xtrabackup_provider.core.catalog.reports import read_report
 from xtrabackup_provider.core.db.sandbox import SandboxServer
-from xtrabackup_provider.core.db.server import MySQLTarget
 from xtrabackup_provider.core.pitr.roll_forward import ShippedBinlogs
 from xtrabackup_provider.core.restore.replica_compare import SourceCompare
 from xtrabackup_provider.core.restore.restore_test import (
@@ -34,7 +31,7 @@ from xtrabackup_provider.core.restore.restore_test import (
 )
 from xtrabackup_provider.core.storage.local import LocalStore
 
-QUICK = ["innochecksum", "check_table", "canary", "position", "source_shape"]
+QUICK = ["chain", "innochecksum", "check_table", "canary", "position", "row_counts", "source_shape"]
 FULL = [*QUICK, "roll_forward"]
 DEEP = [*FULL, "replica_checksum"]
 
@@ -61,16 +58,7 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster(mariadb_factory, gpg_keys, tmp_path_factory) -> Cluster:
-    source = mariadb_factory("ev-src", root_password=secrets.token_urlsafe(12))
-    replica = mariadb_factory("ev-rep", root_password=secrets.token_urlsafe(12))
-    start_replication(source, replica)
-    repl, check = uuid.uuid4().hex, uuid.uuid4().hex
-    source.execute_script(
-        f"CREATE USER xrepl@'127.0.0.1' IDENTIFIED BY '{repl}'; GRANT REPLICATION SLAVE ON *.* TO xrepl@'127.0.0.1';"
-        f"CREATE USER xbp_checksum@'127.0.0.1' IDENTIFIED BY '{check}';"
-        "GRANT SELECT, PROCESS, SUPER, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO xbp_checksum@'127.0.0.1';"
-        "GRANT ALL ON percona.* TO xbp_checksum@'127.0.0.1';"
-    )
+    source, replica, deep = deep_pair(mariadb_factory, "ev", catch_up_timeout=300, poll_seconds=0.2)
     db = unique_name("ev")
     seed_database(source, db, rows=4000)
     wait_caught_up(source, replica)
@@ -106,12 +94,6 @@ def cluster(mariadb_factory, gpg_keys, tmp_path_factory) -> Cluster:
         )
     # ... and one more the deep level's replica fetches from the source itself.
     source.query(f"DELETE FROM `{db}`.orders WHERE id % 10 = 0")
-    deep = SourceCompare(
-        ReplicationSource("127.0.0.1", source.port, "xrepl", repl, connect_retry=1, label="c1/db1"),
-        MySQLTarget(host="127.0.0.1", port=source.port, user="xbp_checksum", password=check),
-        catch_up_timeout=300,
-        poll_seconds=0.2,
-    )
     return Cluster(source, replica, root, db, backup, plain, deep, gpg_keys)
 
 

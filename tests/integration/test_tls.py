@@ -161,7 +161,7 @@ def test_a_wrong_ca_fails_before_anything_is_stored_naming_the_tls_error(
     with defaults_file(target) as path:
         assert "ssl-verify-server-cert" not in Path(path).read_text()
         proc = subprocess.run(
-            ["mariadb", f"--defaults-extra-file={path}", "-e", "SELECT 1"],
+            ["mariadb", f"--defaults-file={path}", "-e", "SELECT 1"],
             capture_output=True,
             text=True,
             timeout=60,

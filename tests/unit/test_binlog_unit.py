@@ -69,6 +69,7 @@ def test_summary_of_a_closed_binlog(tmp_path):
     assert (s.first_time, s.last_time) == (T0 - 10, T0 + 4)
     assert values.format_gtid_pos(s.gtid_start) == "0-7-4"
     assert (values.format_gtid_pos(s.gtid_first), values.format_gtid_pos(s.gtid_last)) == ("0-7-5", "0-7-7")
+    assert s.server_id == 7  # the format event's: the server that wrote the file
 
 
 def test_a_half_written_event_is_left_out_and_the_summary_continues_later(tmp_path):
@@ -357,7 +358,7 @@ def test_replay_arguments_per_target_kind():
 
 def test_download_argv_reads_credentials_from_the_defaults_file_first():
     argv = download_argv("mariadb-binlog", "/tmp/x/client.cnf", Path("/tmp/d"), "mysql-bin.000003")
-    assert argv[1] == "--defaults-extra-file=/tmp/x/client.cnf"
+    assert argv[1] == "--defaults-file=/tmp/x/client.cnf"
     assert argv[-1] == "mysql-bin.000003" and "--raw" in argv and "--read-from-remote-server" in argv
     assert not any(a.startswith(("--password", "-p")) for a in argv)
     live = download_argv("mariadb-binlog", "c", Path("/d"), "b.000001", stop_never=True, replica_server_id=42)

@@ -11,6 +11,7 @@ import pytest
 
 from helpers import stored_backup
 from manifest_factory import CLUSTER, HOST, PREFIX
+from xtrabackup_provider.core.backup.copies import CopyTarget, copy_backup
 from xtrabackup_provider.core.binlog.catalog import BinlogCatalog, BinlogGap
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.catalog.reports import REPORT_NAME
@@ -111,3 +112,42 @@ def test_copies_behind_on_another_target_for_longer_than_allowed_are_a_warning(c
 def test_no_backup_at_all_is_critical(catalog):
     result = run([("primary", catalog)], FINISHED)
     assert result.status == "critical" and "no restorable backup" in result.line()
+
+
+def _copied(catalog: Catalog, tmp_path: Path, *ids: str) -> Catalog:
+    """`offsite`: a further target holding copies of `ids`."""
+    offsite = Catalog(LocalStore(tmp_path / "offsite"), "copies", CLUSTER, HOST)
+    target = CopyTarget("offsite", offsite.store, "copies")
+    for bid in ids:
+        copy_backup(catalog, offsite, catalog.get(bid), target, "primary")
+    return offsite
+
+
+def test_a_chain_only_a_copy_holds_is_restorable_from_it_and_says_so(catalog, tmp_path):
+    m = stored_backup(catalog, "20261101T103000Z-full")
+    offsite = _copied(catalog, tmp_path, m.backup_id)
+    catalog.store.delete([catalog.manifest_key(m.backup_id), m.backup_object.key])  # the primary lost it
+    result = run([("primary", catalog), ("offsite", offsite)], FINISHED + timedelta(hours=1))
+    assert result.newest_restorable == m.backup_id and result.restorable_from == ["offsite"]
+    assert f"newest restorable backup {m.backup_id} is 1 h 00 min old (from offsite)" in result.line()
+    assert result.targets == {
+        "primary": {"location": catalog.describe(), "backups": 0},
+        "offsite": {"location": offsite.describe(), "backups": 1},
+    }
+
+
+def test_an_object_missing_on_the_first_target_is_restorable_with_the_copy_named(catalog, tmp_path):
+    full = stored_backup(catalog, "20261101T103000Z-full")
+    inc = stored_backup(catalog, "20261101T113000Z-inc", parent=full)
+    offsite = _copied(catalog, tmp_path, full.backup_id, inc.backup_id)
+    catalog.store.delete([inc.backup_object.key])
+    result = run([("primary", catalog), ("offsite", offsite)], FINISHED + timedelta(hours=2))
+    assert result.newest_restorable == inc.backup_id and result.restorable_from == ["primary", "offsite"]
+    assert "(from primary and offsite)" in result.line()
+    offsite.store.delete([offsite.get(inc.backup_id).backup_object.key])  # now on no target
+    result = run([("primary", catalog), ("offsite", offsite)], FINISHED + timedelta(hours=2))
+    assert result.newest_restorable == full.backup_id
+    assert (
+        f"not restorable: {inc.backup_id} ({inc.backup_id}: its objects are missing on every target)"
+        in result.line()
+    )

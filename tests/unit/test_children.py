@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -39,7 +40,79 @@ def test_a_child_sees_none_of_the_workers_secrets_only_what_it_needs(monkeypatch
     assert not [v for v in seen.values() if "secret" in v]
     assert seen["TMPDIR"] == "/var/tmp" and seen["TZ"] == "UTC" and seen["LC_ALL"] == children.LOCALE
     assert "PATH" in seen and "LANG" not in seen
-    assert set(seen) <= {*children.PASSED, "LC_ALL"}
+    assert set(seen) <= {*children.PASSED, "LC_ALL", "HOME"}
+
+
+def test_a_child_gets_a_private_empty_home_and_nothing_that_points_a_client_elsewhere(monkeypatch, tmp_path):
+    hostile = tmp_path / "home"
+    hostile.mkdir()
+    (hostile / ".my.cnf").write_text("[client]\nsocket=/elsewhere.sock\n")
+    steering = {
+        "HOME": str(hostile),
+        "MYSQL_HOME": str(hostile),
+        "MYSQL_PWD": "pw-secret",
+        "MYSQL_TEST_LOGIN_FILE": str(hostile / ".mylogin.cnf"),
+        "MYSQL_UNIX_PORT": "/elsewhere.sock",
+        "MYSQL_TCP_PORT": "3307",
+        "MYSQL_HOST": "elsewhere",
+    }
+    for name, value in steering.items():
+        monkeypatch.setenv(name, value)
+    show = "import os, json; print(json.dumps([dict(os.environ), os.listdir(os.environ['HOME'])]))"
+    seen, listed = json.loads(
+        children.run([sys.executable, "-c", show], capture_output=True, text=True).stdout
+    )
+    assert not {k for k in steering if k != "HOME"} & set(seen), seen
+    home = Path(seen["HOME"])
+    assert home != hostile and listed == [] and oct(home.stat().st_mode & 0o777) == "0o700"
+    # A child that writes into its HOME does not hand that to the next one.
+    (home / ".my.cnf").write_text("[client]\nsocket=/elsewhere.sock\n")
+    assert children.child_env()["HOME"] != str(home)
+    with pytest.raises(ValueError, match="MYSQL_HOME"):
+        children.child_env({"MYSQL_HOME": str(hostile)})
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["mariabackup", "--backup", "--target-dir=/x"],  # reads /etc/mysql and ~/.my.cnf
+        ["mariabackup", "--defaults-extra-file=/c.cnf", "--backup"],  # adds a file, still reads ~/.my.cnf
+        ["/usr/bin/mariadb", "--defaults-file=/c.cnf", "--defaults-extra-file=/d.cnf"],
+        ["ionice", "-c", "2", "-n", "7", "nice", "-n", "10", "mariabackup", "--backup"],
+        ["mariadb-binlog", "--read-from-remote-server", "--raw", "mysql-bin.000001"],
+        ["mariadbd", "--datadir=/x", "--no-defaults"],  # not first: ignored by the server
+        ["pt-table-checksum", "h=db1,F=/c.cnf"],  # reads ~/.percona-toolkit.conf
+    ],
+)
+def test_a_tool_that_would_read_option_files_we_did_not_choose_is_not_started(argv):
+    with pytest.raises(children.ToolOptionsError, match="refusing to start"):
+        children.run(argv, capture_output=True)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["mariabackup", "--defaults-file=/c.cnf", "--backup"],
+        [
+            "nice",
+            "-n",
+            "10",
+            "ionice",
+            "-c",
+            "3",
+            "/usr/bin/xtrabackup",
+            "--defaults-file=/c.cnf",
+            "--backup",
+        ],
+        ["mariadb", "--no-defaults", "--version"],
+        ["/usr/bin/pt-table-checksum", "--config=/dev/null", "h=db1,F=/c.cnf"],
+        ["mbstream", "-x", "-C", "/var/lib/mysql"],  # reads no option file (nor takes --no-defaults)
+        ["innochecksum", "/var/lib/mysql/mysql/db.ibd"],
+        ["zstd", "-d", "-c"],
+    ],
+)
+def test_tools_given_only_our_options_pass_the_check(argv):
+    children.check_tool_options(argv)
 
 
 # -- stderr summaries: shaped like what mariabackup 10.11, gpg and zstd print --------------------------

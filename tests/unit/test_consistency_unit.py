@@ -97,7 +97,7 @@ def test_argv_carries_credentials_only_as_a_defaults_file():
     argv = checksum_argv(
         target, "/tmp/xbp-cred-x/client.cnf", ChecksumOptions(databases=("shop",), replica_dsns=("h=r,P=1",))
     )
-    assert argv[1] == "h=10.0.0.1,P=3307,F=/tmp/xbp-cred-x/client.cnf"
+    assert argv[1:3] == ["--config=/dev/null", "h=10.0.0.1,P=3307,F=/tmp/xbp-cred-x/client.cnf"]
     assert "--recursion-method=dsn=D=percona,t=dsns" in argv
     assert {"--no-check-binlog-format", "--fail-on-stopped-replication", "--databases=shop"} <= set(argv)
     assert "--replicate=percona.checksums" in argv
@@ -106,7 +106,7 @@ def test_argv_carries_credentials_only_as_a_defaults_file():
 
 def test_argv_prefers_the_socket_and_rejects_unsafe_values():
     target = MySQLTarget(socket="/run/mysqld/mysqld.sock")
-    assert checksum_argv(target, "/c.cnf", ChecksumOptions())[1] == "S=/run/mysqld/mysqld.sock,F=/c.cnf"
+    assert checksum_argv(target, "/c.cnf", ChecksumOptions())[2] == "S=/run/mysqld/mysqld.sock,F=/c.cnf"
     with pytest.raises(ConsistencyError, match="defaults file path"):
         checksum_argv(target, "/tmp/a,b.cnf", ChecksumOptions())
     with pytest.raises(ValueError, match="database name"):

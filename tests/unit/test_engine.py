@@ -293,7 +293,7 @@ def opts(**kw) -> BackupOptions:
 def test_backup_argv_xtrabackup_full_exact():
     assert backup_argv(xb("8.0.35-33"), "/priv/client.cnf", opts()) == [
         "xtrabackup",
-        "--defaults-extra-file=/priv/client.cnf",
+        "--defaults-file=/priv/client.cnf",
         "--backup",
         "--stream=xbstream",
         "--datadir=/var/lib/mysql",
@@ -304,21 +304,16 @@ def test_backup_argv_xtrabackup_full_exact():
     ]
 
 
-def test_backup_argv_mariabackup_incremental_with_host_defaults_exact():
+def test_backup_argv_mariabackup_incremental_reads_our_defaults_file_alone_exact():
+    """The host's my.cnf never reaches the tool: the server's layout comes from the server itself."""
     argv = backup_argv(
         mb("10.11.19"),
         "/priv/client.cnf",
-        opts(
-            incremental_lsn=18153140,
-            parallel=4,
-            host_defaults_file="/etc/mysql/my.cnf",
-            extra_args=("--galera-info",),
-        ),
+        opts(incremental_lsn=18153140, parallel=4, extra_args=("--galera-info",)),
     )
     assert argv == [
         "mariabackup",
-        "--defaults-file=/etc/mysql/my.cnf",
-        "--defaults-extra-file=/priv/client.cnf",
+        "--defaults-file=/priv/client.cnf",
         "--backup",
         "--stream=xbstream",
         "--datadir=/var/lib/mysql",
@@ -514,7 +509,7 @@ def test_parse_binlog_pos(value, expected):
 MARIADB_INFO = """uuid = 0b3a5c2e-cf0d-11ef-9a4e-0242ac120002
 name =
 tool_name = mariabackup
-tool_command = --defaults-extra-file=/tmp/x/client.cnf --backup --stream=xbstream --target-dir=/tmp/s
+tool_command = --defaults-file=/tmp/x/client.cnf --backup --stream=xbstream --target-dir=/tmp/s
 tool_version = 10.11.19-MariaDB
 ibbackup_version = 10.11.19-MariaDB
 server_version = 10.11.19-MariaDB-log
@@ -539,7 +534,7 @@ def test_parse_info_mariadb():
     assert info.end_time == "2025-01-10 10:00:05"
     assert info.binlog == BinlogPosition("mysql-bin.000001", 975, "0-7-4")
     # values keep their own '=' signs; empty values are kept as ''
-    assert info.fields["tool_command"].startswith("--defaults-extra-file=/tmp/x/client.cnf --backup")
+    assert info.fields["tool_command"].startswith("--defaults-file=/tmp/x/client.cnf --backup")
     assert info.fields["name"] == ""
     assert info.fields["innodb_to_lsn"] == "45402"
 

@@ -1,6 +1,5 @@
 """The package's shape stays as designed: no import loops (not even through an import inside a
-function), dependencies pointing one way between the core's domains, and every documented
-import path importable."""
+function) and dependencies pointing one way between the core's domains."""
 
 from __future__ import annotations
 
@@ -128,7 +127,7 @@ def test_domains_depend_one_way():
         ("core.catalog", {"core.backup", "core.restore", "core.binlog", "core.retention"}),
         # nothing in the core knows Airflow, the CLI or the DAG helpers
         *[
-            (f"core.{d}", {"operators", "sensors", "triggers", "hooks", "cli", "dag_tasks", "policy"})
+            (f"core.{d}", {"operators", "sensors", "triggers", "hooks", "cli", "dag_tasks", "dags", "policy"})
             for d in (
                 "storage",
                 "catalog",
@@ -147,7 +146,9 @@ def test_domains_depend_one_way():
         ],
         ("operators", {"cli"}),
         ("sensors", {"cli"}),
-        ("cli", {"operators", "sensors", "triggers", "hooks", "dag_tasks"}),
+        ("cli", {"operators", "sensors", "triggers", "hooks", "dag_tasks", "dags"}),
+        # the DAG factories build on the operators; nothing the operators use builds DAGs
+        *[(d, {"dags"}) for d in ("operators", "sensors", "triggers", "hooks", "dag_tasks")],
     ],
 )
 def test_dependencies_point_down(domain, must_not_reach):
@@ -199,71 +200,7 @@ def test_names_that_moved_between_airflow_minors_come_through_common_compat():
         assert not moved, f"{name} imports {moved}: use airflow.providers.common.compat.sdk (Airflow 3.1)"
 
 
-# Every import path the README, docs/EXTENDING.md and docs/OPERATORS.md show, and the old paths
-# kept as re-exports.
-DOCUMENTED = [
-    ("xtrabackup_provider.operators.backup", "XtraBackupOperator"),
-    ("xtrabackup_provider.operators.restore", "XtraBackupRestoreOperator"),
-    ("xtrabackup_provider.operators.prepare", "XtraBackupPrepareOperator"),
-    ("xtrabackup_provider.operators.prepare", "XtraBackupFinalPrepareOperator"),
-    ("xtrabackup_provider.operators.standby", "XtraBackupStandbyOperator"),
-    ("xtrabackup_provider.operators.restore_test", "RestoreTestOperator"),
-    ("xtrabackup_provider.operators.binlog", "BinlogShipOperator"),
-    ("xtrabackup_provider.operators.pitr", "PitrRestoreTestOperator"),
-    ("xtrabackup_provider.operators.retention", "ApplyRetentionOperator"),
-    ("xtrabackup_provider.operators.checksum", "TableChecksumOperator"),
-    ("xtrabackup_provider.operators.lifecycle", "BucketLifecycleOperator"),
-    ("xtrabackup_provider.operators.glacier", "GlacierRestoreRequestOperator"),
-    ("xtrabackup_provider.operators.verify", "VerifyBackupOperator"),
-    ("xtrabackup_provider.operators.files", "GpgEncryptOperator"),
-    ("xtrabackup_provider.operators.files", "BackupUploadOperator"),
-    ("xtrabackup_provider.operators.base", "BackupStorageOperator"),
-    ("xtrabackup_provider.operators.base", "skip_unless_branch_chose"),
-    ("xtrabackup_provider.operators.base", "storage_template_fields"),
-    ("xtrabackup_provider.operators.base", "ChainRestoreOperator"),
-    ("xtrabackup_provider.operators.base", "RestoreTestingOperator"),
-    ("xtrabackup_provider.arguments", "keep_arguments"),
-    ("xtrabackup_provider.sensors.binlog", "BinlogLagSensor"),
-    ("xtrabackup_provider.sensors.checksum", "ReplicaChecksumSensor"),
-    ("xtrabackup_provider.sensors.glacier", "GlacierRestoreSensor"),
-    ("xtrabackup_provider.hooks.xtrabackup", "XtraBackupHook"),
-    ("xtrabackup_provider.hooks.storage", "BackupStorageHook"),
-    ("xtrabackup_provider.hooks.gpg", "GpgKeysHook"),
-    ("xtrabackup_provider.hooks.gpg", "LegacyGpgKeysHook"),
-    ("xtrabackup_provider.operators.backup", "BACKUP_LABEL"),
-    ("xtrabackup_provider.operators.backup", "KIND_FROM_RUN_CONF"),
-    ("xtrabackup_provider.policy", "task_instance_mutation_hook"),
-    ("xtrabackup_provider.policy", "route_backup_task"),
-    ("xtrabackup_provider.policy", "HOST_QUEUE"),
-    ("xtrabackup_provider.cli", "main"),
-    ("xtrabackup_provider.core.backup.run", "run_backup"),
-    ("xtrabackup_provider.core.backup.run", "BackupRequest"),
-    ("xtrabackup_provider.core.backup.decide", "decide"),
-    ("xtrabackup_provider.core.catalog.backups", "Catalog"),
-    ("xtrabackup_provider.core.db.server", "MySQLTarget"),
-    ("xtrabackup_provider.core.storage.s3", "S3Store"),
-    ("xtrabackup_provider.core.storage.s3", "make_s3_client"),
-    ("xtrabackup_provider.core.storage.local", "LocalStore"),
-    ("xtrabackup_provider.core.storage.base", "ObjectStore"),
-    ("xtrabackup_provider.core.restore.chain", "restore"),
-    ("xtrabackup_provider.core.restore.restore_test", "run_restore_test"),
-    ("xtrabackup_provider.core.restore.standby", "update_standby"),
-    ("xtrabackup_provider.core.engine.tools", "Capabilities"),
-    ("xtrabackup_provider.core.engine.argv", "backup_argv"),
-    # deprecated paths, kept as re-exports
-    ("xtrabackup_provider.operators.s3", "BucketLifecycleOperator"),
-    ("xtrabackup_provider.operators.s3", "GlacierRestoreRequestOperator"),
-    ("xtrabackup_provider.operators.s3", "VerifyBackupOperator"),
-    ("xtrabackup_provider.operators.s3", "BackupVerifyFailed"),
-    ("xtrabackup_provider.operators.s3", "GpgEncryptOperator"),
-    ("xtrabackup_provider.operators.s3", "BackupUploadOperator"),
-    ("xtrabackup_provider.operators._common", "skip_unless_branch_chose"),
-]
-
-
-@pytest.mark.parametrize(("module", "name"), DOCUMENTED)
-def test_documented_import_paths_work(module, name):
-    assert getattr(importlib.import_module(module), name) is not None
+# The documented import paths, old and new: tests/unit/test_public_api.py.
 
 
 def test_every_operator_module_airflow_registers_imports():
@@ -296,3 +233,111 @@ def test_every_child_process_starts_through_core_common_children():
                 ):
                     offenders.append(f"{name}:{node.lineno} {ast.unparse(node.func)}")
     assert offenders == [], f"processes started outside {allowed}: {offenders}"
+
+
+# -- only our settings reach a tool (issue 27) -------------------------------------------------------------
+
+OPTION_FILE_OPTIONS = ("--no-defaults", "--defaults-file=")
+
+
+def _built_tool_argvs() -> dict[str, list[str]]:
+    """Every tool argv the core's builders make, for both flavours and every mode."""
+    from pathlib import Path
+
+    from xtrabackup_provider.core.binlog.ship import download_argv
+    from xtrabackup_provider.core.db.checksum import ChecksumOptions, checksum_argv
+    from xtrabackup_provider.core.db.sandbox import SandboxServer
+    from xtrabackup_provider.core.db.server import MySQLTarget
+    from xtrabackup_provider.core.engine.argv import (
+        BackupOptions,
+        PrepareTuning,
+        backup_argv,
+        copy_back_argv,
+        prepare_argv,
+        prepare_steps,
+    )
+    from xtrabackup_provider.core.engine.tools import ToolVersion
+    from xtrabackup_provider.core.pitr.replay import client_argv, reader_argv
+
+    tools = {
+        "xtrabackup": ToolVersion("xtrabackup", (8, 0, 35, 33)),
+        "mariabackup": ToolVersion("mariabackup", (10, 11, 19, 0)),
+    }
+    opts = BackupOptions(datadir="/var/lib/mysql", lsn_dir="/l", scratch_dir="/s", incremental_lsn=42)
+    built: dict[str, list[str]] = {}
+    for name, tool in tools.items():
+        built[f"{name} --backup"] = backup_argv(tool, "/c.cnf", opts)
+        for n, step in enumerate(prepare_steps(tool, "/base", ["/inc1", "/inc2"])):
+            built[f"{name} --prepare #{n}"] = prepare_argv(
+                tool, step, PrepareTuning(use_memory_bytes=1 << 30)
+            )
+        built[f"{name} --copy-back"] = copy_back_argv(tool, "/p", "/d")
+        built[f"{name} --move-back"] = copy_back_argv(tool, "/p", "/d", move=True)
+    for binary in ("mariadb-binlog", "mysqlbinlog"):
+        built[f"{binary} batch"] = download_argv(binary, "/c.cnf", Path("/d"), "mysql-bin.000001")
+        built[f"{binary} --stop-never"] = download_argv(
+            binary, "/c.cnf", Path("/d"), "mysql-bin.000001", stop_never=True, replica_server_id=7
+        )
+    built["pt-table-checksum"] = checksum_argv(MySQLTarget(socket="/s.sock"), "/c.cnf", ChecksumOptions())
+    for grants in (True, False):
+        server = SandboxServer(Path("/b"), Path("/d"), 3306, 1, skip_grant_tables=grants)
+        built[f"mariadbd skip_grant_tables={grants}"] = server.server_args()
+    built["mariadb-binlog (replay)"] = reader_argv("mariadb-binlog", ["/b/mysql-bin.000001"])
+    built["mariadb (replay)"] = client_argv("mariadb", "/c.cnf")
+    return built
+
+
+def test_every_tool_argv_the_core_builds_reads_only_the_options_we_chose():
+    """The first option of every MySQL/MariaDB tool names its one option file (ours) or none;
+    core/common/children.py refuses anything else at run time as well."""
+    from xtrabackup_provider.core.common.children import check_tool_options
+
+    for what, argv in _built_tool_argvs().items():
+        check_tool_options(argv)
+        if argv[0].startswith("pt-"):  # its own options from no file; the connection's from ours alone (F=)
+            assert argv[1] == "--config=/dev/null" and argv[2].endswith(",F=/c.cnf"), argv
+        else:
+            assert argv[1].startswith(OPTION_FILE_OPTIONS), f"{what}: {argv}"
+        assert not [a for a in argv if a.startswith("--defaults-extra-file")], f"{what}: {argv}"
+
+
+def test_option_file_options_are_only_ever_a_tools_first_option():
+    """A list literal in the core that holds --no-defaults or --defaults-file=... holds it right
+    after the program (a tool ignores it anywhere else); one that starts with a MySQL program's
+    name has it there."""
+    from xtrabackup_provider.core.common.children import OPTION_FILE_READERS
+
+    def text(node: ast.expr) -> str | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant):
+            return str(node.values[0].value)
+        return None
+
+    misplaced = []
+    for name, path in MODULES.items():
+        if not name.startswith(f"{PACKAGE}.core"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.List) or not node.elts:
+                continue
+            texts = [text(e) for e in node.elts]
+            at = [i for i, t in enumerate(texts) if t and t.startswith(OPTION_FILE_OPTIONS)]
+            program = texts[0]
+            if at and at != [1] or (program in OPTION_FILE_READERS and at != [1]):
+                misplaced.append(f"{name}:{node.lineno} {ast.unparse(node)[:100]}")
+    assert misplaced == [], misplaced
+
+
+def test_no_tool_is_given_a_defaults_extra_file():
+    """`--defaults-extra-file` adds a file to the host's option files (~/.my.cnf still wins): it is
+    named only where the guard refuses it."""
+    root = PROVIDER.parent
+    allowed = {PROVIDER / PACKAGE / "core" / "common" / "children.py"}
+    found = [
+        str(path.relative_to(root))
+        for folder in ("provider", "dags", "bench", "scripts")
+        for path in (root / folder).rglob("*.py")
+        if path not in allowed and "--defaults-extra-file" in path.read_text()
+    ]
+    assert found == [], f"--defaults-extra-file in {found}"

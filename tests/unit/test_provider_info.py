@@ -36,3 +36,16 @@ def test_airflow_cli_lists_the_provider():
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = json.loads(proc.stdout[proc.stdout.index("[") :])
     assert rows[0]["Provider"] == "airflow-provider-xtrabackup"
+
+
+def test_the_version_is_one_the_changelog_describes():
+    from importlib.metadata import version
+
+    import xtrabackup_provider
+
+    info = get_provider_info()
+    assert info["versions"][0] == xtrabackup_provider.__version__ == version("airflow-provider-xtrabackup")
+    changelog = (Path(__file__).resolve().parents[2] / "CHANGELOG.md").read_text()
+    for release in info["versions"]:
+        assert f"## [{release}] - " in changelog, f"CHANGELOG.md has no section for {release}"
+    assert changelog.index(f"## [{info['versions'][0]}]") < changelog.index(f"## [{info['versions'][-1]}]")

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..core.catalog.manifest import CatalogError, manifest_summary
+from ..core.catalog.manifest import CatalogError
+from ..core.catalog.targets import Targets, list_backups
 from ..core.config.schema import FleetConfig
 from ..core.config.wiring import (
     SetupError,
@@ -20,7 +21,7 @@ from ..core.config.wiring import (
     make_catalog,
     read_private_key,
     read_public_keys,
-    restore_sources,
+    read_sources,
     target_catalog,
 )
 from ..core.restore.archived import chain_states
@@ -29,7 +30,16 @@ from ..core.storage.base import StorageError
 from ..core.storage.glacier import request_restores, wait_for_restores, waiting
 from .binlogs import add_restore_targets, cmd_pitr_restore, pitr_target, restore_source
 from .monitor import copy_to_targets
-from .options import add_common, backup_id, output, seconds
+from .options import (
+    NEW_SERVER_HELP,
+    add_common,
+    add_target_store,
+    backup_id,
+    output,
+    print_notes,
+    read_from,
+    seconds,
+)
 
 
 def add_parsers(sub: Any) -> None:
@@ -47,9 +57,11 @@ def add_parsers(sub: Any) -> None:
     p.add_argument(
         "--no-copies", action="store_true", help="do not copy to `copies:` now (`copy` catches up)"
     )
+    p.add_argument("--new-server", action="store_true", help=NEW_SERVER_HELP)
 
     p = sub.add_parser("list", help="list a host's backups on every storage target")
     add_common(p)
+    add_target_store(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
     p = sub.add_parser("restore", help="restore a backup chain into an empty datadir")
@@ -68,10 +80,7 @@ def add_parsers(sub: Any) -> None:
         "--scratch-dir", type=Path, help="where to extract and prepare (default: beside the target)"
     )
     p.add_argument("--copy-back", action="store_true", help="copy instead of move (keeps nothing extra)")
-    p.add_argument(
-        "--target-store",
-        help="the storage target to restore from first (default: `storage`); the others stand in",
-    )
+    add_target_store(p)
     p.add_argument(
         "--from-standby",
         type=Path,
@@ -129,6 +138,7 @@ def add_parsers(sub: Any) -> None:
         type=Path,
         help="where the whole backup is restored and replayed first (needs its size; default: the temp dir)",
     )
+    add_target_store(p)
     p.add_argument("--json", action="store_true")
     add_restore_targets(p)
 
@@ -152,6 +162,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument(
         "--timeout", type=seconds, default=3 * 86400, help="give up waiting after this many seconds"
     )
+    add_target_store(p)
     p.add_argument("--json", action="store_true")
     p = sub.add_parser(
         "verify", help="check stored backups without restoring them (exit 1 if anything is wrong)"
@@ -169,7 +180,12 @@ def add_parsers(sub: Any) -> None:
     p.add_argument(
         "--private-key-file", help="for --deep on encrypted backups; passphrase from the environment"
     )
-    p.add_argument("--target-store", default="all", help="a storage target's name, or 'all' (default)")
+    p.add_argument(
+        "--target-store",
+        default="all",
+        metavar="NAME",
+        help="verify this storage target alone; default 'all': each target's copy is verified on its own",
+    )
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("keygen", help="create a GPG key pair for backups (passphrase from the environment)")
@@ -214,6 +230,7 @@ def cmd_backup(args: argparse.Namespace, config: FleetConfig) -> int:
             progress=ProgressLogger(logging.getLogger("xtrabackup_provider"), f"backup of {args.host}"),
             impact=impact,
             option_files=list(host.option_files),
+            accept_new_server=args.new_server,
         )
     )
     print(
@@ -226,12 +243,11 @@ def cmd_backup(args: argparse.Namespace, config: FleetConfig) -> int:
 
 
 def cmd_list(args: argparse.Namespace, config: FleetConfig) -> int:
-    """The first target's backups, and on which targets each one is (a backup that only a further
-    target still has is listed from there)."""
-    catalog = make_catalog(config, args.cluster, args.host)
+    """Every backup on the host's storage targets (a row from the first target that has it, and on
+    which targets it is); a target or manifest that cannot be read is a warning and exit 1."""
     problems: list[str] = []
-    rows = manifest_summary(catalog.manifests(problems))
-    targets = listed_targets(config, args.cluster, args.host, rows, problems)
+    sources = read_sources(config, args.cluster, args.host, args.target_store)
+    rows, targets = list_backups(Targets(sources), problems)
     if args.json:
         print(json.dumps({"backups": rows, "targets": targets, "problems": problems}, indent=2))
     else:
@@ -251,37 +267,6 @@ def cmd_list(args: argparse.Namespace, config: FleetConfig) -> int:
     return 1 if problems else 0
 
 
-def listed_targets(
-    config: FleetConfig, cluster: str, host: str, rows: list[dict[str, Any]], problems: list[str]
-) -> dict[str, Any]:
-    """Fill each row's `targets` (the targets holding that backup); add the rows of backups only
-    further targets hold; return per target its location and count (or the error reading it)."""
-    first = config.storage.name
-    where = make_catalog(config, cluster, host).describe()
-    out: dict[str, Any] = {first: {"location": where, "backups": len(rows)}}
-    for r in rows:
-        r["targets"] = [first]
-    by_id = {r["backup_id"]: r for r in rows}
-    for target in config.copies:
-        other = target_catalog(config, cluster, host, target.name)
-        try:
-            ids = other.backup_ids()
-            for bid in ids:
-                if bid not in by_id:
-                    (row,) = manifest_summary([other.get(bid)])
-                    row["targets"] = []
-                    by_id[bid] = row
-                    rows.append(row)
-                by_id[bid]["targets"].append(target.name)
-        except (StorageError, CatalogError) as exc:
-            problems.append(f"storage target {target.name} ({other.describe()}): {exc}")
-            out[target.name] = {"location": other.describe(), "error": str(exc)}
-            continue
-        out[target.name] = {"location": other.describe(), "backups": len(ids)}
-    rows.sort(key=lambda r: r["backup_id"])
-    return out
-
-
 def cmd_restore(args: argparse.Namespace, config: FleetConfig) -> int:
     from dataclasses import asdict
 
@@ -298,12 +283,9 @@ def cmd_restore(args: argparse.Namespace, config: FleetConfig) -> int:
     if args.from_standby:
         return cmd_standby_restore(args, config)
     key, passphrase = read_private_key(config, args.private_key_file)
-    sources = restore_sources(config, args.cluster, args.host, args.target_store)
     report = restore(
         RestoreRequest(
-            catalog=sources[0].catalog,
-            source_name=sources[0].name,
-            fallbacks=sources[1:],
+            **read_from(config, args),
             target_datadir=args.target_datadir,
             backup_id=None if args.backup_id == "latest" else args.backup_id,
             private_key=key,
@@ -327,8 +309,7 @@ def cmd_restore(args: argparse.Namespace, config: FleetConfig) -> int:
             mariadb = config.find_host(args.cluster, args.host).flavour == "mariabackup"
             variable = "gtid_slave_pos" if mariadb else "gtid_purged"
             print(f"to make it a replica: SET GLOBAL {variable} = '{report.gtid}'")
-        for note in report.fallbacks:
-            print(f"note: {note}")
+        print_notes(report.fallbacks)
         if report.option_files:
             where = option_files_dir(args.target_datadir)
             print(f"the server's option files of {report.backup_id} ({len(report.option_files)}): {where}")
@@ -343,10 +324,11 @@ def cmd_standby_restore(args: argparse.Namespace, config: FleetConfig) -> int:
     if args.backup_id not in ("latest", None):
         raise SetupError("--from-standby restores the backup the standby holds; leave out --backup-id")
     key, passphrase = read_private_key(config, args.private_key_file)
+    # The catalog proves what the standby holds: the first storage target that can be read.
     report = restore_standby(
-        target_catalog(config, args.cluster, args.host, args.target_store),
-        args.from_standby,
-        args.target_datadir,
+        directory=args.from_standby,
+        target_datadir=args.target_datadir,
+        **read_from(config, args),
         private_key=key,
         passphrase=passphrase,
         binary=config.find_host(args.cluster, args.host).binary,
@@ -357,6 +339,7 @@ def cmd_standby_restore(args: argparse.Namespace, config: FleetConfig) -> int:
     if args.json:
         print(json.dumps(asdict(report), indent=2))
         return 0
+    print_notes(report.fallbacks)
     if report.applied_first:
         print(f"applied the newer incremental(s) {', '.join(report.applied_first)} to the standby first")
     if report.older:
@@ -399,19 +382,24 @@ def cmd_restore_table(args: argparse.Namespace, config: FleetConfig) -> int:
     print(
         "the new tables are not in the binlog: copy rows back with SET SESSION binlog_format=ROW (see RUNBOOK)"
     )
+    print_notes(report.fallbacks)
     return 0
 
 
 def cmd_glacier_restore(args: argparse.Namespace, config: FleetConfig) -> int:
-    """Request restores; with --wait, poll until every object is readable (exit 2 on timeout)."""
-    catalog = make_catalog(config, args.cluster, args.host)
-    states = chain_states(catalog, None if args.backup_id == "latest" else args.backup_id)
-    tier = args.tier or config.storage.glacier_restore_tier
-    states = request_restores(catalog.store, states, tier, args.days or config.storage.glacier_restore_days)
+    """Request restores; with --wait, poll until every object is readable (exit 2 on timeout). On
+    the first storage target whose catalog resolves the chain (or the --target-store named)."""
+    targets = Targets(read_sources(config, args.cluster, args.host, args.target_store))
+    wanted = None if args.backup_id == "latest" else args.backup_id
+    states = targets.read(f"the chain of {args.backup_id}", lambda catalog: chain_states(catalog, wanted))
+    store, where = targets.first.catalog.store, config.target(targets.first.name)
+    tier = args.tier or where.glacier_restore_tier
+    states = request_restores(store, states, tier, args.days or where.glacier_restore_days)
+    print_notes(targets.notes, sys.stderr if args.json else None)
     if args.wait and waiting(states):
         keys = [s.key for s in states]
         states = wait_for_restores(
-            catalog.store, keys, poll=args.poll_interval, timeout=args.timeout, on_poll=_print_pending
+            store, keys, poll=args.poll_interval, timeout=args.timeout, on_poll=_print_pending
         )
     until = (f"  (until {s.expiry:%Y-%m-%d})" if s.expiry else "" for s in states)
     lines = (f"{s.state:10} {s.storage_class:13} {s.key}{u}" for s, u in zip(states, until, strict=True))

@@ -11,7 +11,26 @@ from typing import Any
 
 from ..core.config.schema import BinlogConfig, FleetConfig
 from ..core.config.wiring import cli_target, make_catalog, read_private_key, read_public_keys
-from .options import add_common, output, seconds, utc_time
+from .event_filters import (
+    check_window,
+    grep_pattern,
+    gtid_position,
+    schema_name,
+    server_uuid,
+    statement_kinds,
+    table_name,
+)
+from .options import (
+    NEW_SERVER_HELP,
+    add_common,
+    add_target_store,
+    backup_id,
+    output,
+    print_notes,
+    read_from,
+    seconds,
+    utc_time,
+)
 
 
 def add_parsers(sub: Any) -> None:
@@ -35,8 +54,10 @@ def add_parsers(sub: Any) -> None:
     ship.add_argument("--no-encrypt", action="store_true", help="store unencrypted (not recommended)")
     ship.add_argument("--binary", help="mariadb-binlog or mysqlbinlog (default: by server flavour)")
     ship.add_argument("--workdir", help="local scratch for the binlog copies (default: the temp dir)")
-    lst = bsub.add_parser("list", help="list the shipped binlogs and recorded gaps")
+    ship.add_argument("--new-server", action="store_true", help=NEW_SERVER_HELP)
+    lst = bsub.add_parser("list", help="list the shipped binlogs and recorded gaps on every storage target")
     add_common(lst)
+    add_target_store(lst)
     lst.add_argument("--json", action="store_true")
     ev = bsub.add_parser(
         "events",
@@ -46,31 +67,53 @@ def add_parsers(sub: Any) -> None:
     add_common(ev)
     ev.add_argument("--since", type=utc_time, help="from this time (ISO 8601, UTC without an offset)")
     ev.add_argument("--until", type=utc_time, help="up to this time")
-    ev.add_argument("--gtid-from", help="from this GTID on (per domain, inclusive), e.g. 0-1-100")
-    ev.add_argument("--gtid-to", help="up to this GTID (inclusive)")
     ev.add_argument(
-        "--schema", action="append", default=[], help="transactions touching this schema (repeatable)"
+        "--gtid-from",
+        type=gtid_position("--gtid-from"),
+        help="from this GTID on (per domain, inclusive), e.g. 0-1-100",
+    )
+    ev.add_argument("--gtid-to", type=gtid_position("--gtid-to"), help="up to this GTID (inclusive)")
+    ev.add_argument(
+        "--schema",
+        action="append",
+        default=[],
+        type=schema_name,
+        help="transactions touching this schema (repeatable)",
     )
     ev.add_argument(
         "--table",
         action="append",
         default=[],
+        type=table_name,
         help="transactions touching SCHEMA.TABLE or TABLE (repeatable)",
     )
     ev.add_argument(
         "--kind",
         action="append",
         default=[],
+        type=statement_kinds,
         help="statement kinds, comma-separated or repeated: DROP,TRUNCATE,ALTER,DELETE,UPDATE,INSERT,CREATE,RENAME...",
     )
-    ev.add_argument("--grep", help="a regular expression the statement or summary must match")
-    ev.add_argument("--backup-id", help="without a window: from this backup's position (default: the newest)")
-    ev.add_argument("--server", help="the server uuid whose binlogs to read (default: the newest backup's)")
+    ev.add_argument(
+        "--grep", type=grep_pattern, help="a regular expression the statement or summary must match"
+    )
+    ev.add_argument(
+        "--backup-id",
+        type=backup_id(),
+        help="without a window: from this backup's position (default: the newest)",
+    )
+    ev.add_argument(
+        "--server",
+        type=server_uuid,
+        help="the server uuid whose binlogs to read (default: the newest backup's)",
+    )
     ev.add_argument(
         "--private-key-file", help="armored private key; passphrase from $XTRABACKUP_GPG_PASSPHRASE"
     )
     ev.add_argument("--scratch-dir", help="where one binlog at a time is decrypted (default: the temp dir)")
+    add_target_store(ev)
     ev.add_argument("--json", action="store_true", help="one JSON object per line")
+    ev.set_defaults(check_args=check_window)
 
 
 def add_promote_parser(sub: Any) -> None:
@@ -154,10 +197,13 @@ def add_restore_targets(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_binlogs(args: argparse.Namespace, config: FleetConfig) -> int:
-    from ..core.binlog.ship import list_binlogs
-
     if args.binlogs_command == "list":
-        return _print_listing(list_binlogs(make_catalog(config, args.cluster, args.host)), args.json)
+        from ..core.binlog.shipped import list_binlogs_on
+        from ..core.catalog.targets import Targets
+        from ..core.config.wiring import read_sources
+
+        sources = read_sources(config, args.cluster, args.host, args.target_store)
+        return _print_listing(list_binlogs_on(Targets(sources)), args.json)
     if args.binlogs_command == "events":
         return cmd_events(args, config)
     from ..core.binlog.follow import ship_continuous
@@ -176,6 +222,7 @@ def cmd_binlogs(args: argparse.Namespace, config: FleetConfig) -> int:
         sse=config.storage.sse,
         kms_key_id=config.storage.kms_key_id,
         workdir=args.workdir,
+        accept_new_server=args.new_server,
     )
     if args.continuous:
         report = ship_continuous(req, args.continuous, args.progress_interval)
@@ -193,25 +240,17 @@ def cmd_binlogs(args: argparse.Namespace, config: FleetConfig) -> int:
 
 
 def cmd_events(args: argparse.Namespace, config: FleetConfig) -> int:
-    import re
     from pathlib import Path
 
-    from ..core.common.values import parse_gtid_pos
     from ..core.pitr.moments import MomentFilter, MomentsRequest, list_moments
-    from ..core.pitr.plan import PitrError
 
-    try:
-        gtid_from = parse_gtid_pos(args.gtid_from, "--gtid-from")
-        gtid_to = parse_gtid_pos(args.gtid_to, "--gtid-to")
-        grep = re.compile(args.grep, re.I) if args.grep else None
-    except (ValueError, re.error) as exc:
-        raise PitrError(f"{exc}") from None
-    kinds = {k.strip().upper() for arg in args.kind for k in arg.split(",") if k.strip()}
+    gtid_from, gtid_to = args.gtid_from or {}, args.gtid_to or {}  # parsed and checked (event_filters)
+    kinds = {kind for listed in args.kind for kind in listed}
     key, passphrase = read_private_key(config, args.private_key_file)
     request = MomentsRequest(
-        catalog=make_catalog(config, args.cluster, args.host),
+        **read_from(config, args),
         filter=MomentFilter(
-            args.since, args.until, gtid_from, gtid_to, set(args.schema), set(args.table), kinds, grep
+            args.since, args.until, gtid_from, gtid_to, set(args.schema), set(args.table), kinds, args.grep
         ),
         private_key=key,
         passphrase=passphrase,
@@ -225,15 +264,17 @@ def cmd_events(args: argparse.Namespace, config: FleetConfig) -> int:
         count += 1
     if not count:
         print("no transaction matches", file=sys.stderr)
+    print_notes(request.notes, sys.stderr)  # stdout holds the transactions alone
     return 0
 
 
 def _print_listing(listing: dict[str, Any], as_json: bool) -> int:
-    """Exit 1 when a manifest could not be read (the others are listed)."""
-    problems = [p for server in listing["servers"] for p in server["problems"]]
+    """Exit 1 when a storage target or a manifest could not be read (the rest is listed)."""
+    problems = listing["problems"] + [p for server in listing["servers"] for p in server["problems"]]
     if as_json:
         print(json.dumps(listing, indent=2))
         return 1 if problems else 0
+    many = len(listing["targets"]) > 1
     for server in listing["servers"]:
         t = server.get("timeline")
         fork = (
@@ -242,12 +283,16 @@ def _print_listing(listing: dict[str, Any], as_json: bool) -> int:
             else ""
         )
         print(f"server {server['server_uuid']}{fork}")
-        print(f"  {'BINLOG':24} {'STATE':8} {'SIZE':>12} {'STORED':>12}  LAST EVENT           GTIDS")
+        print(
+            f"  {'BINLOG':24} {'STATE':8} {'SIZE':>12} {'STORED':>12}  LAST EVENT           GTIDS"
+            + ("  TARGETS" if many else "")
+        )
         for b in server["binlogs"]:
             state = "complete" if b["complete"] else "open"
             print(
                 f"  {b['name']:24} {state:8} {b['size']:>12} {b['stored_bytes']:>12}  "
                 f"{(b['last_event_time'] or '-')[:19]:20} {b['gtid_first'] or '-'}..{b['gtid_last'] or '-'}"
+                + (f"  {','.join(b['targets'])}" if many else "")
             )
         for gap in server["gaps"]:
             print(f"  GAP {gap}")
@@ -270,12 +315,12 @@ def pitr_target(args: argparse.Namespace) -> Any:
 
 
 def restore_source(args: argparse.Namespace, config: FleetConfig) -> dict[str, Any]:
-    """What a point-in-time restore reads and how, from the restore flags: the catalog, the backup,
-    the private key, the tools, the scratch dir and the replay (PitrRequest, TableRestoreRequest)."""
+    """What a point-in-time restore reads and how, from the restore flags: the storage targets, the
+    backup, the private key, the tools, the scratch dir and the replay (PitrRequest, TableRestoreRequest)."""
     key, passphrase = read_private_key(config, args.private_key_file)
     settings = config.cluster(args.cluster).binlogs or BinlogConfig()
     return {
-        "catalog": make_catalog(config, args.cluster, args.host),
+        **read_from(config, args),
         "backup_id": None if args.backup_id == "latest" else args.backup_id,
         "private_key": key,
         "passphrase": passphrase,
@@ -308,9 +353,9 @@ def cmd_pitr_restore(args: argparse.Namespace, config: FleetConfig, target: Any)
     if args.json:
         print(json.dumps(asdict(report), indent=2))
         return 0
-    source = f" from standby {report.standby}" if report.standby else ""
+    source = f"standby {report.standby}" if report.standby else f"target {report.source}"
     print(
-        f"restored {report.backup_id} (chain {' -> '.join(report.chain)}){source} into {report.target_datadir}"
+        f"restored {report.backup_id} (chain {' -> '.join(report.chain)}) from {source} into {report.target_datadir}"
     )
     print(
         f"replayed {report.transactions} transaction(s) of {len(report.binlogs)} binlog(s) from {report.start} "
@@ -319,6 +364,7 @@ def cmd_pitr_restore(args: argparse.Namespace, config: FleetConfig, target: Any)
     print(f"reached {report.reached_file}:{report.reached_position}, GTID {report.reached_gtid or '-'}")
     if report.reached_gtid:
         print(f"to make it a replica: SET GLOBAL gtid_slave_pos = '{report.reached_gtid}'")
+    print_notes(report.fallbacks)
     return 0
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..core.config.schema import FleetConfig
 from ..core.config.wiring import target_catalog
-from .options import add_common, utc_time
+from .options import add_common, add_config, add_target_store, utc_time
 
 
 def add_parsers(sub: Any) -> None:
@@ -44,11 +44,12 @@ def _add_fleet_parsers(sub: Any) -> None:
     p = sub.add_parser(
         "report", help="write a self-contained HTML page of a cluster's backups (exit 1 on warnings)"
     )
-    p.add_argument("--config", help="fleet config YAML (default: $XTRABACKUP_FLEET_CONFIG)")
+    add_config(p)
     p.add_argument("--cluster", required=True)
     p.add_argument("--out", required=True, type=Path, help="the HTML file to write")
+    add_target_store(p)
     p = sub.add_parser("pools", help="print the `airflow pools set` commands for the config's pools")
-    p.add_argument("--config", help="fleet config YAML (default: $XTRABACKUP_FLEET_CONFIG)")
+    add_config(p)
 
 
 def cmd_checksum(args: argparse.Namespace, config: FleetConfig) -> int:
@@ -114,7 +115,7 @@ def cmd_retention(args: argparse.Namespace, config: FleetConfig) -> int:
 def cmd_report(args: argparse.Namespace, config: FleetConfig) -> int:
     from ..core.report.html import fmt_seconds, write_report
 
-    report = write_report(config, args.cluster, args.out)
+    report = write_report(config, args.cluster, args.out, only=args.target_store)
     for h in report.hosts:
         verified = h.last_verified.backup_id if h.last_verified else "never"
         lag = fmt_seconds(h.binlog.lag_seconds) if h.binlog else "n/a"

@@ -1,7 +1,8 @@
 """`xtrabackup-provider`: back up, list and restore with the same core, without Airflow.
 
-Settings come from the fleet config the DAGs use (--config or $XTRABACKUP_FLEET_CONFIG), or
-from flags alone; flags override the file.
+Settings come from the fleet config the DAGs use (--config, else $XTRABACKUP_FLEET_CONFIG, else
+fleet.yaml in Airflow's dags folder), or from flags alone (--bucket / --local-path without a
+config); flags override the file.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from ..core.pipeline.gpg import GpgError, PassphraseRequired
 from ..core.pipeline.process import PipelineError
 from ..core.restore.prepare import PrepareError
 from ..core.storage.base import StorageError
-from . import backups, binlogs, fleet, monitor, replicas, standby
-from .options import load
+from . import backups, binlogs, fleet, install, monitor, replicas, standby
+from .options import BadArgument, load, require_values
 
 USER_ERRORS = (
     ConfigError,
@@ -61,11 +62,19 @@ def build_parser() -> argparse.ArgumentParser:
     monitor.add_parsers(sub)
     replicas.add_parsers(sub)
     standby.add_parsers(sub)
+    install.add_parsers(sub)
+    require_values(parser)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+        if check := getattr(args, "check_args", None):  # what one argument alone cannot tell
+            check(args)
+    except BadArgument as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(message)s",
@@ -78,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "keygen":
             return backups.cmd_keygen(args)
+        if args.command == "install-dags":
+            return install.cmd_install_dags(args)
         if args.command in FLEET_COMMANDS:
             config = load_config(args.config)
             return FLEET_COMMANDS[args.command](args, config)

@@ -8,18 +8,101 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from ..core.config.load import FieldNames, load_config, parse_config
+from ..core.config.load import FieldNames, config_path, load_config, parse_config
 from ..core.config.schema import CONFIG_ENV, FleetConfig
+
+NEW_SERVER_HELP = (
+    "the host's server was rebuilt or moved: accept a server its catalog does not know (server_uuid) as the "
+    "host's from now on"
+)
+
+
+class BadArgument(Exception):
+    """A command-line value that would do nothing, or something other than asked: `main` prints
+    `error: <message>` (one line) and exits 2 before anything is read. Not a ValueError, so that
+    argparse lets it through instead of printing its usage."""
+
+
+def bad(flag: str, value: object, why: str) -> BadArgument:
+    """`--flag 'value': why`, the value quoted (a newline or blanks show)."""
+    from ..core.common.values import quoted
+
+    return BadArgument(f"{flag} {quoted(value)}: {why}")
+
+
+def require_values(parser: argparse.ArgumentParser) -> None:
+    """Every option that takes a value, in every verb, refuses a blank one: it was read as no
+    value (the config's prefix, no filter, every cluster, the default server). A value its type
+    refuses is one line naming the flag too (argparse prints its usage first)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                require_values(sub)
+        elif action.option_strings and action.nargs != 0:
+            action.type = _given(max(action.option_strings, key=len), action.type)
+
+
+def _given(flag: str, inner: Any) -> Any:
+    def given(text: str) -> Any:
+        if not text.strip():
+            raise bad(flag, text, f"empty; give a value or leave {flag} out")
+        if inner is None:
+            return text
+        try:
+            return inner(text)
+        except argparse.ArgumentTypeError as exc:  # its message quotes the value
+            raise BadArgument(f"{flag}: {exc}") from None
+        except (TypeError, ValueError) as exc:
+            raise bad(flag, text, str(exc)) from None
+
+    given.__name__ = getattr(inner, "__name__", "str")  # argparse names the type in its errors
+    return given
 
 
 def add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", help="fleet config YAML (default: $XTRABACKUP_FLEET_CONFIG)")
+    add_config(p)
     p.add_argument("--cluster", required=True)
     p.add_argument("--host", required=True, help="host name as in the fleet config")
     p.add_argument("--bucket", help="S3 bucket (overrides the config)")
     p.add_argument("--local-path", help="a directory used as the object store instead of S3")
     p.add_argument("--prefix", help="key prefix (default from config, else 'backups')")
     p.add_argument("--endpoint-url", help="S3 endpoint (MinIO, a test server)")
+
+
+TARGET_STORE_HELP = (
+    "read this storage target alone (its name in the config: `storage` is 'primary' unless named); "
+    "default: `storage`, then each of `copies:` in order where something cannot be read or is damaged"
+)
+
+
+def add_target_store(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target-store", metavar="NAME", help=TARGET_STORE_HELP)
+
+
+def read_from(config: FleetConfig, args: argparse.Namespace, host: str | None = None) -> dict[str, Any]:
+    """The fields of a read path's request: the host's catalog on the first storage target to read
+    and the others to fall back to (`--target-store NAME`: that one alone). core/catalog/targets.py."""
+    from ..core.catalog.targets import read_fields
+    from ..core.config.wiring import read_sources
+
+    return read_fields(
+        read_sources(config, args.cluster, host or args.host, getattr(args, "target_store", None))
+    )
+
+
+def print_notes(notes: Iterable[str], stream: Any = None) -> None:
+    """One `note:` line per fallback to another storage target (core/catalog/targets.py)."""
+    for note in notes:
+        print(f"note: {note}", file=stream)
+
+
+CONFIG_HELP = (
+    "fleet config YAML (default: $XTRABACKUP_FLEET_CONFIG, else fleet.yaml in Airflow's dags folder)"
+)
+
+
+def add_config(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help=CONFIG_HELP)
 
 
 def output(as_json: bool, data: Any, lines: Iterable[str]) -> None:
@@ -72,12 +155,13 @@ def _flag(dest: str) -> str:
 
 
 def load(args: argparse.Namespace) -> FleetConfig:
-    """The fleet config from the file, or one built from flags; flags override the file."""
+    """The fleet config from the file (config_path), or, with --bucket / --local-path and no
+    --config or $XTRABACKUP_FLEET_CONFIG, one built from flags alone; flags override the file."""
     import os
 
-    if args.config or os.environ.get(CONFIG_ENV):
+    if args.config or os.environ.get(CONFIG_ENV) or not (args.bucket or args.local_path):
         raw: dict[str, Any] = load_config(args.config).model_dump(exclude_none=True)
-        source = args.config or os.environ[CONFIG_ENV]
+        source = str(config_path(args.config)[0])
     else:
         raw = {"clusters": [{"name": args.cluster, "hosts": [{"name": args.host}]}], "storage": {}}
         source = "command-line flags"

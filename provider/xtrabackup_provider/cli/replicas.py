@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from ..core.config.schema import FleetConfig
-from ..core.config.wiring import SetupError, cli_target, make_catalog, read_private_key
-from .options import add_common
+from ..core.config.wiring import SetupError, cli_target, read_private_key
+from .options import add_common, add_target_store, print_notes, read_from
 
 
 def add_parsers(sub: Any) -> None:
@@ -34,6 +34,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument(
         "--no-report", action="store_true", help="do not write restore-report.json beside the backup"
     )
+    add_target_store(p)
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser(
@@ -52,8 +53,14 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--no-wait", action="store_true", help="start replication and return without waiting")
     p.add_argument("--no-checksum", action="store_true", help="skip the pt-table-checksum gate")
     p.add_argument(
+        "--clean-on-failure",
+        action="store_true",
+        help="after a failure past the restore, also empty the datadir (the new server is always stopped)",
+    )
+    p.add_argument(
         "--max-lag-seconds", type=float, help="caught up below this lag (replication.max_lag_seconds)"
     )
+    add_target_store(p)
     p.add_argument("--json", action="store_true")
 
 
@@ -66,13 +73,13 @@ def cmd_restore_test(args: argparse.Namespace, config: FleetConfig) -> int:
 
     cluster = config.cluster(args.cluster)
     host = config.find_host(args.cluster, args.host)
-    catalog = make_catalog(config, args.cluster, args.host)
+    read = read_from(config, args)  # the same sources for the restore and the roll-forward
     key, passphrase = read_private_key(config, args.private_key_file)
     root = args.workdir or Path(cluster.restore_workdir)
     root.mkdir(parents=True, exist_ok=True)
     report = run_restore_test(
         RestoreTestRequest(
-            catalog=catalog,
+            **read,
             workdir=private_dir("rt", root, on_sweep=stop_orphans),  # swept, with its sandbox, if killed
             backup_id=None if args.backup_id == "latest" else args.backup_id,
             private_key=key,
@@ -80,7 +87,9 @@ def cmd_restore_test(args: argparse.Namespace, config: FleetConfig) -> int:
             level=args.level,
             binary=host.binary,
             write_report=not args.no_report,
-            roll_forward=ShippedBinlogs(catalog, key, passphrase),
+            roll_forward=ShippedBinlogs(
+                read["catalog"], key, passphrase, source_name=read["source_name"], fallbacks=read["fallbacks"]
+            ),
             deep=cli_deep_compare(config, args.cluster) if args.level == "deep" else None,
         )
     )
@@ -90,6 +99,7 @@ def cmd_restore_test(args: argparse.Namespace, config: FleetConfig) -> int:
         for r in report.results:
             print(f"{r['name']:16} {r['status'].upper():7} {'; '.join(r['reasons']) or r['note']}")
         print(report.headline())
+        print_notes(report.fallbacks)
     return 0 if report.passed else 1
 
 
@@ -122,7 +132,7 @@ def cmd_provision_replica(args: argparse.Namespace, config: FleetConfig) -> int:
     check = settings.checksum and not args.no_checksum
     report = provision_replica(
         ProvisionRequest(
-            catalog=make_catalog(config, args.cluster, from_host),
+            **read_from(config, args, from_host),
             target_datadir=datadir,
             source=cli_replication_source(config, args.cluster),
             source_admin=cli_target(rep.source, config.source),
@@ -140,6 +150,8 @@ def cmd_provision_replica(args: argparse.Namespace, config: FleetConfig) -> int:
             else rep.settings.max_lag_seconds,
             catch_up_timeout=rep.settings.catch_up_timeout_minutes * 60,
             poll_seconds=rep.settings.poll_seconds,
+            clean_on_failure=args.clean_on_failure,
+            binlog_binary=(cluster.binlogs.binary if cluster.binlogs else None) or "mariadb-binlog",
             checksum=provision_checksum(cluster, host_dsn(host, config.source))
             if check and not args.no_wait
             else None,
@@ -162,6 +174,7 @@ def cmd_provision_replica(args: argparse.Namespace, config: FleetConfig) -> int:
         print(
             f"{host.name}: built from {report.backup_id} at GTID {report.gtid_start or '-'}; {caught}{checked}"
         )
+        print_notes(report.fallbacks)
     return 0
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from ..core.config.schema import FleetConfig
-from ..core.config.wiring import SetupError, make_catalog, read_private_key
+from ..core.config.wiring import SetupError, read_private_key
 from ..core.restore.standby_lock import DEFAULT_WAIT_SECONDS
-from .options import add_common, seconds
+from .options import add_common, add_target_store, print_notes, read_from, seconds
 
 
 def add_parsers(sub: Any) -> None:
@@ -42,6 +42,7 @@ def add_parsers(sub: Any) -> None:
         action="store_true",
         help="go on when the read lease cannot be written (retention may then delete what this reads)",
     )
+    add_target_store(refresh)
     refresh.add_argument("--json", action="store_true")
 
 
@@ -56,8 +57,8 @@ def cmd_standby(args: argparse.Namespace, config: FleetConfig) -> int:
         )
     key, passphrase = read_private_key(config, args.private_key_file)
     update = update_standby(
-        make_catalog(config, args.cluster, args.host),
-        directory,
+        directory=directory,
+        **read_from(config, args),
         private_key=key,
         passphrase=passphrase,
         binary=host.binary,
@@ -69,7 +70,11 @@ def cmd_standby(args: argparse.Namespace, config: FleetConfig) -> int:
         return 0
     done = f"applied {', '.join(update.applied_now)}" if update.applied_now else "nothing new to apply"
     rebuilt = " (rebuilt)" if update.rebuilt else ""
-    print(f"standby {update.directory}{rebuilt}: {done}; holds {update.newest} (chain {update.chain_root})")
+    print(
+        f"standby {update.directory}{rebuilt}: {done}; holds {update.newest} (chain {update.chain_root}), "
+        f"read from target {update.source}"
+    )
+    print_notes(update.fallbacks)
     return 0
 
 

@@ -59,6 +59,7 @@ def binlog_gate(config: FleetConfig, cluster: ClusterConfig, host: Any, conn_id:
         local_path=storage.local_path,
         prefix=storage.prefix,
         aws_conn_id=storage.aws_conn_id,
+        deferrable=True,  # a wait of up to lag_timeout_minutes holds no worker slot
         poke_interval=min(30.0, binlogs.progress_seconds * 3),
         timeout=binlogs.lag_timeout_minutes * 60,
     )

@@ -10,6 +10,8 @@ UI through `LegacyGpgKeysHook`. The form itself is declared in get_provider_info
 
 from __future__ import annotations
 
+__all__ = ["GpgKeysHook", "LegacyGpgKeysHook"]
+
 import json
 from typing import Any
 

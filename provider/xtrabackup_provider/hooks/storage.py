@@ -6,11 +6,15 @@ upload stream may hold (core/storage/partplan.py), as `storage.upload_memory_mib
 
 from __future__ import annotations
 
+__all__ = ["BackupStorageHook"]
+
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow.sdk import BaseHook
 
 from ..core.catalog.backups import Catalog
+from ..core.catalog.targets import Source, choose
 from ..core.storage.base import MEMORY_MIB_RANGE, MiB, ObjectStore
 from ..core.storage.local import LocalStore
 from ..core.storage.partplan import DEFAULT_MEMORY, PartLimits
@@ -27,6 +31,7 @@ class BackupStorageHook(BaseHook):
         aws_conn_id: str = "aws_default",
         bucket: str | None = None,
         local_path: str | None = None,
+        timeout: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -35,6 +40,9 @@ class BackupStorageHook(BaseHook):
         self.aws_conn_id = aws_conn_id
         self.bucket = bucket
         self.local_path = local_path
+        # For readers that must answer soon (the Backups view): connect and read timeouts in
+        # seconds and one retry, instead of the tasks' patient defaults.
+        self.timeout = timeout
 
     def get_store(self) -> ObjectStore:
         return LocalStore(self.local_path) if self.local_path else self.get_s3_store()
@@ -48,6 +56,14 @@ class BackupStorageHook(BaseHook):
 
         # Standard retry mode backs off on 5xx, throttling and connection resets.
         config = Config(retries={"max_attempts": 8, "mode": "standard"}, max_pool_connections=16)
+        if self.timeout is not None:
+            config = config.merge(
+                Config(
+                    connect_timeout=self.timeout,
+                    read_timeout=self.timeout,
+                    retries={"max_attempts": 2, "mode": "standard"},
+                )
+            )
         hook = S3Hook(aws_conn_id=self.aws_conn_id, config=config)
         return S3Store(hook.get_conn(), self.bucket, part_limits=PartLimits(memory=self._upload_memory(hook)))
 
@@ -66,3 +82,22 @@ class BackupStorageHook(BaseHook):
 
     def get_catalog(self, prefix: str, cluster: str, host: str) -> Catalog:
         return Catalog(self.get_store(), prefix, cluster, host)
+
+
+def target_catalog(target: Mapping[str, Any], cluster: str, host: str) -> Catalog:
+    """The host's catalog on a storage target given as the DAGs pass one: `bucket` (through
+    `aws_conn_id`) or `local_path`, under `prefix`."""
+    hook = BackupStorageHook(
+        target.get("aws_conn_id") or "aws_default", target.get("bucket"), target.get("local_path")
+    )
+    return hook.get_catalog(target.get("prefix") or "backups", cluster, host)
+
+
+def target_sources(
+    first: Source, fallbacks: Sequence[Mapping[str, Any]], only: str | None = None
+) -> list[Source]:
+    """`first`, then the host's catalog on each of `fallbacks` (target dicts, by `name`): the
+    targets a read tries in order (core/catalog/targets.py); `only`: the one of that name alone."""
+    cluster, host = first.catalog.cluster, first.catalog.host
+    sources = [first, *(Source(t["name"], target_catalog(t, cluster, host)) for t in fallbacks)]
+    return choose(sources, only or None)

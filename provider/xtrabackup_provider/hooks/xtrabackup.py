@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["XtraBackupHook"]
+
 from typing import Any
 
 from airflow.providers.mysql.hooks.mysql import MySqlHook

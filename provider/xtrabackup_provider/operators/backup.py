@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+__all__ = ["XtraBackupOperator", "BACKUP_LABEL", "KIND_FROM_RUN_CONF"]
+
 import logging
 from collections.abc import Sequence
 from typing import Any
 
 from ..arguments import keep_arguments
 from . import _metrics
-from .base import PUBLIC_KEYS_CONN, BackupStorageOperator, skip_unless_branch_chose, storage_template_fields
+from .base import (
+    PUBLIC_KEYS_CONN,
+    BackupStorageOperator,
+    skip_unless_branch_chose,
+    storage_template_fields,
+    task_origin,
+)
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +39,11 @@ class XtraBackupOperator(BackupStorageOperator):
     take it from the run conf (`KIND_FROM_RUN_CONF`). Returns small metadata for XCom: ids, keys,
     sizes, LSNs, the kind and why. With `map_index_template=BACKUP_LABEL` a mapped backup is
     labelled `<host> (<kind>)` once it ran.
+
+    Before a byte is streamed the server reached must be the host's (its server_uuid known to the
+    catalog, its @@datadir the configured `datadir`); the identity checked is in the manifest
+    (`extra.server_identity`) and the XCom (`server`). `accept_new_server=True` takes a rebuilt
+    server as the host's (core/binlog/identity.py).
     """
 
     # The per-host arguments are templated so that a mapped task group can pass them.
@@ -66,6 +79,7 @@ class XtraBackupOperator(BackupStorageOperator):
         gates_from: list[str] | None = None,
         impact: dict[str, Any] | None = None,
         option_files: list[str] | None = None,
+        accept_new_server: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -125,6 +139,8 @@ class XtraBackupOperator(BackupStorageOperator):
             ],
             impact=ImpactSettings.from_dict(self.impact),
             option_files=list(self.option_files or []),
+            accept_new_server=self.accept_new_server,
+            origin=task_origin(context),
         )
         try:
             manifest = run_backup(request)
@@ -149,4 +165,5 @@ class XtraBackupOperator(BackupStorageOperator):
             "gtid": manifest.gtid,
             "blocked_seconds": dict(manifest.impact.blocked_seconds) if manifest.impact else {},
             "impact_warnings": manifest.impact.warnings if manifest.impact else [],
+            "server": manifest.extra.get("server_identity"),
         }

@@ -13,6 +13,15 @@ every parse and must not pay there for the core and what it loads (MySQLdb, boto
 
 from __future__ import annotations
 
+__all__ = [
+    "BackupStorageOperator",
+    "BackupStorageSensor",
+    "ChainRestoreOperator",
+    "RestoreTestingOperator",
+    "skip_unless_branch_chose",
+    "storage_template_fields",
+]
+
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -23,16 +32,22 @@ from ..arguments import KeptArguments, keep_arguments
 
 if TYPE_CHECKING:
     from ..core.catalog.backups import Catalog
+    from ..core.catalog.targets import Source
     from ..core.storage.base import ObjectStore
 
 PUBLIC_KEYS_CONN = "backup_gpg"  # public keys: what backups encrypt for
 PRIVATE_KEY_CONN = "backup_gpg_private"  # the private key: only restore workers should read it
-STORAGE_TEMPLATE_FIELDS = ("cluster", "host", "prefix", "bucket")
+STORAGE_TEMPLATE_FIELDS = ("cluster", "host", "prefix", "bucket", "local_path", "aws_conn_id", "gpg_conn_id")
 
 
 def storage_template_fields(*own: str) -> tuple[str, ...]:
     """The templated storage arguments, then an operator's own templated arguments."""
     return (*STORAGE_TEMPLATE_FIELDS, *own)
+
+
+def read_template_fields(*own: str) -> tuple[str, ...]:
+    """The templated arguments of an operator that reads backups from the storage targets."""
+    return storage_template_fields("target_store", *own)
 
 
 class _ClassDefault:
@@ -118,7 +133,41 @@ class BackupStorageSensor(_Storage, BaseSensorOperator):
     __init__ = _storage_init(BaseSensorOperator)
 
 
-class ChainRestoreOperator(BackupStorageOperator):
+class TargetReadingOperator(BackupStorageOperator):
+    """Base of the operators that read a host's backups: from the storage target of `bucket` /
+    `local_path` (named `storage_name`, as `storage.name` in the fleet config), and where that
+    cannot be read or holds an object damaged, from each of `fallback_targets` in order (dicts
+    with `name`, `bucket` or `local_path`, `prefix`, `aws_conn_id`: the config's `copies`), as the
+    CLI does (core/catalog/targets.py); each fallback is a warning in the task log. `target_store`
+    (templated) reads the target of that name alone."""
+
+    def __init__(
+        self,
+        *,
+        storage_name: str = "primary",
+        fallback_targets: list[dict[str, Any]] | None = None,
+        target_store: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        keep_arguments(self, locals())
+
+    def read_sources(self) -> list[Source]:
+        """The host's catalog on each target to read, in order (`target_store`: that one alone)."""
+        from ..core.catalog.targets import Source
+        from ..hooks.storage import target_sources
+
+        first = Source(self.storage_name, self.catalog())
+        return target_sources(first, self.fallback_targets or [], self.target_store)
+
+    def read_args(self) -> dict[str, Any]:
+        """`catalog`, `source_name` and `fallbacks`, as the core's read requests take them."""
+        from ..core.catalog.targets import read_fields
+
+        return read_fields(self.read_sources())
+
+
+class ChainRestoreOperator(TargetReadingOperator):
     """Base of the operators that restore a chain into a directory on this worker: the private
     key's connection by default, the backup tool's `binary`, and prepare's `use_memory` (bytes;
     default: sized from the copied redo)."""
@@ -140,7 +189,7 @@ class ChainRestoreOperator(BackupStorageOperator):
         }
 
 
-class RestoreTestingOperator(BackupStorageOperator):
+class RestoreTestingOperator(TargetReadingOperator):
     """Base of the restore tests: a scratch directory under `workdir_root` on this worker, the
     check `level` (quick, full or deep), the backup tool's `binary`, the private key's connection."""
 
@@ -184,3 +233,16 @@ def skip_unless_branch_chose(op: Any, context: Any) -> None:
         decision = ti.xcom_pull(task_ids=task_id, key="skipmixin_key", map_indexes=ti.map_index)
         if isinstance(decision, dict) and op.task_id not in decision.get("followed", [op.task_id]):
             raise AirflowSkipException(f"{task_id} chose {decision['followed']}, not {op.task_id}")
+
+
+def task_origin(context: Any) -> dict[str, Any]:
+    """The running task's ids, recorded with what it stores (core/catalog/origin.py) so that the
+    Backups view links a backup or a restore test to its DAG run and task log."""
+    ti = context["ti"]
+    return {
+        "dag_id": ti.dag_id,
+        "run_id": ti.run_id,
+        "task_id": ti.task_id,
+        "map_index": ti.map_index,
+        "try_number": ti.try_number,
+    }

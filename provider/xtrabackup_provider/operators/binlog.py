@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+__all__ = ["BinlogShipOperator"]
+
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from ..arguments import keep_arguments
 from . import _metrics
-from .base import PUBLIC_KEYS_CONN, BackupStorageOperator
+from .base import PUBLIC_KEYS_CONN, BackupStorageOperator, storage_template_fields
 
 log = logging.getLogger(__name__)
 
@@ -20,9 +23,12 @@ class BinlogShipOperator(BackupStorageOperator):
     `continuous_seconds > 0` then follows the server live for that long, storing the open
     binlog's new bytes every `progress_seconds` (schedule it e.g. 55 minutes every hour).
     A binlog purged before it was shipped fails the task after the gap is recorded; PITR
-    will not cross it. XCom: counts, the last names shipped, gaps, bytes.
+    will not cross it. A server the host's catalog does not know fails the task, naming it
+    (core/binlog/identity.py); `accept_new_server=True` takes a rebuilt server as the host's.
+    XCom: counts, the last names shipped, gaps, bytes.
     """
 
+    template_fields: Sequence[str] = storage_template_fields("mysql_conn_id")
     ui_color = "#fdebd0"
     gpg_conn_default = PUBLIC_KEYS_CONN
 
@@ -39,6 +45,7 @@ class BinlogShipOperator(BackupStorageOperator):
         sse: str | None = None,
         kms_key_id: str | None = None,
         workdir: str | None = None,
+        accept_new_server: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -63,6 +70,7 @@ class BinlogShipOperator(BackupStorageOperator):
             sse=self.sse,
             kms_key_id=self.kms_key_id,
             workdir=self.workdir,
+            accept_new_server=self.accept_new_server,
         )
         try:
             if self.continuous_seconds > 0:

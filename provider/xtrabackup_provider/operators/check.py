@@ -3,6 +3,8 @@ Airflow's own alerting (on_failure_callback, email, Slack) fires; sends every fi
 
 from __future__ import annotations
 
+__all__ = ["BackupCheckOperator"]
+
 import logging
 from collections.abc import Sequence
 from typing import Any

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["TableChecksumOperator"]
+
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -24,7 +26,13 @@ class TableChecksumOperator(KeptArguments, BaseOperator):
     XCom: a small summary (counts, flags, differing tables).
     """
 
-    template_fields: Sequence[str] = ("source_conn_id", "replicate", "databases", "ignore_databases")
+    template_fields: Sequence[str] = (
+        "source_conn_id",
+        "replica_conn_ids",
+        "replicate",
+        "databases",
+        "ignore_databases",
+    )
     ui_color = "#e8daef"
 
     def __init__(

@@ -3,12 +3,15 @@ binlogs (core/backup/copies.py), after they are registered on the first target."
 
 from __future__ import annotations
 
+__all__ = ["CopyBackupsOperator"]
+
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from ..arguments import keep_arguments
 from . import _metrics
-from .base import BackupStorageOperator
+from .base import BackupStorageOperator, storage_template_fields
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +31,9 @@ class CopyBackupsOperator(BackupStorageOperator):
     is behind.
     """
 
+    template_fields: Sequence[str] = storage_template_fields(
+        "target_bucket", "target_local_path", "target_prefix", "target_aws_conn_id"
+    )
     ui_color = "#e8f6f3"
 
     def __init__(

@@ -4,6 +4,8 @@ with a sha256 manifest written last."""
 
 from __future__ import annotations
 
+__all__ = ["BackupUploadOperator", "GpgEncryptOperator"]
+
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -19,7 +21,7 @@ class GpgEncryptOperator(KeptArguments, BaseOperator):
     (default `<source_path>.gpg`). The source is kept unless remove_source=True.
     XCom: {"path", "size", "sha256", "recipients"}."""
 
-    template_fields: Sequence[str] = ("source_path", "output_path")
+    template_fields: Sequence[str] = ("source_path", "output_path", "gpg_conn_id")
 
     def __init__(
         self,
@@ -50,7 +52,14 @@ class BackupUploadOperator(KeptArguments, BaseOperator):
     given, multipart for large files, and a sha256 manifest (`<dest_prefix>/manifest.json`)
     written last. XCom: {"dest_prefix", "objects", "stored_bytes"}."""
 
-    template_fields: Sequence[str] = ("source_path", "dest_prefix", "bucket", "storage_class")
+    template_fields: Sequence[str] = (
+        "source_path",
+        "dest_prefix",
+        "bucket",
+        "local_path",
+        "aws_conn_id",
+        "storage_class",
+    )
 
     def __init__(
         self,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["BucketLifecycleOperator"]
+
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
@@ -22,7 +24,7 @@ class BucketLifecycleOperator(KeptArguments, BaseOperator):
     prefix. The bucket's other rules are kept as they are.
     """
 
-    template_fields: Sequence[str] = ("bucket",)
+    template_fields: Sequence[str] = ("bucket", "aws_conn_id")
     ui_color = "#fcf3cf"
 
     def __init__(

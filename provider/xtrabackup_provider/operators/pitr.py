@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+__all__ = ["PitrRestoreTestOperator"]
+
 from collections.abc import Sequence
 from typing import Any
 
 from ..arguments import keep_arguments
-from .base import RestoreTestingOperator, storage_template_fields
+from .base import RestoreTestingOperator, read_template_fields
 
 
 class PitrRestoreTestFailed(RuntimeError):
@@ -20,7 +22,7 @@ class PitrRestoreTestOperator(RestoreTestingOperator):
     base backup. XCom: the report without its per-check details.
     """
 
-    template_fields: Sequence[str] = storage_template_fields("target_time", "level", "workdir_root")
+    template_fields: Sequence[str] = read_template_fields("target_time", "level", "workdir_root")
 
     def __init__(
         self,
@@ -39,9 +41,9 @@ class PitrRestoreTestOperator(RestoreTestingOperator):
 
         target = PitrTarget.at_time(self.target_time)
         report = run_pitr_test(
-            self.catalog(),
-            self.scratch_dir("pitrtest"),
-            target,
+            workdir=self.scratch_dir("pitrtest"),
+            target=target,
+            **self.read_args(),
             **self.test_args(),
         )
         if not report.passed:

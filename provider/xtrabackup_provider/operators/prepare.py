@@ -6,6 +6,8 @@ the final prepare is simply a step without it.
 
 from __future__ import annotations
 
+__all__ = ["XtraBackupPrepareOperator", "XtraBackupFinalPrepareOperator"]
+
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any

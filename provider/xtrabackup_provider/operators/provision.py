@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+__all__ = ["ProvisionReplicaOperator"]
+
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..arguments import keep_arguments
-from .base import ChainRestoreOperator, storage_template_fields
+from ..arguments import flag, keep_arguments
+from .base import ChainRestoreOperator, read_template_fields
 
 
 class ProvisionReplicaOperator(ChainRestoreOperator):
@@ -17,14 +19,27 @@ class ProvisionReplicaOperator(ChainRestoreOperator):
     MASTER_USE_GTID (address and account from `replication_conn_id`: host, port, login, password),
     START SLAVE. With `wait`, wait here until it has caught up (lag at most `max_lag_seconds`); in
     a DAG, ReplicaCaughtUpSensor waits instead. Refused before anything is restored: a datadir that
-    is not empty, a source that purged the binlogs the backup needs (the first missing one named).
+    is not empty, a replication account that cannot log in to the source from this machine or read
+    its binlogs, a new server's account (from the source's grant tables) without RELOAD,
+    REPLICATION SLAVE ADMIN and SLAVE MONITOR, a source that purged the binlogs the backup needs
+    (the first missing one named). Without `wait` too, the task fails when a replication thread
+    error lasts `grace_seconds` after START SLAVE (naming Last_IO_Errno / Last_SQL_Errno); on a
+    failure after the restore it stops the server it started and, with `clean_on_failure`, empties
+    `target_datadir`.
 
     `replica_conn_id`: the new server once it runs (the restored data brings the source's accounts).
     `source_conn_id`: an account on the source (binlog list, catch-up target). XCom: the summary,
     with `source_gtid` (the source's position when replication started) for the sensor.
     """
 
-    template_fields: Sequence[str] = storage_template_fields("backup_id", "target_datadir")
+    template_fields: Sequence[str] = read_template_fields(
+        "backup_id",
+        "target_datadir",
+        "clean_on_failure",
+        "source_conn_id",
+        "replication_conn_id",
+        "replica_conn_id",
+    )
     ui_color = "#d5f5e3"
 
     def __init__(
@@ -45,6 +60,8 @@ class ProvisionReplicaOperator(ChainRestoreOperator):
         catch_up_timeout_minutes: float = 240,
         poll_seconds: float = 5,
         start_timeout_seconds: float = 600,
+        grace_seconds: float = 30,
+        clean_on_failure: bool | str = False,  # templated: a DAG param
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -60,7 +77,7 @@ class ProvisionReplicaOperator(ChainRestoreOperator):
         args = self.restore_args()
         report = provision_replica(
             ProvisionRequest(
-                catalog=self.catalog(),
+                **self.read_args(),
                 target_datadir=Path(self.target_datadir),
                 source=XtraBackupHook(self.replication_conn_id).get_replication_source(
                     self.source_host,
@@ -81,6 +98,8 @@ class ProvisionReplicaOperator(ChainRestoreOperator):
                 max_lag_seconds=self.max_lag_seconds,
                 catch_up_timeout=self.catch_up_timeout_minutes * 60,
                 poll_seconds=self.poll_seconds,
+                grace_seconds=self.grace_seconds,
+                clean_on_failure=flag(self.clean_on_failure),
             )
         )
         summary = report.summary() | {"source_gtid": source_position(source_admin)}

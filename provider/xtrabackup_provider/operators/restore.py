@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+__all__ = ["XtraBackupRestoreOperator", "XtraBackupTableRestoreOperator"]
+
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ..arguments import keep_arguments
-from .base import ChainRestoreOperator, storage_template_fields
+from .base import ChainRestoreOperator, read_template_fields
 
 
 class XtraBackupRestoreOperator(ChainRestoreOperator):
@@ -23,7 +25,7 @@ class XtraBackupRestoreOperator(ChainRestoreOperator):
     files instead of copying them (the standby is rebuilt by its next update).
     """
 
-    template_fields: Sequence[str] = storage_template_fields("backup_id", "target_datadir", "standby_dir")
+    template_fields: Sequence[str] = read_template_fields("backup_id", "target_datadir", "standby_dir")
 
     def __init__(
         self,
@@ -49,9 +51,9 @@ class XtraBackupRestoreOperator(ChainRestoreOperator):
             if self.backup_id not in (None, "", "latest"):
                 raise ValueError("standby_dir restores the backup the standby holds; leave backup_id unset")
             standby = restore_standby(
-                self.catalog(),
-                Path(self.standby_dir),
-                Path(self.target_datadir),
+                directory=Path(self.standby_dir),
+                target_datadir=Path(self.target_datadir),
+                **self.read_args(),
                 **self.restore_args(),
                 allow_older=self.allow_older_standby,
                 move=self.move_standby,
@@ -60,7 +62,7 @@ class XtraBackupRestoreOperator(ChainRestoreOperator):
 
         report = restore(
             RestoreRequest(
-                catalog=self.catalog(),
+                **self.read_args(),
                 target_datadir=Path(self.target_datadir),
                 backup_id=None if self.backup_id in (None, "", "latest") else self.backup_id,
                 **self.restore_args(),
@@ -85,8 +87,15 @@ class XtraBackupTableRestoreOperator(ChainRestoreOperator):
     digest, foreign keys not copied).
     """
 
-    template_fields: Sequence[str] = storage_template_fields(
-        "tables", "new_names", "to_time", "to_gtid", "to_position", "backup_id", "scratch_dir"
+    template_fields: Sequence[str] = read_template_fields(
+        "mysql_conn_id",
+        "tables",
+        "new_names",
+        "to_time",
+        "to_gtid",
+        "to_position",
+        "backup_id",
+        "scratch_dir",
     )
 
     def __init__(
@@ -127,7 +136,7 @@ class XtraBackupTableRestoreOperator(ChainRestoreOperator):
         args.pop("use_memory")
         report = restore_tables(
             TableRestoreRequest(
-                catalog=self.catalog(),
+                **self.read_args(),
                 live=XtraBackupHook(self.mysql_conn_id).get_target(),
                 tables=_names(self.tables),
                 new_names=_names(self.new_names),

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+__all__ = ["RestoreTestOperator"]
+
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..arguments import keep_arguments
 from . import _metrics
-from .base import RestoreTestingOperator, storage_template_fields
+from .base import RestoreTestingOperator, read_template_fields, task_origin
 
 if TYPE_CHECKING:
     from ..core.restore.replica_compare import SourceCompare
@@ -21,8 +23,9 @@ class RestoreTestFailed(RuntimeError):
 
 class RestoreTestOperator(RestoreTestingOperator):
     """Restore `backup_id` (or the newest) of `cluster/host` into a scratch dir on this worker and
-    run the checks of `level` (core/restore/restore_test.py has the table): quick (page checksums of
-    every tablespace, the source's shape at backup time, canary, position, CHECK TABLE on a sample),
+    run the checks of `level` (core/restore/coverage.py says what each can and cannot catch): quick
+    (the chain, page checksums of every tablespace, exact row counts taken at the backup's point,
+    the source's shape at backup time, canary, position, CHECK TABLE on a sample),
     full (+ CHECK TABLE on every table, the shipped binlogs rolled forward to the newest), deep (+
     the copy attached as a replica of the source `source_conn_id` with the replication account of
     `replication_conn_id`, caught up, pt-table-checksum equal). Writes restore-report.json next to
@@ -35,7 +38,9 @@ class RestoreTestOperator(RestoreTestingOperator):
     Each outlet Asset gets an event whose extra names the host and backup verified.
     """
 
-    template_fields: Sequence[str] = storage_template_fields("backup_id", "level", "workdir_root")
+    template_fields: Sequence[str] = read_template_fields(
+        "backup_id", "level", "workdir_root", "source_conn_id", "replication_conn_id"
+    )
 
     def __init__(
         self,
@@ -58,18 +63,22 @@ class RestoreTestOperator(RestoreTestingOperator):
 
         if self.level not in LEVELS:
             raise ValueError(f"level must be one of {', '.join(LEVELS)}, not {self.level!r}")
-        catalog = self.catalog()
+        read = self.read_args()  # the same targets for the restore and the roll-forward
         args = self.test_args() | {"level": self.level}
         report = run_restore_test(
             RestoreTestRequest(
-                catalog=catalog,
+                **read,
                 workdir=self.scratch_dir("rt"),
                 backup_id=None if self.backup_id in (None, "", "latest") else self.backup_id,
-                roll_forward=ShippedBinlogs(catalog, args["private_key"], args["passphrase"]),
+                roll_forward=ShippedBinlogs(
+                    **read, private_key=args["private_key"], passphrase=args["passphrase"]
+                ),
                 deep=self._deep() if self.level == "deep" else None,
+                origin=task_origin(context),
                 **args,
             )
         )
+        self.log.info("read %s from storage target %s", report.backup_id, report.source)
         self.log.info("phase timings (s): %s", {k: round(v, 2) for k, v in report.timings.items()})
         _metrics.restore_test_done(self.cluster, self.host, report.passed, report.timings)
         if not report.passed:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["ApplyRetentionOperator"]
+
 import logging
 from typing import Any
 

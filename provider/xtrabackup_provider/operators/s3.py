@@ -1,20 +1,17 @@
-"""Deprecated import path: the operators that were here have modules named after what they do.
+"""Deprecated import path (0.1.0): the operators that were here have modules named after what they
+do: `.lifecycle`, `.glacier`, `.verify` and `.files`. Each name warns, naming its new path; the
+path goes in 0.3.0."""
 
-`xtrabackup_provider.operators.s3` keeps working; new code imports from `.lifecycle`
-(BucketLifecycleOperator), `.glacier` (GlacierRestoreRequestOperator), `.verify`
-(VerifyBackupOperator, BackupVerifyFailed) and `.files` (GpgEncryptOperator, BackupUploadOperator).
-"""
+from ..core.common.moved import moved_names
 
-from .files import BackupUploadOperator, GpgEncryptOperator
-from .glacier import GlacierRestoreRequestOperator
-from .lifecycle import BucketLifecycleOperator
-from .verify import BackupVerifyFailed, VerifyBackupOperator
-
-__all__ = [
-    "BackupUploadOperator",
-    "BackupVerifyFailed",
-    "BucketLifecycleOperator",
-    "GlacierRestoreRequestOperator",
-    "GpgEncryptOperator",
-    "VerifyBackupOperator",
-]
+__getattr__ = moved_names(
+    __name__,
+    {
+        "BackupUploadOperator": "xtrabackup_provider.operators.files.BackupUploadOperator",
+        "BackupVerifyFailed": "xtrabackup_provider.operators.verify.BackupVerifyFailed",
+        "BucketLifecycleOperator": "xtrabackup_provider.operators.lifecycle.BucketLifecycleOperator",
+        "GlacierRestoreRequestOperator": "xtrabackup_provider.operators.glacier.GlacierRestoreRequestOperator",
+        "GpgEncryptOperator": "xtrabackup_provider.operators.files.GpgEncryptOperator",
+        "VerifyBackupOperator": "xtrabackup_provider.operators.verify.VerifyBackupOperator",
+    },
+)

@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+__all__ = ["XtraBackupStandbyOperator"]
+
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ..arguments import keep_arguments
-from .base import ChainRestoreOperator, storage_template_fields
+from .base import ChainRestoreOperator, read_template_fields
 
 
 class XtraBackupStandbyOperator(ChainRestoreOperator):
     """After each backup, merge the new incrementals into a standby directory on this worker,
     so that a restore from it needs only the final step (see core/restore/standby.py for the rules).
     One run at a time holds the directory; another waits a minute, then fails naming the holder.
-    No `standby_dir` (a host of a mapped group without one): skipped."""
+    No `standby_dir` (a host of a mapped group without one): skipped. Give it the `queue` of the
+    worker where the directory lives (the fleet config's `standby_queue`): it reads the private
+    key, which a database host that only takes backups does not need."""
 
-    template_fields: Sequence[str] = storage_template_fields("standby_dir", "binary")
+    template_fields: Sequence[str] = read_template_fields("standby_dir", "binary")
 
     def __init__(
         self,
@@ -35,8 +39,8 @@ class XtraBackupStandbyOperator(ChainRestoreOperator):
         if not self.standby_dir:  # the backup DAG maps this task over hosts, some without a standby
             raise AirflowSkipException(f"host {self.cluster}/{self.host} has no standby_dir")
         update = update_standby(
-            self.catalog(),
-            Path(self.standby_dir),
+            directory=Path(self.standby_dir),
+            **self.read_args(),
             **self.restore_args(),
         )
         return {
@@ -45,4 +49,5 @@ class XtraBackupStandbyOperator(ChainRestoreOperator):
             "newest": update.newest,
             "rebuilt": update.rebuilt,
             "applied_now": update.applied_now,
+            "source": update.source,
         }

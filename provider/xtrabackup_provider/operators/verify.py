@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["VerifyBackupOperator", "BackupVerifyFailed"]
+
 from collections.abc import Sequence
 from typing import Any
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+__all__ = ["BinlogLagSensor"]
+
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from airflow.providers.common.compat.sdk import conf
 from airflow.sdk.bases.sensor import PokeReturnValue
 
 from ..arguments import keep_arguments
@@ -24,8 +27,9 @@ class BinlogLagSensor(BackupStorageSensor):
     check: `gtid` if given, else the server's binlog position (SHOW MASTER STATUS) then.
 
     After a backup this means the backup counts only once the binlogs that make every point
-    up to it recoverable are stored. deferrable=True (the default): one check here, then
-    BinlogShippedTrigger polls the manifests in the triggerer (no database credentials
+    up to it recoverable are stored. deferrable=True (the shipped DAGs' choice; the default is
+    `[operators] default_deferrable`): one check here, then BinlogShippedTrigger polls the
+    manifests in the triggerer (no database credentials
     there). deferrable=False: a classic poke sensor (mode="poke" keeps the point fixed; in
     "reschedule" mode each poke takes the server's position afresh).
     XCom: {"server_uuid", "point", "deferred"}.
@@ -39,7 +43,7 @@ class BinlogLagSensor(BackupStorageSensor):
         *,
         mysql_conn_id: str,
         gtid: str | None = None,
-        deferrable: bool = True,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=True),
         poke_interval: float = 30,
         timeout: float = 3600,
         **kwargs: Any,

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+__all__ = ["ReplicaChecksumSensor"]
+
 import logging
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from airflow.providers.common.compat.sdk import conf
 from airflow.sdk import BaseSensorOperator
 from airflow.sdk.bases.sensor import PokeReturnValue
 
@@ -44,7 +47,7 @@ class ReplicaChecksumSensor(KeptArguments, BaseSensorOperator):
         max_lag_seconds: float = 300,
         cluster: str = "",
         replica_name: str = "",
-        deferrable: bool = False,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)

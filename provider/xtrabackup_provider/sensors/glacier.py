@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+__all__ = ["GlacierRestoreSensor"]
+
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from airflow.providers.common.compat.sdk import conf
 from airflow.sdk import BaseSensorOperator
 from airflow.sdk.bases.sensor import PokeReturnValue
 
@@ -26,13 +29,14 @@ class GlacierRestoreSensor(KeptArguments, BaseSensorOperator):
     glacier-restore`): an archived object that nobody is restoring fails the sensor at once
     instead of waiting forever. `keys` may be given instead of cluster/host/backup_id.
 
-    deferrable=True (the default): one check here, then the wait moves to the triggerer
+    deferrable=True (the shipped DAG's choice; the default is `[operators] default_deferrable`):
+    one check here, then the wait moves to the triggerer
     (GlacierRestoreTrigger polls HEAD every `poke_interval` seconds) and the task resumes by
     itself when the restores are done. deferrable=False: a classic poke/reschedule sensor.
     XCom: {"keys", "states", "deferred"}.
     """
 
-    template_fields: Sequence[str] = ("cluster", "host", "backup_id", "bucket", "prefix")
+    template_fields: Sequence[str] = ("cluster", "host", "backup_id", "bucket", "prefix", "aws_conn_id")
     ui_color = "#d1f2eb"
 
     def __init__(
@@ -45,7 +49,7 @@ class GlacierRestoreSensor(KeptArguments, BaseSensorOperator):
         keys: list[str] | None = None,
         prefix: str = "backups",
         aws_conn_id: str = "aws_default",
-        deferrable: bool = True,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=True),
         poke_interval: float = 600,
         timeout: float = 3 * 86400,  # Bulk restores of DEEP_ARCHIVE take up to 48 hours
         **kwargs: Any,

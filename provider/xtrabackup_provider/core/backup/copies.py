@@ -15,9 +15,18 @@ copied and is named with both sha256s (`CopyReport.damaged`): the copy task then
 backup it was asked to protect is not restorable where it stands. A target that cannot be reached is retried `attempts` times, then left
 behind with one line; the next run catches up, oldest first. Nothing here ever fails the backup
 on the first target: it is registered before a copy starts.
+
+A re-seed (`copy --from offsite --to primary`, `refill=True`) fills any target from any other after it
+lost its data: every backup and closed binlog the source holds and the target lacks, what the
+target's own retention deleted included, and a backup registered there whose objects are missing
+or short (HEAD; with `deep`, whose bytes' sha256 is not the manifest's, backups and binlogs) is
+copied again; the same sha256 checks, manifests last, under the target's host lock. Run again, it
+copies nothing.
 """
 
 from __future__ import annotations
+
+__all__ = ["copy_host"]
 
 import hashlib
 import logging
@@ -27,7 +36,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from ..binlog.catalog import BinlogCatalog, BinlogError, BinlogManifest, server_uuids
+from ..binlog.catalog import BinlogCatalog, BinlogError, BinlogIndex, BinlogManifest, server_uuids
 from ..binlog.timeline import read_timeline, timelines, write_timeline
 from ..catalog.backups import Catalog
 from ..catalog.lock import HostLock, HostLockBusy
@@ -36,7 +45,7 @@ from ..catalog.records import CopyOrigin
 from ..catalog.reports import REPORT_NAME
 from ..common.crashpoints import crash_point
 from ..common.values import binlog_number
-from ..storage.base import ARCHIVE_TAGGING, ObjectStore, PutOptions, StorageError, segment_key
+from ..storage.base import ARCHIVE_TAGGING, ObjectStore, PutOptions, StorageError, WrittenSegment, segment_key
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +110,8 @@ class CopyReport:
     damaged: list[str] = field(default_factory=list)  # objects damaged on the source (also in problems)
     error: str | None = None  # the target (or the source) could not be reached: left behind
     newest: str | None = None  # the source's newest backup (named when the target cannot be listed)
+    refill: bool = False  # a re-seed (copy_host's `refill`)
+    deep: bool = False  # a re-seed that re-reads what the target has (copy_host's `deep`)
 
     @property
     def ok(self) -> bool:
@@ -109,6 +120,9 @@ class CopyReport:
     def line(self) -> str:
         """One line for the log and the CLI."""
         done = f"copied {len(self.copied)} backup(s), {len(self.binlogs)} binlog(s), {self.bytes} bytes"
+        if self.refill:
+            stopped = f"; stopped: {self.error}; run it again once that is fixed" if self.error else ""
+            return f"re-seed of {self.target} ({self.location}): {done} in {self.seconds:.1f}s{stopped}"
         if self.error:
             behind = f"{len(self.behind)} backup(s) and {len(self.binlogs_behind)} binlog(s) behind"
             if not self.behind and self.newest:  # the target could not even be listed
@@ -148,17 +162,20 @@ def copy_host(
     source_name: str = "primary",
     what: What = "all",
     sleep: Callable[[float], None] = time.sleep,
+    refill: bool = False,
+    deep: bool = False,
 ) -> CopyReport:
-    """Bring `target` up to date with the host's backups and binlogs on `source`; never raises for
-    a target (or source) that cannot be reached: the report says what is left behind."""
+    """Bring `target` up to date with the host's backups and binlogs on `source` (`refill`: a
+    re-seed, everything it lacks; `deep`: and what it holds with other bytes); never raises for a
+    target (or source) that cannot be reached: the report says what is left behind."""
     dest = target.catalog(source.cluster, source.host)
-    report = CopyReport(target.name, dest.describe())
+    report = CopyReport(target.name, dest.describe(), refill=refill, deep=deep and refill)
     started = time.monotonic()
     for attempt in range(1, target.attempts + 1):
         report.attempts = attempt
         try:
             # The target's host lock: its own retention (or another copy) never interleaves with this.
-            with HostLock(dest, purpose="copy") as lock:
+            with HostLock(dest, purpose="re-seed" if refill else "copy") as lock:
                 if what in ("all", "backups"):
                     _copy_backups(source, dest, target, source_name, report, lock)
                 if what in ("all", "binlogs") and target.binlogs:
@@ -196,11 +213,12 @@ def _one_line(exc: BaseException) -> str:
 # backups
 
 
-def pending_backups(source_ids: list[str], target_ids: list[str]) -> list[str]:
+def pending_backups(source_ids: list[str], target_ids: list[str], refill: bool = False) -> list[str]:
     """Source backups the target should get: those newer than its oldest (all when it has none),
-    so what the target's own retention deleted is not copied again. Oldest first."""
+    so what the target's own retention deleted is not copied again (`refill`: every one it lacks).
+    Oldest first."""
     have = set(target_ids)
-    oldest = min(target_ids) if target_ids else ""
+    oldest = min(target_ids) if target_ids and not refill else ""
     return [bid for bid in sorted(source_ids) if bid not in have and bid > oldest]
 
 
@@ -210,8 +228,10 @@ def _copy_backups(
     problems: list[str] = []
     by_id = {m.backup_id: m for m in src.manifests(problems)}
     dest_ids = dest.backup_ids()
+    if report.refill:  # registered there, but an object is missing, short or altered: copy it again
+        dest_ids = [bid for bid in dest_ids if bid not in by_id or _intact(dest, by_id[bid], report)]
     present = set(dest_ids)
-    for bid in pending_backups(list(by_id), dest_ids):
+    for bid in pending_backups(list(by_id), dest_ids, report.refill):
         m = by_id[bid]
         if m.parent_id and m.parent_id not in present:
             _problem(report, f"backup {bid}: its parent {m.parent_id} is not on {target.name}; not copied")
@@ -225,6 +245,50 @@ def _copy_backups(
         report.copied.append(bid)
         log.info("copied %s to %s", bid, dest.describe(bid))
     report.reports += _copy_reports(src, dest, present)
+
+
+def _intact(dest: Catalog, m: Manifest, report: CopyReport) -> bool:
+    """Is backup `m` registered on `dest` as the same backup with every object at its size? Another
+    backup under the same id is a problem, left as it is (True)."""
+    try:
+        there = dest.get(m.backup_id)
+    except CatalogError as exc:
+        log.warning(
+            "backup %s: its manifest on %s is unusable (%s): copying it again",
+            m.backup_id,
+            dest.describe(),
+            exc,
+        )
+        return False
+    if [(o.sha256, o.size) for o in there.streams] != [(o.sha256, o.size) for o in m.streams]:
+        _problem(
+            report,
+            f"backup {m.backup_id}: {dest.describe(m.backup_id)} holds another backup under this id; left as it is",
+        )
+        return True
+    for piece in (p for obj in there.stored_objects for p in obj.pieces()):
+        if not _holds(dest.store, piece, report.deep):
+            log.warning(
+                "backup %s: %s is missing or damaged on %s: copying it again",
+                m.backup_id,
+                piece.key,
+                dest.describe(),
+            )
+            return False
+    return True
+
+
+def _holds(store: ObjectStore, piece: WrittenSegment, deep: bool) -> bool:
+    """Is `piece` stored at its size (and, `deep`, with its sha256)?"""
+    info = store.head(piece.key)
+    if info is None or info.size != piece.size:
+        return False
+    if not deep:
+        return True
+    digest = hashlib.sha256()
+    for chunk in store.read_chunks(piece.key):
+        digest.update(chunk)
+    return digest.hexdigest() == piece.sha256
 
 
 def _problem(report: CopyReport, text: str, damaged: bool = False) -> None:
@@ -354,7 +418,10 @@ def _copy_binlogs(src: Catalog, dest: Catalog, target: CopyTarget, report: CopyR
         for gap in s_index.gaps:  # first: PITR on the target must never cross what the source knows is lost
             if (gap.first_missing, gap.last_missing) not in known:
                 d_cat.write_gap(gap)
-        for name in pending_binlogs(list(s_index.complete), list(d_index.complete)):
+        have = list(d_index.complete)
+        if report.deep:  # registered there, but its object is missing or altered: copy it again
+            have = [n for n in have if n not in s_index.complete or _binlog_held(d_index, n, d_cat.store)]
+        for name in pending_binlogs(list(s_index.complete), have, report.refill):
             try:
                 m = s_index.complete[name]
             except BinlogError as exc:
@@ -368,10 +435,23 @@ def _copy_binlogs(src: Catalog, dest: Catalog, target: CopyTarget, report: CopyR
             report.binlogs.append(name)
 
 
-def pending_binlogs(source: list[str], target: list[str]) -> list[str]:
-    """Closed binlogs the target should get: after its oldest one (all when it has none), in order."""
+def _binlog_held(index: BinlogIndex, name: str, store: ObjectStore) -> bool:
+    """Is binlog `name` registered in `index` with every object stored with its sha256?"""
+    try:
+        m = index.complete[name]
+    except BinlogError:
+        return False  # its manifest is unusable: copy it again
+    held = all(_holds(store, piece, deep=True) for seg in m.segments for piece in seg.object.pieces())
+    if not held:
+        log.warning("binlog %s is missing or damaged on %s: copying it again", name, store.location)
+    return held
+
+
+def pending_binlogs(source: list[str], target: list[str], refill: bool = False) -> list[str]:
+    """Closed binlogs the target should get: after its oldest one (all when it has none; `refill`:
+    every one it lacks), in order."""
     have = set(target)
-    oldest = min((binlog_number(n) for n in target), default=None)
+    oldest = None if refill else min((binlog_number(n) for n in target), default=None)
     todo = [n for n in source if n not in have and (oldest is None or binlog_number(n) > oldest)]
     return sorted(todo, key=binlog_number)
 
@@ -412,20 +492,20 @@ def _fill_behind(src: Catalog, dest: Catalog, target: CopyTarget, report: CopyRe
         if what in ("all", "backups"):
             ids = src.backup_ids()
             report.newest = ids[-1] if ids else None
-            report.behind = pending_backups(ids, dest.backup_ids())
+            report.behind = pending_backups(ids, dest.backup_ids(), report.refill)
         if what in ("all", "binlogs") and target.binlogs:
-            report.binlogs_behind = binlogs_behind(src, dest)
+            report.binlogs_behind = binlogs_behind(src, dest, report.refill)
     except (StorageError, CatalogError, BinlogError, OSError) as exc:
         if report.error is None:
             report.error = _one_line(exc)
 
 
-def binlogs_behind(src: Catalog, dest: Catalog) -> list[str]:
+def binlogs_behind(src: Catalog, dest: Catalog, refill: bool = False) -> list[str]:
     behind = []
     for uuid in server_uuids(src):
         s_names = list(BinlogCatalog(src, uuid).index().complete)
         d_names = list(BinlogCatalog(dest, uuid).index().complete)
-        behind += [f"{uuid}/{n}" for n in pending_binlogs(s_names, d_names)]
+        behind += [f"{uuid}/{n}" for n in pending_binlogs(s_names, d_names, refill)]
     return behind
 
 
@@ -439,6 +519,7 @@ class CopyState:
     behind: list[tuple[str, datetime]]  # (backup id, finished on the source) not there yet
     binlogs_behind: int
     error: str | None = None
+    held: list[str] = field(default_factory=list)  # the backup ids registered there
 
     def oldest_behind(self) -> datetime | None:
         return min((when for _, when in self.behind), default=None)
@@ -453,4 +534,4 @@ def copy_state(source: Catalog, source_manifests: list[Manifest], name: str, des
         binlogs = len(binlogs_behind(source, dest))
     except (StorageError, CatalogError, BinlogError, OSError) as exc:
         return CopyState(name, dest.describe(), 0, [], 0, _one_line(exc))
-    return CopyState(name, dest.describe(), len(ids), behind, binlogs)
+    return CopyState(name, dest.describe(), len(ids), behind, binlogs, held=list(ids))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["decide"]
+
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 

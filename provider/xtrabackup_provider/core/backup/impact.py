@@ -28,7 +28,7 @@ from typing import Any
 from ..catalog.records import BLOCKED, BackupImpact, Blocked, LockPhase
 from ..common import children
 from ..engine.tools import ToolVersion
-from ..storage.base import ObjectWriter, WrittenSegment
+from ..storage.base import UPLOAD_CAP_MIB_RANGE, ObjectWriter, WrittenSegment
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,9 @@ class ImpactSettings:
     ionice: str | None = None  # "idle" | "best-effort" for the tool
     ionice_level: int = 7
     max_upload_bytes_per_second: int | None = None
+    # Exact row counts of the smallest InnoDB tables at the backup's point (core/db/rowcounts.py):
+    # at most this many seconds of COUNT(*) on the server; 0 counts nothing.
+    row_count_seconds: float = 1.0
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> ImpactSettings:
@@ -50,7 +53,15 @@ class ImpactSettings:
         data = dict(data or {})
         mib = data.pop("max_upload_mib_per_second", None)
         if mib:
+            low, high = UPLOAD_CAP_MIB_RANGE
+            if not low <= float(mib) <= high:  # a cap that rounds to 0 bytes/s would be none; .inf overflows
+                raise ValueError(
+                    f"max_upload_mib_per_second {mib!r}: a cap is {low!r} (1 KiB/s) to {high:.0f} MiB/s; "
+                    "leave it unset for none"
+                )
             data["max_upload_bytes_per_second"] = int(float(mib) * 1024 * 1024)
+        if data.get("row_count_seconds") is None:
+            data.pop("row_count_seconds", None)
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in data.items() if k in known})
 
@@ -376,13 +387,25 @@ def _tool_time(text: str) -> datetime | None:
 
 class LockWatch:
     """Reads the tool's stderr file while the tool writes it, stamping each line with the time it
-    was read; `phases()` after the tool ended. Reads with pread: the tool shares the file's offset."""
+    was read; `phases()` after the tool ended. Reads with pread: the tool shares the file's offset.
+    `on_line` sees each line as it is read (core/db/rowcounts.py opens its snapshot on one).
+    `refuse(line)` names a line that means the tool is not doing what it was asked (core/engine/
+    warnings.py): the tool is killed at once, and `refused` says why (with the lines that follow it
+    in the same write: the values the warning compares)."""
 
     POLL = 0.05
 
-    def __init__(self, flavour: str) -> None:
+    def __init__(
+        self,
+        flavour: str,
+        on_line: Callable[[str], None] | None = None,
+        refuse: Callable[[str], str | None] | None = None,
+    ) -> None:
         self.flavour = flavour
+        self.on_line = on_line
         self.lines: list[LogLine] = []
+        self.refused: str | None = None
+        self._refuse = refuse
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
@@ -403,7 +426,10 @@ class LockWatch:
                     offset += len(chunk)
                     now = time.time()
                     *complete, pending = (pending + chunk).split(b"\n")
-                    self.lines += [LogLine(now, c.decode(errors="replace")) for c in complete]
+                    new = [LogLine(now, c.decode(errors="replace")) for c in complete]
+                    for line in new:
+                        self._read(line)
+                    self._check(new, popen)
                 if exited:
                     if pending:
                         self.lines.append(LogLine(time.time(), pending.decode(errors="replace")))
@@ -411,6 +437,22 @@ class LockWatch:
                 time.sleep(self.POLL)
         finally:
             os.close(fd)
+
+    def _read(self, line: LogLine) -> None:
+        self.lines.append(line)
+        if self.on_line is not None:
+            self.on_line(line.text)
+
+    def _check(self, new: list[LogLine], popen: Any) -> None:
+        if self._refuse is None or self.refused is not None:
+            return
+        for n, line in enumerate(new):
+            if why := self._refuse(line.text):
+                follow = [x.text.strip() for x in new[n + 1 : n + 3] if x.text[:1].isspace()]
+                self.refused = " ".join([why, *follow])
+                if popen.poll() is None:
+                    popen.kill()  # before it copies anything more
+                return
 
     def phases(self) -> list[LockPhase]:
         if self._thread is not None:

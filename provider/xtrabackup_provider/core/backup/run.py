@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["BackupRequest", "run_backup"]
+
 import logging
 import os
 import shutil
@@ -12,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
+from ..binlog.identity import IdentityError, ServerIdentity, check_server, checked_copy
 from ..catalog.backups import Catalog
 from ..catalog.lock import HostLock
 from ..catalog.manifest import (
@@ -27,6 +30,7 @@ from ..catalog.manifest import (
     new_backup_id,
     stored_segments,
 )
+from ..catalog.origin import ORIGIN_KEY
 from ..catalog.shape import SourceShape
 from ..common.children import raise_open_files_limit, require_open_files
 from ..common.crashpoints import crash_point
@@ -39,12 +43,15 @@ from ..db.heartbeat import (
     wait_for_heartbeat,
     write_source_heartbeat,
 )
+from ..db.rowcounts import SnapshotCounter
 from ..db.server import MySQLTarget, ServerFacts, data_position, defaults_file, server_facts, tablespace_count
 from ..db.shape import capture_shape, table_names
 from ..engine.argv import BackupOptions, backup_argv
 from ..engine.metadata import read_binlog_position, read_checkpoints, read_info
 from ..engine.tools import Flavour, ToolVersion, detect_tool
+from ..engine.warnings import not_what_was_asked
 from ..pipeline.gpg import GpgHome
+from ..pipeline.process import PipelineError
 from ..pipeline.split import PartPlan, plan_parts
 from ..pipeline.to_parts import stream_to_parts
 from ..pipeline.to_store import StreamResult, stream_to_store
@@ -97,21 +104,29 @@ class BackupRequest:
     stale_uploads_after: timedelta = timedelta(0)
     policy: ChainPolicy = field(default_factory=ChainPolicy)
     gates: list[GateResult] = field(default_factory=list)
-    host_defaults_file: str | None = None
+    # A server the host's catalog does not know (core/binlog/identity.py) is refused unless accepted.
+    accept_new_server: bool = False
     heartbeat: bool = False  # plant the canary + lineage row (unlogged) before the backup starts
     heartbeat_target: MySQLTarget | None = None  # the source, when backing up a replica
     heartbeat_wait: float = 60  # seconds a replica gets to apply the heartbeat before the backup
     progress: Callable[[int], None] | None = None
     impact: ImpactSettings = field(default_factory=ImpactSettings)  # throttle, nice, ionice, upload cap
     option_files: list[str] = field(default_factory=list)  # the server's my.cnf (its includes follow)
+    origin: dict[str, Any] = field(default_factory=dict)  # the Airflow task taking it (catalog/origin.py)
 
 
-def plan(req: BackupRequest, facts: ServerFacts, tool: ToolVersion, now: datetime) -> Decision:
-    """The decision for this run, honouring a forced kind."""
+def readable_manifests(catalog: Catalog) -> list[Manifest]:
     problems: list[str] = []
-    manifests = req.catalog.manifests(problems)
+    manifests = catalog.manifests(problems)
     for problem in problems:
         log.warning("ignoring unreadable manifest: %s", problem)
+    return manifests
+
+
+def plan(
+    req: BackupRequest, facts: ServerFacts, tool: ToolVersion, now: datetime, manifests: list[Manifest]
+) -> Decision:
+    """The decision for this run, honouring a forced kind."""
     auto = decide(manifests, req.policy, now, facts.server_uuid, (tool.flavour, tool.major))
     if req.kind == "full":
         # When the policy takes a full anyway, keep its reason.
@@ -162,8 +177,10 @@ def _run_locked(req: BackupRequest, now: datetime | None, lock: HostLock) -> Man
     started = _start_after_newest(req.catalog)
     tool = detect_tool(req.flavour, req.binary)
     facts = server_facts(req.target)
+    manifests = readable_manifests(req.catalog)
+    identity = _check_identity(req, facts, manifests)
     require_open_files(tablespace_count(req.target) or 0, "tablespaces")  # before anything streams
-    decision = plan(req, facts, tool, now or started)
+    decision = plan(req, facts, tool, now or started, manifests)
     if decision.parent is not None:
         _check_parent(decision.parent, facts, tool)
         decision = _check_lineage(req, decision, facts)
@@ -173,16 +190,25 @@ def _run_locked(req: BackupRequest, now: datetime | None, lock: HostLock) -> Man
         raise BackupError(
             f"backup {backup_id} already exists in {req.catalog.describe()}; another run is active"
         )
-    datadir = req.datadir or facts.datadir
+    datadir = identity.datadir  # the server's own @@datadir: the tool's check of it must agree
     _abort_stale_uploads(req)
     canary = _heartbeat(req, backup_id) if req.heartbeat else {"heartbeat": False}
     where = f"host {req.catalog.cluster}/{req.catalog.host}"
     applied = apply_settings(req.impact, tool, req.parallel, where)
-    watch = LockWatch(tool.flavour)
-    with GpgHome() as gpg, private_workdir("backup") as work:
+    counter = _row_counter(req, tool)
+    watch = LockWatch(tool.flavour, on_line=counter.on_line, refuse=not_what_was_asked)
+    with counter, GpgHome() as gpg, private_workdir("backup") as work:
         recipients = _recipients(gpg, req)
         before = _shape_before(req.target)
-        stored = _stream(req, tool, decision, work, datadir, backup_id, gpg, recipients, applied, watch)
+        try:
+            stored = _stream(req, tool, decision, work, datadir, backup_id, gpg, recipients, applied, watch)
+        except PipelineError as exc:
+            if watch.refused:  # the tool said it is not copying what it was asked to: that is the error
+                raise BackupError(
+                    f"{where}: {tool.flavour}: {watch.refused}; nothing was registered"
+                ) from exc
+            raise
+        _check_copy(req, facts, identity, stored, read_binlog_position(work / "lsn").gtid)
         shape = _shape_after(req.target, before)
         parts_version = len(stored) > 1
         option_files = _option_files(req, backup_id, work, gpg, recipients, where)
@@ -190,6 +216,7 @@ def _run_locked(req: BackupRequest, now: datetime | None, lock: HostLock) -> Man
         checkpoints = read_checkpoints(lsn_dir)
         info = read_info(lsn_dir)
         binlog = read_binlog_position(lsn_dir)
+        counts = counter.finish(binlog.file, binlog.position)
     if decision.parent and checkpoints.from_lsn != decision.parent.to_lsn:
         raise BackupError(
             f"{backup_id}: the tool started at LSN {checkpoints.from_lsn}, not at parent "
@@ -228,10 +255,13 @@ def _run_locked(req: BackupRequest, now: datetime | None, lock: HostLock) -> Man
         stored_bytes=sum(o.size for o in stored),
         gates=req.gates,
         estimate_memory=tool.capabilities.estimate_memory,
-        extra=canary,
+        extra=canary
+        | {"row_counts": counts.summary, "server_identity": identity.record()}
+        | ({ORIGIN_KEY: req.origin} if req.origin else {}),
         impact=applied.record(watch.phases()),
         option_files=option_files,
         source_shape=shape,
+        table_rows=counts.rows,
     )
     crash_point("backup.after_objects")
     lock.confirm(f"registering {backup_id}")  # fencing: a run that lost its lock registers nothing
@@ -246,6 +276,46 @@ def _run_locked(req: BackupRequest, now: datetime | None, lock: HostLock) -> Man
         req.catalog.describe(backup_id),
     )
     return manifest
+
+
+def _check_identity(req: BackupRequest, facts: ServerFacts, manifests: list[Manifest]) -> ServerIdentity:
+    """The server reached is the host's (core/binlog/identity.py), before a byte is streamed."""
+    try:
+        identity = check_server(
+            req.catalog,
+            facts,
+            req.target,
+            manifests=manifests,
+            datadir=req.datadir,
+            accept_new=req.accept_new_server,
+            check_port=True,
+        )
+    except IdentityError as exc:
+        raise BackupError(f"{exc}; nothing was backed up") from None
+    log.info("backing up %s: %s", identity.describe(), identity.basis)
+    return identity
+
+
+def _check_copy(
+    req: BackupRequest,
+    facts: ServerFacts,
+    identity: ServerIdentity,
+    stored: list[StoredObject],
+    gtid: str | None,
+) -> None:
+    """What the tool copied is the checked server's: its GTID position lies between the server's
+    before and after the stream. Otherwise the objects are deleted and nothing is registered."""
+    after = server_facts(req.target)
+    problem = checked_copy(gtid, facts, after.gtid_current)
+    if after.server_uuid != identity.server_uuid:
+        problem = f"the connection now reaches {after.server_uuid}"
+    if problem is None:
+        return
+    req.catalog.store.delete([key for obj in stored for key in obj.keys])
+    raise BackupError(
+        f"host {req.catalog.cluster}/{req.catalog.host}: the backup is not a copy of {identity.describe()}: "
+        f"{problem}; its objects were deleted and nothing was registered"
+    )
 
 
 def _shape_before(target: MySQLTarget) -> tuple[str, set[str]] | None:
@@ -265,6 +335,12 @@ def _shape_after(target: MySQLTarget, before: tuple[str, set[str]] | None) -> So
     except Exception as exc:  # noqa: BLE001 - the backup is good without it; restore tests say so
         log.warning("cannot read the source's tables after the backup (%s); recording none", exc)
         return None
+
+
+def _row_counter(req: BackupRequest, tool: ToolVersion) -> SnapshotCounter:
+    """Exact row counts of the smallest InnoDB tables at the backup's own point, read in a snapshot
+    taken while the tool blocks commits (core/db/rowcounts.py), within impact.row_count_seconds."""
+    return SnapshotCounter(req.target, req.impact.row_count_seconds, tool.flavour)
 
 
 def _abort_stale_uploads(req: BackupRequest) -> None:
@@ -394,7 +470,6 @@ def _stream(
         scratch_dir=str(scratch),
         incremental_lsn=decision.parent.to_lsn if decision.parent else None,
         parallel=applied.parallel,
-        host_defaults_file=req.host_defaults_file,
         open_files_limit=raise_open_files_limit(),
         extra_args=tuple(applied.tool_args()),
     )

@@ -16,6 +16,8 @@ PITR planning need no keys.
 
 from __future__ import annotations
 
+__all__ = ["binlogs_needed"]
+
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -334,6 +336,14 @@ class BinlogCatalog:
                 else:
                     index.problems.append(str(item))
         return index
+
+    def read(self, name: str, partial: bool = False) -> BinlogManifest:
+        """One binlog's manifest (the complete one, or with `partial` the open one's); raises
+        BinlogError naming the object when it cannot be read or is not this server's."""
+        item = self._manifest(name, partial)
+        if isinstance(item, str):
+            raise BinlogError(item)
+        return item
 
     def _manifest(self, name: str, partial: bool) -> BinlogManifest | str:
         item = self._load(self.manifest_key(name, partial))

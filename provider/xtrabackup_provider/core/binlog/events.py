@@ -56,6 +56,7 @@ class BinlogSummary:
     gtid_start: GtidPos = field(default_factory=dict)  # the state before this file (its Gtid_list)
     gtid_first: GtidPos = field(default_factory=dict)
     gtid_last: GtidPos = field(default_factory=dict)
+    server_id: int | None = None  # of the format description event: the server that wrote the file
 
     @property
     def closed(self) -> bool:
@@ -69,6 +70,8 @@ class BinlogSummary:
             self.first_time = event.timestamp
         self.last_time = event.timestamp
         self.last_type = event.type
+        if event.type == FORMAT_DESCRIPTION_EVENT and self.server_id is None:
+            self.server_id = event.server_id
         if gtid_list is not None and not self.gtid_start and not self.gtid_first:
             self.gtid_start = dict(gtid_list)
         if event.gtid is not None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..common.values import Gtid, GtidPos
@@ -34,9 +34,11 @@ from .events import (
     BinlogFormatError,
     event_frames,
 )
+from .statements import Name, Unparsed, read_names
 
 QUERY_EVENT = 2
 XID_EVENT = 16
+EXECUTE_LOAD_QUERY_EVENT = 18  # LOAD DATA in statement format: a Query event with more post-header
 TABLE_MAP_EVENT = 19
 XA_PREPARE_EVENT = 38
 ANNOTATE_ROWS_EVENT = 160
@@ -62,6 +64,7 @@ _OUTSIDE = {FORMAT_DESCRIPTION_EVENT, ROTATE_EVENT, STOP_EVENT, GTID_LIST_EVENT,
 _FULL_BODY = {
     QUERY_EVENT,
     QUERY_COMPRESSED_EVENT,
+    EXECUTE_LOAD_QUERY_EVENT,
     ANNOTATE_ROWS_EVENT,
     TABLE_MAP_EVENT,
     GTID_EVENT,
@@ -77,6 +80,7 @@ _SUMMARY_BODIES = {
 }
 _QUERIES = (QUERY_EVENT, QUERY_COMPRESSED_EVENT)
 _QUERY_HEAD = struct.Struct("<IIBHH")  # thread_id, exec_time, db_len, error_code, status_vars_len
+_LOAD_HEAD = 13  # Execute_load_query: file_id, start_pos, end_pos, dup_handling after _QUERY_HEAD
 FL_STANDALONE = 1
 FL_GROUP_COMMIT_ID = 2
 FL_DDL = 32
@@ -101,6 +105,7 @@ class BodyEvent:
     table: str = ""  # Table_map: the table name
     table_id: int = -1  # Table_map and row events
     gtid_list: tuple[Gtid, ...] = ()  # Gtid_list: the binlog state when the file was opened
+    cut: bool = False  # Query: the statement was longer than MAX_TEXT and is read in part
 
 
 def read_events(path: Path, start: int = 0) -> Iterator[BodyEvent]:
@@ -116,9 +121,11 @@ def read_events(path: Path, start: int = 0) -> Iterator[BodyEvent]:
                 checksum = _checksum_length(body)
             elif etype == START_ENCRYPTION_EVENT:
                 raise _encrypted(path, offset)
-            if len(body) == body_len and checksum and etype in _FULL_BODY:
+            cut = len(body) < body_len
+            if not cut and checksum and etype in _FULL_BODY:
                 body = body[:-checksum]
-            yield _decode(path.name, offset, end, timestamp, etype, server_id, body)
+            event = _decode(path.name, offset, end, timestamp, etype, server_id, body)
+            yield replace(event, cut=True) if cut and event.text else event
 
 
 def _encrypted(path: Path, offset: int) -> BinlogFormatError:
@@ -142,7 +149,7 @@ def _decode(file: str, offset: int, end: int, ts: int, etype: int, server_id: in
         if etype == GTID_EVENT and len(body) >= 13:
             seq, domain, flags = struct.unpack_from("<QIB", body)
             return BodyEvent(file, offset, end, ts, etype, server_id, Gtid(domain, server_id, seq), flags)
-        if etype in (QUERY_EVENT, QUERY_COMPRESSED_EVENT) and len(body) >= _QUERY_HEAD.size:
+        if etype in (*_QUERIES, EXECUTE_LOAD_QUERY_EVENT) and len(body) >= _QUERY_HEAD.size:
             schema, text = _query(etype, body)
             return BodyEvent(file, offset, end, ts, etype, server_id, text=text, schema=schema)
         if etype == ANNOTATE_ROWS_EVENT:
@@ -181,7 +188,7 @@ def _decode(file: str, offset: int, end: int, ts: int, etype: int, server_id: in
 def _query(etype: int, body: bytes) -> tuple[str, str]:
     """A Query event's default schema and statement (`body` without its checksum)."""
     _thread, _exec, db_len, _err, status_len = _QUERY_HEAD.unpack_from(body)
-    at = _QUERY_HEAD.size + status_len
+    at = _QUERY_HEAD.size + (_LOAD_HEAD if etype == EXECUTE_LOAD_QUERY_EVENT else 0) + status_len
     schema = body[at : at + db_len].decode(errors="replace")
     if etype == QUERY_COMPRESSED_EVENT:
         return schema, "<compressed statement>"
@@ -212,9 +219,12 @@ class Transaction:
     complete: bool = False
     before: GtidPos = field(default_factory=dict)  # the GTID state right before it
     statements: list[str] = field(default_factory=list)  # Query texts (DDL, statement-format DML)
+    defaults: list[str] = field(default_factory=list)  # each statement's session database ("" none)
+    partial: set[int] = field(default_factory=set)  # statements read only in part (longer than MAX_TEXT)
     schemas: set[str] = field(default_factory=set)  # Query default schemas
     annotations: list[str] = field(default_factory=list)  # the statements behind row events
     rows: dict[str, dict[str, int]] = field(default_factory=dict)  # schema.table -> kind -> row events
+    row_tables: set[Name] = field(default_factory=set)  # the tables of its row events
     row_bytes: int = 0
 
     @property
@@ -235,12 +245,28 @@ class Transaction:
                     found.append(kind.upper())
         return found or ["?"]
 
+    def touched(self) -> Touched:
+        """What it touched by name: its row events' tables, and every table each statement names
+        (core/binlog/statements.py), qualified by that statement's session database."""
+        found = Touched(set(self.row_tables))
+        if any(name.startswith("table#") for name in self.rows):
+            found.unparsed.append("row events of a table whose Table_map was not read")
+        for n, (text, default) in enumerate(zip(self.statements, self.defaults, strict=True)):
+            if n in self.partial:
+                found.unparsed.append(f"{_short(text)} (read in part: longer than {MAX_TEXT} bytes)")
+                continue
+            try:
+                named = read_names(text)
+            except Unparsed as exc:
+                found.unparsed.append(f"{_short(text)} ({exc})")
+                continue
+            found.tables |= {name.resolved(default) for name in named.tables}
+            found.schemas |= named.schemas
+        return found
+
     def tables(self) -> set[str]:
-        """schema.table names it touched: row events' tables, and tables a statement names."""
-        names = set(self.rows)
-        for text in self.statements:
-            names |= _statement_tables(text, self.schemas)
-        return names
+        """schema.table names it touched (`schema.*`: a whole schema, as DROP DATABASE)."""
+        return {name.qualified("") for name in self.touched().tables}
 
     def summary(self, width: int = 160) -> str:
         if self.rows:
@@ -264,6 +290,33 @@ class Transaction:
         return text if len(text) <= width else text[: width - 3] + "..."
 
 
+@dataclass
+class Touched:
+    """The tables a transaction names (`*` for a whole schema: DROP DATABASE; schema None when its
+    session had no database), the schemas it names without a table (CREATE DATABASE), and the
+    statements whose tables cannot be told (a filter never hides those)."""
+
+    tables: set[Name]
+    schemas: set[str] = field(default_factory=set)
+    unparsed: list[str] = field(default_factory=list)
+
+    def names_table(self, want: str) -> bool:
+        """Whether `want` (`schema.table`, or `table` in any schema) is named (Name.named_by)."""
+        return any(name.named_by(want) for name in self.tables)
+
+    def names_schema(self, want: str) -> bool:
+        """A table without a known schema may be in any."""
+        want = want.casefold()
+        return any(n.schema is None or n.schema.casefold() == want for n in self.tables) or any(
+            s.casefold() == want for s in self.schemas
+        )
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _kib(n: int) -> str:
     return f"{n / 1024:.0f} KiB" if n >= 1024 else f"{n} B"
 
@@ -276,31 +329,6 @@ def _first_word(text: str) -> str:
     if word in _ENDS or word in ("BEGIN", "XA", "SAVEPOINT"):
         return ""
     return word
-
-
-_NAMED = re.compile(
-    r"\b(?:TABLE|TABLES|INTO|FROM|UPDATE|JOIN|TO)\s+(?:IF\s+(?:NOT\s+)?EXISTS\s+)?"
-    r"((?:`(?:[^`]|``)+`|\w+)(?:\s*\.\s*(?:`(?:[^`]|``)+`|\w+))?)",
-    re.I,
-)
-
-
-def _unquote(name: str) -> str:
-    name = name.strip()
-    return name[1:-1].replace("``", "`") if name.startswith("`") else name
-
-
-def _statement_tables(text: str, schemas: set[str]) -> set[str]:
-    """Table names a statement mentions (best effort: for filtering, not for decisions)."""
-    default = next(iter(schemas), "")
-    found = set()
-    for match in _NAMED.finditer(text):
-        parts = [_unquote(p) for p in re.split(r"\s*\.\s*(?=(?:`|\w))", match.group(1), maxsplit=1)]
-        if len(parts) == 2:
-            found.add(f"{parts[0]}.{parts[1]}")
-        elif default:
-            found.add(f"{default}.{parts[0]}")
-    return found
 
 
 def transactions(
@@ -316,7 +344,7 @@ def transactions(
     """
     state = {} if state is None else state
     known = bool(state)
-    tables: dict[int, str] = {}
+    tables: dict[int, Name] = {}
     current: Transaction | None = None
     for n, path in enumerate(files):
         for ev in read_events(path, 0):
@@ -351,18 +379,21 @@ def transactions(
         yield current
 
 
-def _add(txn: Transaction, ev: BodyEvent, tables: dict[int, str]) -> None:
+def _add(txn: Transaction, ev: BodyEvent, tables: dict[int, Name]) -> None:
     txn.end, txn.end_file = ev.end, ev.file
     txn.last_time = max(txn.last_time, ev.timestamp)
     if ev.type == GTID_EVENT:
         return
-    if ev.type in (QUERY_EVENT, QUERY_COMPRESSED_EVENT):
+    if ev.type in (*_QUERIES, EXECUTE_LOAD_QUERY_EVENT):
         word = ev.text.strip().upper()
         if word in _ENDS:
             txn.complete = True
             return
         if word != "BEGIN" and not word.startswith("XA START") and not word.startswith("XA END"):
+            if ev.cut:
+                txn.partial.add(len(txn.statements))
             txn.statements.append(ev.text[:MAX_TEXT])
+            txn.defaults.append(ev.schema)
             if ev.schema:
                 txn.schemas.add(ev.schema)
         if txn.flags & FL_STANDALONE:
@@ -370,9 +401,12 @@ def _add(txn: Transaction, ev: BodyEvent, tables: dict[int, str]) -> None:
     elif ev.type == ANNOTATE_ROWS_EVENT:
         txn.annotations.append(ev.text)
     elif ev.type == TABLE_MAP_EVENT:
-        tables[ev.table_id] = f"{ev.schema}.{ev.table}"
+        tables[ev.table_id] = Name(ev.schema, ev.table)
     elif ev.type in ROW_KINDS:
-        name = tables.get(ev.table_id, f"table#{ev.table_id}")
+        table = tables.get(ev.table_id)
+        if table is not None:
+            txn.row_tables.add(table)
+        name = f"{table.schema}.{table.table}" if table else f"table#{ev.table_id}"
         per = txn.rows.setdefault(name, {})
         per[ROW_KINDS[ev.type]] = per.get(ROW_KINDS[ev.type], 0) + 1
         txn.row_bytes += ev.end - ev.offset

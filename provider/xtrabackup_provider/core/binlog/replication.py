@@ -1,7 +1,10 @@
 """MariaDB replication of a server this provider sets up (a replica built from a backup, the deep
 restore test's sandbox): where it starts (gtid_slave_pos from the backup), CHANGE MASTER TO the
-source with MASTER_USE_GTID, START SLAVE, catching up, and whether the source still holds the
-binlogs that position needs.
+source with MASTER_USE_GTID, START SLAVE, catching up, and the checks made before anything is
+restored: the replication account logs in to the source from this host and may read its binlogs
+(check_source_login), and the source still holds the binlogs the position needs
+(check_binlogs_kept). Waits go through the thread watcher of core/db/replica.py: a wrong
+password fails within its grace, not at the end of the catch-up timeout.
 
 The replication password travels only over the client connection: never in an argv, a log
 line or the replica's general log (the session runs with sql_log_off). MariaDB keeps it in the
@@ -11,25 +14,40 @@ replica's master.info, as for any replica.
 from __future__ import annotations
 
 import logging
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..common import children
 from ..common.values import format_gtid_pos, gtid_reached, parse_gtid_pos
-from ..db.server import MySQLTarget, connect
+from ..db.replica import (
+    ER_MASTER_FATAL_READING_BINLOG,
+    GRACE_SECONDS,
+    ReplicaError,
+    ReplicaState,
+    ReplicaThreadError,
+    ReplicaWatch,
+    advice,
+    describe_progress,
+    read_state,
+    wait_replica,
+)
+from ..db.server import MySQLTarget, connect, defaults_file, query
 
 log = logging.getLogger(__name__)
 
-ER_MASTER_FATAL_READING_BINLOG = 1236  # the source cannot send from the requested position
 
-
-class ReplicationError(RuntimeError):
+class ReplicationError(ReplicaError):
     """Replication could not be set up or did not catch up; the message names the servers."""
 
 
-class PurgedBinlogsError(ReplicationError):
+class PurgedBinlogsError(ReplicaThreadError, ReplicationError):
     """The source has purged binlogs a replica needs to start from a backup's position."""
+
+    def __init__(self, message: str, thread: str = "IO", errno: int = 0, error: str = "") -> None:
+        super().__init__(message, thread, errno, error)
 
 
 @dataclass(frozen=True)
@@ -52,6 +70,16 @@ class ReplicationSource:
         if self.label and self.host:
             return f"source {self.label} ({self.address})"
         return f"source {self.label or self.address}"
+
+    def client_target(self) -> MySQLTarget:
+        """The replication account as a client of the source (what the replica's IO thread is)."""
+        return MySQLTarget(
+            host=self.host,
+            port=self.port,
+            user=self.user,
+            password=self.password,
+            ssl_mode="REQUIRED" if self.ssl else None,
+        )
 
 
 def change_master_sql(source: ReplicationSource) -> tuple[str, tuple[Any, ...]]:
@@ -85,48 +113,26 @@ def _quiet_session(cur: Any) -> None:
 
 def attach(conn: Any, source: ReplicationSource, gtid: str) -> None:
     """Make the server behind `conn` a replica of `source` from GTID position `gtid`, and start it."""
+    import MySQLdb
+
     parse_gtid_pos(gtid, "the replication start position")  # a malformed GTID is refused here
     cur = conn.cursor()
     _quiet_session(cur)
-    cur.execute("STOP SLAVE")
-    cur.execute("RESET SLAVE ALL")
-    cur.execute("SET GLOBAL gtid_slave_pos = %s", (gtid,))
     sql, args = change_master_sql(source)
-    cur.execute(sql, args)
-    cur.execute("START SLAVE")
+    steps: list[tuple[str, tuple[Any, ...] | None]] = [
+        ("STOP SLAVE", None),
+        ("RESET SLAVE ALL", None),
+        ("SET GLOBAL gtid_slave_pos = %s", (gtid,)),
+        (sql, args),
+        ("START SLAVE", None),
+    ]
+    for statement, params in steps:
+        try:
+            cur.execute(statement, params)
+        except MySQLdb.Error as exc:
+            shown = statement.split(" MASTER_HOST")[0]  # never the password
+            raise ReplicationError(f"{shown} failed on the replica: {exc.args[0]} {exc.args[-1]}") from None
     log.info("replicating from %s as %s, from GTID %s", source.describe(), source.user, gtid or "(empty)")
-
-
-@dataclass(frozen=True)
-class ReplicaState:
-    io_running: str
-    sql_running: str
-    io_errno: int
-    io_error: str
-    sql_errno: int
-    sql_error: str
-    lag: int | None  # Seconds_Behind_Master (None while the SQL thread is stopped)
-    gtid: str  # @@gtid_slave_pos: what the replica has applied
-
-
-def replica_state(conn: Any) -> ReplicaState:
-    cur = conn.cursor()
-    cur.execute("SHOW SLAVE STATUS")
-    row = cur.fetchone()
-    status = {} if row is None else {c[0]: v for c, v in zip(cur.description, row, strict=True)}
-    cur.execute("SELECT @@gtid_slave_pos")
-    gtid = str(cur.fetchone()[0] or "")
-    lag = status.get("Seconds_Behind_Master")
-    return ReplicaState(
-        io_running=str(status.get("Slave_IO_Running") or "No"),
-        sql_running=str(status.get("Slave_SQL_Running") or "No"),
-        io_errno=int(status.get("Last_IO_Errno") or 0),
-        io_error=str(status.get("Last_IO_Error") or ""),
-        sql_errno=int(status.get("Last_SQL_Errno") or 0),
-        sql_error=str(status.get("Last_SQL_Error") or ""),
-        lag=None if lag is None else int(lag),
-        gtid=gtid,
-    )
 
 
 @dataclass(frozen=True)
@@ -147,31 +153,22 @@ def source_position(source_admin: MySQLTarget) -> str:
         conn.close()
 
 
-def caught_up(
-    state: ReplicaState, want: str, max_lag_seconds: float, source: ReplicationSource, what: str
-) -> bool:
-    """Whether a replica in `state` has applied `want` with a lag of at most `max_lag_seconds`;
-    a replication error raises: 1236 (the source no longer has the binlogs) as PurgedBinlogsError."""
-    if state.io_errno == ER_MASTER_FATAL_READING_BINLOG:
-        raise PurgedBinlogsError(
-            f"{what} cannot replicate from {source.describe()}: {state.io_error} (the source cannot send from "
-            "this position: it purged those binlogs, or the position is not from its history; use a newer "
-            "backup of this cluster)"
-        )
-    if state.sql_errno:
-        raise ReplicationError(
-            f"{what} stopped applying changes from {source.describe()}: error {state.sql_errno}: {state.sql_error}"
-        )
+def caught_up(state: ReplicaState, want: str, max_lag_seconds: float) -> bool:
+    """Whether a replica in `state` has applied `want` with a lag of at most `max_lag_seconds`
+    (its threads' errors are the watch's: core/db/replica.py)."""
     reached = gtid_reached(parse_gtid_pos(state.gtid), parse_gtid_pos(want))
     return reached and state.lag is not None and state.lag <= max_lag_seconds
 
 
-def describe_progress(state: ReplicaState, want: str) -> str:
-    io = f"IO thread {state.io_running}" + (f" ({state.io_error})" if state.io_error else "")
-    return (
-        f"it has applied {state.gtid or '(nothing)'}, the source was at {want or '(nothing)'}, lag "
-        f"{state.lag if state.lag is not None else 'unknown'}s, {io}, SQL thread {state.sql_running}"
-    )
+def watch_for(what: str, source: ReplicationSource, grace: float = GRACE_SECONDS) -> ReplicaWatch:
+    return ReplicaWatch(what, source.describe(), grace)
+
+
+def purged_or_raise(exc: ReplicaThreadError) -> ReplicaThreadError:
+    """1236 on the IO thread as PurgedBinlogsError (a newer backup is the fix), else `exc`."""
+    if exc.thread == "IO" and exc.errno == ER_MASTER_FATAL_READING_BINLOG:
+        return PurgedBinlogsError(str(exc), exc.thread, exc.errno, exc.error)
+    return exc
 
 
 def wait_caught_up(
@@ -183,26 +180,74 @@ def wait_caught_up(
     timeout: float,
     poll: float = 1.0,
     what: str = "the replica",
+    grace: float = GRACE_SECONDS,
 ) -> CatchUp:
     """Wait until `replica()` (a new connection each poll) has applied what the source had written
-    when the wait began and its lag is at most `max_lag_seconds` (see caught_up)."""
+    when the wait began and its lag is at most `max_lag_seconds`. A thread error fails it as soon as
+    it is final or has lasted `grace` seconds (ReplicaThreadError; 1236: PurgedBinlogsError)."""
     started = time.monotonic()
     want = source_position(source_admin)
-    deadline = started + timeout
-    while True:
-        conn = replica()
+    try:
+        state, done = wait_replica(
+            lambda: read_state(replica),
+            lambda s: caught_up(s, want, max_lag_seconds),
+            watch_for(what, source, grace),
+            timeout=timeout,
+            poll=poll,
+        )
+    except ReplicaThreadError as exc:
+        raise purged_or_raise(exc) from None
+    if not done:
+        raise ReplicationError(
+            f"{what} did not catch up with {source.describe()} within {timeout:.0f}s: "
+            + describe_progress(state, want)
+        )
+    return CatchUp(time.monotonic() - started, state.gtid, want, state.lag)
+
+
+def check_source_login(
+    source: ReplicationSource, source_admin: MySQLTarget, *, binary: str = "mariadb-binlog", what: str
+) -> None:
+    """Log in to the source from this host as the replication account, the way `what` (a replica
+    that will run here) will: same account, address and TLS; then read the start of the source's
+    newest binlog over the replication protocol, which needs REPLICATION SLAVE. Refused in one line
+    naming the account and the source: a replica retries a refused login for ever."""
+    import MySQLdb
+
+    account = source.client_target()
+    who = f"the replication account {source.user}@{source.address}"
+    try:
+        MySQLdb.connect(**account.connect_kwargs()).close()
+    except MySQLdb.Error as exc:
+        errno = exc.args[0] if exc.args else 0
+        said = exc.args[1] if len(exc.args) > 1 else str(exc)
+        raise ReplicationError(
+            f"{who} cannot log in to {source.describe()} from this host, as {what} would: {errno} {said}"
+            + (f"; {advice(errno)}" if advice(errno) else "")
+        ) from None
+    status = query(source_admin, "SHOW MASTER STATUS")
+    if not status:
+        raise ReplicationError(f"{source.describe()} has binary logging off: a replica has nothing to read")
+    newest = str(status[0][0])
+    with defaults_file(account) as creds:
+        # Stops after the first event: the format description, which the source sends only to an
+        # account with REPLICATION SLAVE.
+        argv = [binary, f"--defaults-file={creds}", "--read-from-remote-server", "--stop-position=5", newest]
         try:
-            state = replica_state(conn)
-        finally:
-            conn.close()
-        if caught_up(state, want, max_lag_seconds, source, what):
-            return CatchUp(time.monotonic() - started, state.gtid, want, state.lag)
-        if time.monotonic() >= deadline:
+            proc = children.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+        except FileNotFoundError:
             raise ReplicationError(
-                f"{what} did not catch up with {source.describe()} within {timeout:.0f}s: "
-                + describe_progress(state, want)
-            )
-        time.sleep(poll)
+                f"{binary} not found on this host; install the MariaDB client tools"
+            ) from None
+        except subprocess.TimeoutExpired:
+            raise ReplicationError(
+                f"{who}: reading a binlog of {source.describe()} did not end within 60s"
+            ) from None
+    if proc.returncode != 0:
+        raise ReplicationError(
+            f"{who} logs in to {source.describe()} but cannot read its binlogs, as {what} must: "
+            f"{children.summarize_stderr(proc.stderr)}. Grant it REPLICATION SLAVE ON *.* on the source"
+        )
 
 
 def oldest_binlog_state(source_admin: MySQLTarget) -> tuple[str, str]:

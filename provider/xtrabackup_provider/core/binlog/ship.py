@@ -54,6 +54,7 @@ from .catalog import (
     server_uuids,
 )
 from .events import BinlogSummary, summarize
+from .identity import IdentityError, ServerIdentity, check_server
 from .timeline import read_timeline
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,8 @@ class ShipRequest:
     kms_key_id: str | None = None
     workdir: str | None = None  # local scratch for the copies (default: the system temp dir)
     replica_server_id: int | None = None  # continuous mode's replication client id
+    # A server the host's catalog does not know (core/binlog/identity.py) is refused unless accepted.
+    accept_new_server: bool = False
 
 
 @dataclass
@@ -105,6 +108,15 @@ class ShipReport:
         }
 
 
+def check_origin(where: str, name: str, summary: BinlogSummary, identity: ServerIdentity) -> None:
+    """The copy is the checked server's own binlog: its format event names that server_id."""
+    if summary.server_id is not None and summary.server_id != identity.server_id:
+        raise BinlogError(
+            f"{where}: the copy of {name} was written by server_id {summary.server_id}, not by the server "
+            f"checked ({identity.describe()}); not shipping it"
+        )
+
+
 def binlog_tool(binary: str | None, facts: ServerFacts) -> str:
     tool = binary or ("mariadb-binlog" if facts.is_mariadb else "mysqlbinlog")
     if shutil.which(tool) is None:
@@ -121,11 +133,12 @@ def download_argv(
     stop_never: bool = False,
     replica_server_id: int | None = None,
 ) -> list[str]:
-    """argv copying binlog `first` (and with --stop-never every later one, live) into dest_dir."""
-    # The defaults file must be the first option, or the tool ignores it.
+    """argv copying binlog `first` (and with --stop-never every later one, live) into dest_dir.
+    The tool reads the 0600 defaults file alone (the first option, or it is ignored): a host's
+    ~/.my.cnf or [mysqlbinlog] group cannot point it at another server."""
     argv = [
         binary,
-        f"--defaults-extra-file={credentials_file}",
+        f"--defaults-file={credentials_file}",
         "--read-from-remote-server",
         "--raw",
         f"--result-file={dest_dir}/",
@@ -188,6 +201,13 @@ class BinlogShipper:
     def __init__(self, req: ShipRequest) -> None:
         self.req = req
         self.facts = server_facts(req.target)
+        try:
+            self.identity = check_server(
+                req.catalog, self.facts, req.target, accept_new=req.accept_new_server
+            )
+        except IdentityError as exc:
+            raise BinlogError(f"{exc}; no binlog was shipped") from None
+        log.info("shipping the binlogs of %s: %s", self.identity.describe(), self.identity.basis)
         self.binary = binlog_tool(req.binary, self.facts)
         # mariadb-binlog reads MariaDB's client options, mysqlbinlog MySQL 8's (the TLS spelling).
         self.client: ClientFamily = "mariadb" if self.facts.is_mariadb else "mysql"
@@ -301,6 +321,7 @@ class BinlogShipper:
     def ship_complete(
         self, path: Path, name: str, summary: BinlogSummary, partial: BinlogManifest | None
     ) -> BinlogManifest:
+        check_origin(self.where, name, summary, self.identity)
         encrypted = bool(self.recipients)
         segment = self.upload_range(path, self.bcat.object_key(name, encrypted), 0, summary.size)
         manifest = self.manifest(name, summary, [segment], complete=True)
@@ -327,6 +348,7 @@ class BinlogShipper:
         covers_until: datetime | None,
     ) -> BinlogManifest:
         """Store the open binlog's bytes since the last progress upload as one more segment."""
+        check_origin(self.where, name, summary, self.identity)
         start = partial.size if partial else 0
         new = []
         if summary.size > start:

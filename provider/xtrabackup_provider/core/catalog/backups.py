@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["Catalog"]
+
 from concurrent.futures import ThreadPoolExecutor
 
 from ..storage.base import ObjectStore, StorageError
@@ -74,9 +76,10 @@ class Catalog:
                     f"{obj.key!r} outside {own}; refusing it"
                 )
 
-    def manifests(self, problems: list[str] | None = None) -> list[Manifest]:
-        """Every readable manifest, oldest first. Unreadable ones go to `problems` (or raise)."""
-        ids = self.backup_ids()
+    def manifests(self, problems: list[str] | None = None, ids: list[str] | None = None) -> list[Manifest]:
+        """Every readable manifest (or those of `ids`), oldest first. Unreadable ones go to
+        `problems` (or raise)."""
+        ids = self.backup_ids() if ids is None else sorted(ids)
         with ThreadPoolExecutor(8) as pool:
             results = list(pool.map(self._try_get, ids))
         out = []

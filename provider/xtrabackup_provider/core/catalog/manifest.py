@@ -10,6 +10,8 @@ validation and retention never need keys.
 
 from __future__ import annotations
 
+__all__ = ["Manifest", "StoredObject", "read_stored"]
+
 import json
 import re
 from collections.abc import Iterable, Iterator
@@ -180,7 +182,9 @@ class Manifest(BaseModel):
     gates: list[GateResult] = Field(default_factory=list)
     estimate_memory: bool = False
     prepare_memory_estimate: int | None = Field(None, ge=0, le=2**63)
-    table_rows: dict[str, int] = Field(default_factory=dict)  # exact counts; no backup writes them
+    # Exact COUNT(*) of the smallest InnoDB tables at the backup's own point (core/db/rowcounts.py;
+    # how they were taken, or why none were: extra["row_counts"]). Restore tests compare them exactly.
+    table_rows: dict[str, int] = Field(default_factory=dict, max_length=20_000)
     source_shape: SourceShape | None = (
         None  # the source at backup time (catalog/shape.py); older manifests: None
     )
@@ -205,7 +209,18 @@ class Manifest(BaseModel):
                     f"object key {obj.key!r} is outside this backup's directory {self.backup_id}/"
                 )
         self._check_parts()
+        self._check_keys()
         return self
+
+    def _check_keys(self) -> None:
+        """Every stored byte has one key: a restore would read one object as two (a segment of one
+        stream stored where another object is listed)."""
+        seen: dict[str, str] = {}
+        for obj in self.stored_objects:
+            for key in obj.keys:
+                if key in seen:
+                    raise ValueError(f"objects {seen[key]!r} and {obj.key!r} are both stored at key {key!r}")
+                seen[key] = obj.key
 
     def _check_parts(self) -> None:
         roles = [(o.role, o.part) for o in self.objects]
@@ -219,6 +234,14 @@ class Manifest(BaseModel):
                 f"a format_version {PARTS_FORMAT_VERSION} manifest lists its data parts 0..K-1 (K >= 2) "
                 f"in order, then its tail; it lists {roles}"
             )
+        first = self.objects[0]
+        for obj in self.objects[1:]:  # a restore decodes every part as part 0 says
+            for name in ("compression", "encryption", "recipients"):
+                if sorted_if_list(getattr(obj, name)) != sorted_if_list(getattr(first, name)):
+                    raise ValueError(
+                        f"{obj.role} {obj.key!r} has {name} {getattr(obj, name)!r}, part 0 "
+                        f"{getattr(first, name)!r}: the parts of a backup are written alike"
+                    )
 
     @property
     def backup_object(self) -> StoredObject:
@@ -237,6 +260,10 @@ class Manifest(BaseModel):
 
     def to_json(self) -> bytes:
         return self.model_dump_json(indent=2).encode()
+
+
+def sorted_if_list(value: Any) -> Any:
+    return sorted(value) if isinstance(value, list) else value
 
 
 def _check_gtid(gtid: str, flavour: str) -> None:

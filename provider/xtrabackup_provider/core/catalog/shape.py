@@ -16,7 +16,8 @@ MAX_SHAPE_TABLES = 20_000  # about 120 bytes each: a manifest stays well under i
 
 
 class TableShape(BaseModel):
-    """One base table: information_schema.TABLES as the server reported it."""
+    """One base table: information_schema.TABLES as the server reported it. For InnoDB, `rows` is
+    the estimate of its last statistics, moved by every insert and delete since (n_rows)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -44,3 +45,7 @@ class SourceShape(BaseModel):
     # Tables created or dropped while the backup ran: the backup may or may not hold them.
     changed_during_backup: list[str] = Field(default_factory=list, max_length=MAX_SHAPE_TABLES)
     truncated: bool = False  # the server had more than MAX_SHAPE_TABLES tables: the first ones are listed
+    # InnoDB tables whose persistent statistics are older than the server's last start: their
+    # `rows` is what was persisted then, which may predate a bulk load or a mass DELETE, so their
+    # estimates are not compared. None: not known (older manifests, no SELECT on mysql.*).
+    stale_statistics: list[str] | None = Field(None, max_length=MAX_SHAPE_TABLES)

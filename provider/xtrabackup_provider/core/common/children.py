@@ -1,5 +1,5 @@
-"""How the product starts its child processes: the environment each one gets, the open-files
-limit they inherit, and what their stderr says when they fail.
+"""How the product starts its child processes: the environment each one gets, the options a
+MySQL/MariaDB tool reads, the open-files limit they inherit, and what their stderr says when they fail.
 
 Every process the core starts (the backup tools, gpg and the agent it forks, zstd, the
 extractors, the xbstream checker, mariadb-binlog, the mariadb client, sandbox servers, dd,
@@ -7,8 +7,19 @@ pt-table-checksum) goes through `run()` or `popen()` here. The worker's own envi
 the GPG passphrase and cloud credentials; no child uses them (boto3 reads the credentials in
 this process, gpg gets the passphrase through a pipe), and /proc/<pid>/environ shows a child's
 environment for as long as it lives, the daemonised gpg-agent's after the run too. So a child
-starts with `child_env()`: what locates programs, libraries, temporary files and the home
-directory, and the time zone, plus what its caller sets on purpose (TZ=UTC for mariadb-binlog).
+starts with `child_env()`: what locates programs, libraries and temporary files, and the time
+zone, plus what its caller sets on purpose (TZ=UTC for mariadb-binlog).
+
+Only our settings reach a tool. A MySQL or MariaDB program reads /etc/my.cnf, /etc/mysql/*,
+$MYSQL_HOME/my.cnf, ~/.my.cnf (and MySQL's ~/.mylogin.cnf, even with --no-defaults) unless its
+first option says otherwise; `--defaults-extra-file` only adds a file to that list, so a host's
+~/.my.cnf could steer mariabackup to another server. Hence: every child gets a private, empty
+HOME (`private_home()`) and no MYSQL_HOME, MYSQL_PWD or MYSQL_TEST_LOGIN_FILE; and `check_tool_options()`
+refuses to start a program of OPTION_FILE_READERS whose first option is not `--defaults-file=`
+(a file we wrote, or the one the host's config names) or `--no-defaults`, or pt-table-checksum
+without `--config` first (it reads ~/.percona-toolkit.conf otherwise). mbstream, xbstream and
+innochecksum read no option file (checked with strace on MariaDB 10.11: mbstream and innochecksum
+even refuse --no-defaults).
 
 The backup tools keep every tablespace open: `raise_open_files_limit()` gives them the hard
 limit, and `require_open_files()` refuses to start when even that is too low.
@@ -19,33 +30,139 @@ carries: the tool's own error lines first, page dumps and binary bytes dropped.
 
 from __future__ import annotations
 
+__all__ = ["run", "popen", "summarize_stderr"]
+
+import atexit
 import logging
 import os
 import re
 import resource
+import shutil
 import subprocess
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
+
+from .tempdirs import HOME, private_dir
 
 log = logging.getLogger(__name__)
 
 # Nothing secret lives here: where programs, libraries and temp files are (mariabackup and
-# mariadbd write temp files to TMPDIR), the home directory (the client tools read their option
-# files there) and the time zone. PYTHONPATH: the xbstream checker is this package, run by the
-# same interpreter from a checkout that may not be installed.
-PASSED = ("PATH", "HOME", "TMPDIR", "TZ", "LD_LIBRARY_PATH", "PYTHONPATH")
+# mariadbd write temp files to TMPDIR) and the time zone. PYTHONPATH: the xbstream checker is this
+# package, run by the same interpreter from a checkout that may not be installed. Never HOME: a
+# child gets private_home() instead, and nothing that points a MySQL client at a server or file.
+PASSED = ("PATH", "TMPDIR", "TZ", "LD_LIBRARY_PATH", "PYTHONPATH")
+NEVER = (
+    "HOME",
+    "MYSQL_HOME",
+    "MYSQL_PWD",
+    "MYSQL_TEST_LOGIN_FILE",
+    "MYSQL_HOST",
+    "MYSQL_TCP_PORT",
+    "MYSQL_UNIX_PORT",
+)
 # Messages in English whatever the worker's locale (stderr is parsed: "Broken pipe", zstd's byte
 # count), text in UTF-8.
 LOCALE = "C.UTF-8"
 
 
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment of a child process: the variables of PASSED that are set, LC_ALL, and `extra`."""
+    """The environment of a child process: the variables of PASSED that are set, a private empty
+    HOME, LC_ALL, and `extra` (which may not set any of NEVER)."""
+    if bad := sorted(set(extra or ()) & set(NEVER)):
+        raise ValueError(f"a child process may not be given {', '.join(bad)}: only our settings reach a tool")
     env = {name: os.environ[name] for name in PASSED if name in os.environ}
     env.setdefault("PATH", os.defpath)
+    env["HOME"] = str(private_home())
     env["LC_ALL"] = LOCALE
     env.update(extra or {})
     return env
+
+
+_home: tuple[int, Path] | None = None  # (the pid that made it, the directory)
+
+
+def private_home() -> Path:
+    """An empty 0700 directory of this process, the HOME of every child: no ~/.my.cnf,
+    ~/.mylogin.cnf or ~/.percona-toolkit.conf of the worker's user reaches a tool. A new one when
+    something wrote into it, or after a fork (the parent's may be swept when it exits)."""
+    global _home
+    if _home is None or _home[0] != os.getpid() or not _empty(_home[1]):
+        _home = (os.getpid(), private_dir(HOME))
+        atexit.register(_remove_home, *_home)
+    return _home[1]
+
+
+def _remove_home(pid: int, path: Path) -> None:
+    if os.getpid() == pid:  # not in a forked child that inherited this exit handler
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _empty(path: Path) -> bool:
+    try:
+        with os.scandir(path) as entries:
+            return next(entries, None) is None
+    except OSError:
+        return False
+
+
+# Programs that read MySQL/MariaDB option files unless their first option is --defaults-file or
+# --no-defaults (matched by the program's file name, after any WRAPPERS).
+OPTION_FILE_READERS = frozenset(
+    {
+        "mariabackup",
+        "mariadb-backup",
+        "xtrabackup",
+        "mariadb",
+        "mysql",
+        "mariadb-binlog",
+        "mysqlbinlog",
+        "mariadb-admin",
+        "mysqladmin",
+        "mariadbd",
+        "mysqld",
+        "mariadb-install-db",
+        "mysql_install_db",
+        "mariadb-dump",
+        "mysqldump",
+    }
+)
+PERCONA_TOOLKIT = "pt-"  # pt-table-checksum & co: --config first, or ~/.percona-toolkit.conf is read
+WRAPPERS = frozenset({"nice", "ionice", "setsid", "taskset", "chrt"})  # (impact.py puts the first two)
+
+
+class ToolOptionsError(RuntimeError):
+    """A MySQL/MariaDB tool would read option files we did not choose; it was not started."""
+
+
+def program(argv: list[str]) -> tuple[str, list[str]]:
+    """The program an argv runs, past nice/ionice & co and their options, and its arguments."""
+    i = 0
+    while i < len(argv) and os.path.basename(argv[i]) in WRAPPERS:
+        i += 1
+        while i < len(argv) and (argv[i].startswith("-") or argv[i].isdigit()):
+            i += 1
+    return (os.path.basename(argv[i]), argv[i + 1 :]) if i < len(argv) else ("", [])
+
+
+def check_tool_options(argv: list[str]) -> None:
+    """Refuse an argv in which a MySQL/MariaDB program reads option files we did not choose."""
+    name, args = program(argv)
+    first = args[0] if args else ""
+    if name in OPTION_FILE_READERS:
+        if not (first.startswith("--defaults-file=") or first == "--no-defaults") or any(
+            a.startswith("--defaults-extra-file") for a in args
+        ):
+            raise ToolOptionsError(
+                f"refusing to start {name}: its first option must be --defaults-file=<ours> or --no-defaults "
+                f"and it takes no --defaults-extra-file (got {first or 'nothing'!r}); otherwise it reads the "
+                "host's option files (/etc/mysql, ~/.my.cnf), which can point it at another server"
+            )
+    elif name.startswith(PERCONA_TOOLKIT) and not first.startswith("--config="):
+        raise ToolOptionsError(
+            f"refusing to start {name}: its first option must be --config=<file>, or it reads "
+            "/etc/percona-toolkit and ~/.percona-toolkit.conf"
+        )
 
 
 # -- open files -----------------------------------------------------------------------------------------
@@ -88,14 +205,16 @@ def require_open_files(count: int, what: str) -> int:
 def run(
     argv: list[str], *, extra_env: Mapping[str, str] | None = None, **kwargs: Any
 ) -> subprocess.CompletedProcess[Any]:
-    """`subprocess.run` with `child_env(extra_env)`."""
+    """`subprocess.run` with `child_env(extra_env)`, once `check_tool_options(argv)` passed."""
+    check_tool_options(argv)
     return subprocess.run(argv, env=child_env(extra_env), **kwargs)
 
 
 def popen(
     argv: list[str], *, extra_env: Mapping[str, str] | None = None, **kwargs: Any
 ) -> subprocess.Popen[Any]:
-    """`subprocess.Popen` with `child_env(extra_env)`."""
+    """`subprocess.Popen` with `child_env(extra_env)`, once `check_tool_options(argv)` passed."""
+    check_tool_options(argv)
     return subprocess.Popen(argv, env=child_env(extra_env), **kwargs)
 
 

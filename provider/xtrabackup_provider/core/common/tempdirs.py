@@ -10,6 +10,8 @@ disk only until the next run of that kind there.
 
 from __future__ import annotations
 
+__all__ = ["private_dir"]
+
 import os
 import shutil
 import tempfile
@@ -17,7 +19,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-Sweeper = Callable[[Path], object]  # stops what a dead owner left running in its directory
+Sweeper = Callable[[Path], object]
+HOME = (
+    "home"  # the empty HOME of a process's children  # stops what a dead owner left running in its directory
+)
 
 
 def private_dir(
@@ -36,6 +41,8 @@ def private_dir(
         raise ValueError(f"a temp dir kind has no '-': {kind!r}")
     root = str(root or tempfile.gettempdir())
     sweep(kind, root, on_sweep)
+    if kind != HOME:
+        sweep(HOME, root)  # a process makes its children's HOME once (core/common/children.py)
     prefix = f"{'.' if hidden else ''}xbp-{kind}-{os.getpid()}-" + (f"{label}-" if label else "")
     return Path(tempfile.mkdtemp(prefix=prefix, dir=root))  # mkdtemp makes it 0700
 

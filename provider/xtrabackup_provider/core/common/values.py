@@ -13,6 +13,14 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+
+def quoted(value: object, limit: int = 80) -> str:
+    """A value a user gave, as an error shows it: repr (a blank, a newline, a quote stay visible),
+    cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 # -- times ------------------------------------------------------------------------------------------
 
 # Binlog events stamp 32-bit epoch seconds and retention looks back at most 100 years: a time

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from pathlib import Path
@@ -39,20 +40,47 @@ def parse_config(data: Any, source: str = "<config>", names: FieldNames | None =
     return config
 
 
-def load_config(path: str | Path | None = None) -> FleetConfig:
-    """Load the fleet config from `path`, $XTRABACKUP_FLEET_CONFIG, or dags/config/fleet.yaml.
+CONFIG_NAME = "fleet.yaml"
 
-    The four shipped DAG files read the same file: one process (a DagBag, `airflow dags list`)
-    parses it once per version of the file. Callers must not modify the returned config."""
-    resolved = Path(
-        path or os.environ.get(CONFIG_ENV) or Path(__file__).parents[3] / "dags/config/fleet.yaml"
-    )
+
+def airflow_dags_folder() -> Path:
+    """Airflow's `[core] dags_folder` as Airflow reads it, without importing Airflow (the CLI runs
+    where Airflow may not be installed): $AIRFLOW__CORE__DAGS_FOLDER, else the value in airflow.cfg
+    ($AIRFLOW_CONFIG, else $AIRFLOW_HOME/airflow.cfg), else $AIRFLOW_HOME/dags (AIRFLOW_HOME: ~/airflow)."""
+    import configparser
+
+    home = Path(os.path.expanduser(os.environ.get("AIRFLOW_HOME") or "~/airflow"))
+    folder = os.environ.get("AIRFLOW__CORE__DAGS_FOLDER")
+    if not folder:
+        cfg = configparser.ConfigParser(interpolation=None, strict=False)
+        with contextlib.suppress(OSError, configparser.Error, UnicodeDecodeError):
+            cfg.read(os.environ.get("AIRFLOW_CONFIG") or home / "airflow.cfg", encoding="utf-8")
+        folder = cfg.get("core", "dags_folder", fallback="").replace("{AIRFLOW_HOME}", str(home))
+    return Path(os.path.expandvars(os.path.expanduser(folder))) if folder else home / "dags"
+
+
+def config_path(path: str | Path | None = None, dags_folder: str | Path | None = None) -> tuple[Path, str]:
+    """Where the fleet config is, and how it was chosen: `path` (--config), else
+    $XTRABACKUP_FLEET_CONFIG, else fleet.yaml in `dags_folder` (a DAG file's own folder; for the
+    CLI Airflow's dags folder, where the DAG files are), never relative to the installed package."""
+    if path:
+        return Path(path), "--config"
+    if env := os.environ.get(CONFIG_ENV):
+        return Path(env), f"${CONFIG_ENV}"
+    folder = Path(dags_folder) if dags_folder else airflow_dags_folder()
+    return folder / CONFIG_NAME, "default"
+
+
+def load_config(path: str | Path | None = None, *, dags_folder: str | Path | None = None) -> FleetConfig:
+    """Load the fleet config (where: config_path), validated; errors name the file and the field.
+
+    The shipped DAG files read the same file: one process (a DagBag, `airflow dags list`) parses
+    it once per version of the file. Callers must not modify the returned config."""
+    resolved, how = config_path(path, dags_folder)
     try:
         raw = resolved.read_bytes()
     except OSError as exc:
-        raise ConfigError(
-            f"cannot read fleet config {resolved}: {exc.strerror}; set {CONFIG_ENV} or --config"
-        ) from exc
+        raise ConfigError(_unreadable(resolved, how, exc)) from exc
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -63,6 +91,15 @@ def load_config(path: str | Path | None = None) -> FleetConfig:
     if (cached := _LOADED.get(key)) is None:
         cached = _LOADED[key] = _parse_text(text, resolved)
     return cached
+
+
+def _unreadable(resolved: Path, how: str, exc: OSError) -> str:
+    if how == "default" and isinstance(exc, FileNotFoundError):
+        return (
+            f"{resolved}: no fleet config there (the default: {CONFIG_NAME} next to the DAG files); write it "
+            f"there, or name another file with ${CONFIG_ENV} (the CLI: --config)"
+        )
+    return f"{resolved} (from {how}): cannot read the fleet config: {exc.strerror or exc}"
 
 
 _LOADED: dict[tuple[str, str], FleetConfig] = {}

@@ -6,10 +6,13 @@ environment, for when Airflow is down). Models and validators only: no I/O, no r
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -20,12 +23,24 @@ from pydantic import (
 
 from ..db.dsn import DEFAULT_DSN_TABLE, DEFAULT_REPLICATE, check_database_name, check_dsn, check_table_name
 from ..retention.model import RetentionPolicy
-from ..storage.base import DEFAULT_MEMORY_MIB, MEMORY_MIB_RANGE, STORAGE_CLASSES
+from ..storage.base import DEFAULT_MEMORY_MIB, MEMORY_MIB_RANGE, STORAGE_CLASSES, UPLOAD_CAP_MIB_RANGE
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 CONFIG_ENV = "XTRABACKUP_FLEET_CONFIG"
 DAY_SECONDS = 86400
 MAX_PREFIX = 512  # S3 keys are at most 1024 bytes: the prefix leaves room for cluster/host/backup id
+NAME_MAX = 255  # bytes in one file name: a prefix segment is a directory of a local target
+YEAR_HOURS = 24 * 366
+# Airflow's cron presets (airflow.sdk.definitions.timetables._cron.CRON_PRESETS, 3.1-3.3): it
+# resolves them before croniter parses the expression; @once and @continuous are no cron.
+AIRFLOW_CRON_PRESETS = {
+    "@hourly": "0 * * * *",
+    "@daily": "0 0 * * *",
+    "@weekly": "0 0 * * 0",
+    "@monthly": "0 0 1 * *",
+    "@quarterly": "0 0 1 */3 *",
+    "@yearly": "0 0 1 1 *",
+}
 
 
 def check_prefix(value: str) -> str:
@@ -37,7 +52,44 @@ def check_prefix(value: str) -> str:
         raise ValueError(
             f"{value[:100]!r}: a prefix is segments like backups/prod, without '.', '..', '//' or control characters"
         )
+    if long := [p for p in parts if len(p.encode()) > NAME_MAX]:
+        raise ValueError(
+            f"the prefix segment {long[0][:40]!r}... is over {NAME_MAX} bytes, longer than a file name"
+        )
     return value
+
+
+def check_schedule(value: str | None) -> str | None:
+    """A DAG `schedule` Airflow 3.1-3.3 accepts: null, @once, @continuous, a preset, or what croniter
+    (Airflow's cron parser) parses; refused here, it does not become a DAG import error."""
+    if value is None or value in ("@once", "@continuous"):
+        return value
+    try:
+        from croniter import croniter
+
+        croniter(AIRFLOW_CRON_PRESETS.get(value, value))
+    except Exception as exc:  # whatever croniter raises, Airflow refuses the DAG with it
+        why = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        raise ValueError(
+            f"{value!r} is not a schedule Airflow accepts ({why}); use a cron expression like "
+            "'30 2 * * *', a preset like @daily, or null"
+        ) from None
+    return value
+
+
+Schedule = Annotated[str | None, AfterValidator(check_schedule)]
+
+
+def path_names(path: str) -> tuple[str, ...]:
+    """The names of `path` from the root, spellings resolved lexically (`//`, `.`, `..`, a trailing
+    `/`): the schema reads no files, and the directory may not exist where the config is checked."""
+    return tuple(p for p in os.path.normpath(os.path.abspath(path)).split("/") if p)
+
+
+def nests(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+    """Whether one of two paths (as path_names gives them) is the other or inside it."""
+    n = min(len(a), len(b))
+    return a[:n] == b[:n]
 
 
 def check_path(value: str | None) -> str | None:
@@ -54,7 +106,7 @@ class ConfigError(ValueError):
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # .inf hours or MiB/s mean nothing
 
 
 class ObjectLockConfig(_Model):
@@ -130,6 +182,18 @@ class StorageConfig(_Model):
                 )
         return value
 
+    def place(self) -> tuple[str, tuple[str, ...]]:
+        """Where the objects land, spellings resolved (lexically: the schema reads no files): the
+        store, and the names under it (a local target's whole path, then the prefix)."""
+        prefix = tuple(p for p in self.prefix.split("/") if p)
+        if self.local_path:
+            return "file", path_names(self.local_path) + prefix
+        return f"s3 {_endpoint(self.endpoint_url)} {self.bucket}", prefix
+
+    def describe_place(self) -> str:
+        store, names = self.place()
+        return "/" + "/".join(names) if store == "file" else f"{store}/{'/'.join(names)}"
+
     @model_validator(mode="after")
     def _one_target(self) -> StorageConfig:
         if bool(self.bucket) == bool(self.local_path):
@@ -137,6 +201,23 @@ class StorageConfig(_Model):
         if self.kms_key_id and self.sse != "aws:kms":
             raise ValueError("kms_key_id is only used with `sse: aws:kms`; set sse or drop the key id")
         return self
+
+
+def _endpoint(url: str | None) -> str:
+    """An S3 endpoint as one spelling: AWS's (unset, or any amazonaws.com host: bucket names are
+    global there), else scheme://host:port/path."""
+    if url is None:
+        return "aws"
+    parts = urlsplit(url.strip())
+    host = (parts.hostname or "").lower()
+    if host == "amazonaws.com" or host.endswith(".amazonaws.com"):
+        return "aws"
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port or {"https": 443, "http": 80}.get(scheme)
+    except ValueError:
+        port = None
+    return f"{scheme}://{host}:{port}{parts.path.rstrip('/')}"
 
 
 class ImpactConfig(_Model):
@@ -148,18 +229,23 @@ class ImpactConfig(_Model):
     nice: int | None = Field(None, ge=0, le=19)  # CPU niceness of the tool, gpg and the zstd threads
     ionice: Literal["idle", "best-effort"] | None = None  # I/O scheduling class of the tool
     ionice_level: int = Field(7, ge=0, le=7)  # with best-effort: 0 highest .. 7 lowest
-    max_upload_mib_per_second: float | None = Field(None, gt=0)  # cap on the upload to `storage`
+    max_upload_mib_per_second: float | None = Field(  # cap on the upload to `storage`
+        None, ge=UPLOAD_CAP_MIB_RANGE[0], le=UPLOAD_CAP_MIB_RANGE[1]
+    )
+    # Seconds of COUNT(*) a backup may spend on the server for exact row counts of its smallest
+    # InnoDB tables (what restore tests compare exactly; core/db/rowcounts.py). 0: none.
+    row_count_seconds: float = Field(1.0, ge=0, le=60, allow_inf_nan=False)
 
 
 class CheckConfig(_Model):
     """What `xtrabackup-provider check` and the mysql_backup_check_<cluster> DAG hold a cluster's
     hosts to (core/report/check.py)."""
 
-    schedule: str | None = "*/30 * * * *"  # the check DAG; None: no DAG (the CLI still checks)
-    rpo_hours: float = Field(26, gt=0)  # newest restorable backup older than this: critical
-    restore_test_max_age_days: float = Field(8, gt=0)  # newest passed restore test older: warning
-    binlog_max_lag_minutes: float = Field(15, gt=0)  # with `binlogs:`: shipped binlogs older: critical
-    copies_max_behind_hours: float = Field(26, gt=0)  # not yet on a further target after this: warning
+    schedule: Schedule = "*/30 * * * *"  # the check DAG; None: no DAG (the CLI still checks)
+    rpo_hours: float = Field(26, gt=0, le=10 * YEAR_HOURS)  # newest restorable backup older: critical
+    restore_test_max_age_days: float = Field(8, gt=0, le=3660)  # newest passed restore test older: warning
+    binlog_max_lag_minutes: float = Field(15, gt=0, le=60 * YEAR_HOURS)  # shipped binlogs older: critical
+    copies_max_behind_hours: float = Field(26, gt=0, le=10 * YEAR_HOURS)  # not on a further target: warning
 
 
 class EncryptionConfig(_Model):
@@ -187,7 +273,7 @@ class PolicyConfig(_Model):
     compression_level: int = Field(3, ge=1, le=19)
     zstd_threads: int = Field(0, ge=0, le=256)
     parallel: int = Field(2, ge=1, le=64)
-    # K-part backups (README "Parallel streams"): at most this many parts, each >= part_min_gib.
+    # K-part backups (docs/configuration.md, "Parallel streams"): at most this many parts, each >= part_min_gib.
     max_parts: int = Field(1, ge=1, le=64)
     part_min_gib: float = Field(8, ge=0, le=1024 * 1024, allow_inf_nan=False)
     full_every_days: float = Field(7, gt=0, le=3650, allow_inf_nan=False)
@@ -277,10 +363,13 @@ class HostConfig(_Model):
     option_files: list[str] = Field(default_factory=list)
     restore_test: bool = True  # false: the restore-test DAG leaves this host out (xtrabackup hosts must)
     provision: ProvisionConfig | None = None
-    # A directory on this host's worker (its `queue`) kept as a prepared standby of the newest
-    # chain (core/restore/standby.py): the backup DAG refreshes it after each backup, the CLI's
-    # `standby refresh` too; `restore --from-standby` restores from it (with --to-*: rolled forward).
+    # A directory kept as a prepared standby of the newest chain (core/restore/standby.py): the
+    # backup DAG refreshes it after each backup, the CLI's `standby refresh` too; `restore
+    # --from-standby` restores from it (with --to-*: rolled forward). It lives on the worker of
+    # `standby_queue` (else the cluster's): that worker reads the private key to apply backups, so
+    # there is no default; the host's own `queue` keeps it on the database host, by choice.
     standby_dir: str | None = None
+    standby_queue: str | None = Field(None, pattern=NAME)
 
     @field_validator("binary", "datadir", "defaults_file", "socket", "standby_dir")
     @classmethod
@@ -299,7 +388,7 @@ class ChecksumConfig(_Model):
     """pt-table-checksum for a cluster, run against its source on its own schedule."""
 
     source: str | HostConfig  # a host of this cluster, or an inline one that is not backed up
-    schedule: str | None = "@daily"
+    schedule: Schedule = "@daily"
     replicate: str = DEFAULT_REPLICATE
     recursion_method: Literal["dsn", "processlist", "hosts"] = "dsn"
     dsn_table: str = DEFAULT_DSN_TABLE
@@ -328,7 +417,7 @@ class ChecksumConfig(_Model):
 class BinlogConfig(_Model):
     """Binlog shipping for point-in-time recovery (dags/mysql_binlog_shipping.py); off unless set."""
 
-    schedule: str | None = "*/5 * * * *"
+    schedule: Schedule = "*/5 * * * *"
     mode: Literal["batch", "continuous"] = "batch"
     flush: bool = True  # batch: FLUSH BINARY LOGS first, so each run ships up to now (RPO = schedule)
     continuous_minutes: float = Field(
@@ -360,18 +449,19 @@ class ReplicationConfig(_Model):
         "mysql_replication"  # Airflow `mysql` connection: login/password (host/port override source_*)
     )
     ssl: bool = False
-    max_lag_seconds: float = Field(5, ge=0)  # caught up: Seconds_Behind_Master at most this
-    catch_up_timeout_minutes: float = Field(240, gt=0)
-    poll_seconds: float = Field(5, gt=0)
+    max_lag_seconds: float = Field(5, ge=0, le=DAY_SECONDS * 365)  # caught up: Seconds_Behind_Master at most
+    catch_up_timeout_minutes: float = Field(240, gt=0, le=60 * YEAR_HOURS)
+    poll_seconds: float = Field(5, gt=0, le=3600)
 
 
 class ClusterConfig(_Model):
     name: str = Field(pattern=NAME)
-    schedule: str | None = "@daily"
+    schedule: Schedule = "@daily"
     max_parallel_backups: int = Field(2, ge=1, le=10_000)
     backup_pool: PoolConfig | None = None  # caps concurrent backups; slots default: max_parallel_backups
-    restore_test_schedule: str | None = "@weekly"
+    restore_test_schedule: Schedule = "@weekly"
     restore_workdir: str = "/tmp"  # scratch for restore tests on the restore worker
+    standby_queue: str | None = Field(None, pattern=NAME)  # its hosts' standby_queue unless they set one
 
     @field_validator("restore_workdir")
     @classmethod
@@ -383,6 +473,35 @@ class ClusterConfig(_Model):
     binlogs: BinlogConfig | None = None
     check: CheckConfig = Field(default_factory=CheckConfig)
     replication: ReplicationConfig | None = None
+
+    @model_validator(mode="after")
+    def _standby_queues(self) -> ClusterConfig:
+        """A standby names the worker it lives on; a standby_queue without a standby does nothing."""
+        for i, host in enumerate(self.hosts):
+            if host.standby_dir is None and host.standby_queue is not None:
+                raise ValueError(
+                    f"hosts.{i}.standby_queue: host {host.name!r} has no standby_dir, so nothing runs on "
+                    f"{host.standby_queue!r}; set its standby_dir or leave standby_queue out"
+                )
+            if host.standby_dir is not None and self.standby_queue_of(host) is None:
+                raise ValueError(
+                    f"hosts.{i}.standby_dir: host {host.name!r} needs a standby_queue (on the host or the "
+                    "cluster): the queue of the worker where the directory lives, which reads the private key "
+                    "to apply backups, e.g. a recovery host. To keep it on the database host, which then holds "
+                    f"the private key, set standby_queue: {host.queue}"
+                )
+        if self.standby_queue is not None and not any(h.standby_dir for h in self.hosts):
+            raise ValueError(
+                f"standby_queue: no host of cluster {self.name!r} has a standby_dir, so nothing runs on "
+                f"{self.standby_queue!r}; give a host a standby_dir or leave standby_queue out"
+            )
+        return self
+
+    def standby_queue_of(self, host: HostConfig) -> str | None:
+        """The queue of the worker where `host`'s standby lives (None: it has none)."""
+        if host.standby_dir is None:
+            return None
+        return host.standby_queue or self.standby_queue
 
     @model_validator(mode="after")
     def _unique_hosts(self) -> ClusterConfig:
@@ -458,35 +577,48 @@ class FleetConfig(_Model):
 
     @model_validator(mode="after")
     def _distinct_standby_dirs(self) -> FleetConfig:
-        """Two hosts' standbys in one directory would rebuild each other's (one chain per standby)."""
-        seen: dict[tuple[str, str], str] = {}
+        """Two hosts' standbys in one directory would rebuild each other's (one chain per standby),
+        and a rebuild empties its directory: one inside another's would be deleted by it."""
+        seen: list[tuple[str, tuple[str, ...], str]] = []
         for cluster in self.clusters:
             for host in cluster.hosts:
                 if host.standby_dir is None:
                     continue
-                place = (host.queue, host.standby_dir.rstrip("/"))
-                if place in seen:
-                    raise ValueError(
-                        f"host {cluster.name}/{host.name}: standby_dir {host.standby_dir} on queue {host.queue!r} "
-                        f"is also {seen[place]}'s; give each host its own standby_dir"
-                    )
-                seen[place] = f"{cluster.name}/{host.name}"
+                queue, names = cluster.standby_queue_of(host) or "", path_names(host.standby_dir)
+                for other_queue, other, who in seen:
+                    if other_queue == queue and nests(names, other):
+                        how = (
+                            "is also"
+                            if names == other
+                            else "is inside"
+                            if len(names) > len(other)
+                            else "holds"
+                        )
+                        raise ValueError(
+                            f"host {cluster.name}/{host.name}: standby_dir {host.standby_dir} on queue {queue!r} "
+                            f"{how} {who}'s; give each host its own standby_dir, none inside another"
+                        )
+                seen.append((queue, names, f"{cluster.name}/{host.name}"))
         return self
 
     @model_validator(mode="after")
     def _distinct_targets(self) -> FleetConfig:
         seen: dict[str, str] = {}
-        places: dict[tuple[Any, ...], str] = {}
+        places: list[tuple[tuple[str, tuple[str, ...]], str]] = []
         for i, target in enumerate(self.targets()):
             where = "storage" if i == 0 else f"copies[{i - 1}]"
             if target.name in seen:
                 raise ValueError(f"{where}: target name {target.name!r} is also used by {seen[target.name]}")
-            place = (target.bucket, target.endpoint_url, target.local_path, target.prefix.strip("/"))
-            if place in places:
-                raise ValueError(
-                    f"{where} stores in the same place as {places[place]}; a copy must go elsewhere"
-                )
-            seen[target.name], places[place] = where, where
+            store, names = target.place()
+            for (other_store, other_names), other in places:
+                if store == other_store and nests(names, other_names):
+                    how = "in the same place as" if len(names) == len(other_names) else "where it nests with"
+                    raise ValueError(
+                        f"{where} stores {how} {other} ({target.describe_place()}); a copy must go elsewhere, "
+                        "or its copies and their retention land on that target"
+                    )
+            seen[target.name] = where
+            places.append(((store, names), where))
         return self
 
     def targets(self) -> list[StorageConfig]:

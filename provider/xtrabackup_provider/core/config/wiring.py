@@ -9,8 +9,8 @@ from ..backup.copies import CopyTarget
 from ..backup.decide import ChainPolicy
 from ..backup.impact import ImpactSettings
 from ..catalog.backups import Catalog
+from ..catalog.targets import Source
 from ..db.server import MySQLTarget
-from ..restore.sources import Source
 from ..storage.base import MiB, ObjectStore
 from ..storage.local import LocalStore
 from ..storage.partplan import PartLimits
@@ -40,9 +40,11 @@ def make_catalog(
     return Catalog(store or make_store(config.storage), prefix or config.storage.prefix, cluster, host)
 
 
-def copy_target(target: CopyTargetConfig, store: ObjectStore | None = None) -> CopyTarget:
-    """A `copies:` entry as core/backup/copies.py takes it."""
+def copy_target(target: StorageConfig, store: ObjectStore | None = None) -> CopyTarget:
+    """A storage target as core/backup/copies.py writes to it: a `copies:` entry, or `storage`
+    itself when it is re-seeded (`copy --from offsite --to primary`)."""
     lock = target.object_lock
+    copies = target if isinstance(target, CopyTargetConfig) else None  # `storage`: binlogs too, one try
     return CopyTarget(
         name=target.name,
         store=store or make_store(target),
@@ -52,9 +54,9 @@ def copy_target(target: CopyTargetConfig, store: ObjectStore | None = None) -> C
         kms_key_id=target.kms_key_id,
         object_lock_mode=lock.mode if lock else None,
         object_lock_days=lock.retain_days if lock else None,
-        binlogs=target.binlogs,
-        attempts=target.copy_attempts,
-        retry_seconds=target.copy_retry_seconds,
+        binlogs=copies.binlogs if copies else True,
+        attempts=copies.copy_attempts if copies else 1,
+        retry_seconds=copies.copy_retry_seconds if copies else 0.0,
     )
 
 
@@ -64,13 +66,11 @@ def target_catalog(config: FleetConfig, cluster: str, host: str, name: str | Non
     return make_catalog(config, cluster, host, make_store(target), prefix=target.prefix)
 
 
-def restore_sources(config: FleetConfig, cluster: str, host: str, first: str | None) -> list[Source]:
-    """Every storage target of the host, `first` (default: `storage`) then the others in order."""
-    names = [t.name for t in config.targets()]
-    first = first or names[0]
-    config.target(first)  # a name that is not a target is a clear error
-    ordered = [first, *(n for n in names if n != first)]
-    return [Source(n, target_catalog(config, cluster, host, n)) for n in ordered]
+def read_sources(config: FleetConfig, cluster: str, host: str, only: str | None = None) -> list[Source]:
+    """The host's catalog on each storage target a read path tries, in order: `storage` then the
+    `copies` (core/catalog/targets.py), or the target `only` names, alone (`--target-store`)."""
+    names = [only] if only else [t.name for t in config.targets()]  # an unknown name: one clear error
+    return [Source(n, target_catalog(config, cluster, host, n)) for n in names]
 
 
 def impact_settings(config: FleetConfig, host: HostConfig) -> ImpactSettings:

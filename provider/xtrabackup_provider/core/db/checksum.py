@@ -9,8 +9,10 @@ table (db.gate reads it on the replica). Airflow-free; the operator and the CLI 
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -123,11 +125,16 @@ def checksum_options(settings: Any, replica_dsns: Sequence[str]) -> ChecksumOpti
     return ChecksumOptions(replica_dsns=tuple(replica_dsns), **values)
 
 
+NO_CONFIG = os.devnull  # pt-table-checksum's --config: read this (empty) file instead of its defaults
+
+
 def checksum_argv(target: MySQLTarget, creds_path: str, opts: ChecksumOptions) -> list[str]:
-    """argv for pt-table-checksum; credentials only by the defaults file path (F=)."""
+    """argv for pt-table-checksum; credentials only by the defaults file path (F=, which DBD::mysql
+    reads alone). `--config` first: no /etc/percona-toolkit or ~/.percona-toolkit.conf option."""
     check_table_name(opts.replicate, "replicate")
     argv = [
         opts.binary,
+        f"--config={NO_CONFIG}",
         source_dsn(target, creds_path),
         f"--replicate={opts.replicate}",
         # Replicas log in ROW format (the sandbox and most GTID setups). pt sets STATEMENT on its
@@ -308,8 +315,19 @@ def interpret(code: int, stdout: str, stderr: str) -> ChecksumRun:
     return ChecksumRun(code, flags, tables, stderr.strip()[-3000:])
 
 
-def run_checksum(target: MySQLTarget, opts: ChecksumOptions) -> ChecksumRun:
-    """Run pt-table-checksum against the source `target` and return its structured result."""
+def run_checksum(
+    target: MySQLTarget,
+    opts: ChecksumOptions,
+    *,
+    watch: Callable[[], object] | None = None,
+    watch_every: float = 2.0,
+) -> ChecksumRun:
+    """Run pt-table-checksum against the source `target` and return its structured result.
+
+    `watch`, called every `watch_every` seconds while pt runs, raises to stop it: pt waits for a
+    replica whose SQL thread stopped (it ended at once in one run, waited over six minutes in
+    another), so the caller watches the replica (core/db/replica.py) and pt is killed on its error.
+    """
     if opts.recursion_method == "dsn":
         if not opts.replica_dsns:
             raise ConsistencyError(
@@ -321,22 +339,42 @@ def run_checksum(target: MySQLTarget, opts: ChecksumOptions) -> ChecksumRun:
         argv = checksum_argv(target, creds, opts)
         log.info("running %s", " ".join(argv))  # no secret: credentials are in the F= file
         try:
-            proc = children.run(
-                argv,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=opts.timeout_minutes * 60,
+            proc = children.popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
             )
         except FileNotFoundError as exc:
             raise ConsistencyError(
                 f"{opts.binary} not found; install percona-toolkit on this worker"
             ) from exc
-        except subprocess.TimeoutExpired as exc:
-            raise ConsistencyError(
-                f"pt-table-checksum against {target.address} did not finish within {opts.timeout_minutes:g} minutes; "
-                "it was killed. Raise the timeout or narrow the databases"
-            ) from exc
-    run = interpret(proc.returncode, proc.stdout, proc.stderr)
+        stdout, stderr = _communicate(proc, target, opts, watch, watch_every)
+    run = interpret(proc.returncode, stdout, stderr)
     log.info("pt-table-checksum against %s: %s", target.address, run.summary())
     return run
+
+
+def _communicate(
+    proc: subprocess.Popen[str],
+    target: MySQLTarget,
+    opts: ChecksumOptions,
+    watch: Callable[[], object] | None,
+    every: float,
+) -> tuple[str, str]:
+    """pt's output once it exits; killed when `watch` raises or the timeout passes."""
+    deadline = time.monotonic() + opts.timeout_minutes * 60
+    while True:
+        try:
+            return proc.communicate(timeout=every if watch else max(deadline - time.monotonic(), 0.001))
+        except subprocess.TimeoutExpired:
+            pass  # retrying communicate() loses no output
+        try:
+            if time.monotonic() >= deadline:
+                raise ConsistencyError(
+                    f"pt-table-checksum against {target.address} did not finish within {opts.timeout_minutes:g} "
+                    "minutes; it was killed. Raise the timeout or narrow the databases"
+                )
+            if watch is not None:
+                watch()
+        except BaseException:
+            proc.kill()
+            proc.communicate()
+            raise

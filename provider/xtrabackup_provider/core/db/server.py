@@ -3,6 +3,8 @@ server facts."""
 
 from __future__ import annotations
 
+__all__ = ["MySQLTarget"]
+
 import json
 import os
 import re
@@ -106,6 +108,8 @@ class MySQLTarget:
             kw.pop("user")
         if self.password is not None:
             kw["passwd"] = self.password
+        elif not self.defaults_file:
+            kw["passwd"] = ""  # an account without one: never the worker's $MYSQL_PWD
         if self.socket:
             kw["unix_socket"] = self.socket
         elif self.host or not self.defaults_file:
@@ -207,6 +211,10 @@ class ServerFacts:
     datadir: str
     gtid_binlog_pos: str
     is_mariadb: bool
+    port: int = 0
+    socket: str = ""
+    # MariaDB: @@gtid_current_pos (what mariabackup records as the backup's GTID); MySQL: gtid_executed
+    gtid_current: str = ""
 
 
 def tablespace_count(target: MySQLTarget) -> int | None:
@@ -237,18 +245,29 @@ def server_facts(target: MySQLTarget) -> ServerFacts:
     conn = connect(target)
     try:
         cur = conn.cursor()
-        cur.execute("SELECT @@version, @@server_id, @@datadir, @@hostname, @@port")
-        version, server_id, datadir, hostname, port = cur.fetchone()
+        cur.execute("SELECT @@version, @@server_id, @@datadir, @@hostname, @@port, @@socket")
+        version, server_id, datadir, hostname, port, socket = cur.fetchone()
         is_mariadb = "mariadb" in str(version).lower()
         if is_mariadb:
-            cur.execute("SELECT @@gtid_binlog_pos")
-            gtid = cur.fetchone()[0] or ""
+            cur.execute("SELECT @@gtid_binlog_pos, @@gtid_current_pos")
+            gtid, current = cur.fetchone()
             # MariaDB has no server_uuid: identify the server by where it runs and its id.
             uuid = f"mariadb-{hostname or socketlib.gethostname()}-{port}-{server_id}"
         else:
             cur.execute("SELECT @@server_uuid, @@global.gtid_executed")
             uuid, gtid = cur.fetchone()
-        return ServerFacts(str(version), int(server_id), str(uuid), str(datadir), str(gtid or ""), is_mariadb)
+            current = gtid
+        return ServerFacts(
+            str(version),
+            int(server_id),
+            str(uuid),
+            str(datadir),
+            str(gtid or ""),
+            is_mariadb,
+            int(port or 0),
+            str(socket or ""),
+            str(current or ""),
+        )
     finally:
         conn.close()
 

@@ -1,9 +1,13 @@
 """The argv of every tool step: streamed backup, prepare sequences per flavour rules, copy-back,
-extract. Credentials only ever come from a 0600 defaults file; a password on a command line is
-refused.
+extract. Each tool's first option says which option files it reads: the backup reads only our
+0600 defaults file (`--defaults-file`, which also holds the credentials), every other step none
+(`--no-defaults`); a host's my.cnf never reaches them (core/common/children.py). A password on a
+command line is refused.
 """
 
 from __future__ import annotations
+
+__all__ = ["backup_argv", "prepare_steps", "prepare_argv", "copy_back_argv", "extract_argv"]
 
 import re
 from dataclasses import dataclass, field
@@ -20,19 +24,18 @@ class BackupOptions:
     scratch_dir: str  # --target-dir: the tool's temp files while streaming
     incremental_lsn: int | None = None
     parallel: int = 2
-    host_defaults_file: str | None = None  # the server's my.cnf, if the tool should read it
     open_files_limit: int | None = None  # --backup keeps every tablespace open
     extra_args: tuple[str, ...] = field(default_factory=tuple)
 
 
 def backup_argv(tool: ToolVersion, credentials_file: str, opts: BackupOptions) -> list[str]:
-    """argv of a streamed backup. Credentials only ever come from the 0600 defaults file."""
-    argv = [tool.binary or tool.flavour]
-    # Option-file options must come first or the tools ignore them.
-    if opts.host_defaults_file:
-        argv.append(f"--defaults-file={opts.host_defaults_file}")
-    argv += [
-        f"--defaults-extra-file={credentials_file}",
+    """argv of a streamed backup. The tool reads the 0600 defaults file alone (credentials, address,
+    TLS): no other option file. The server's layout (innodb_data_home_dir, the log and undo
+    directories, page size) the tool reads from the server it connects to (SHOW VARIABLES), and
+    `opts.datadir` is the server's own @@datadir, checked before (core/binlog/identity.py)."""
+    argv = [
+        tool.binary or tool.flavour,
+        f"--defaults-file={credentials_file}",  # the first option, or the tool ignores it
         "--backup",
         "--stream=xbstream",
         f"--datadir={opts.datadir}",

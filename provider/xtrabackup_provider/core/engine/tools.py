@@ -6,6 +6,8 @@ without the tools installed.
 
 from __future__ import annotations
 
+__all__ = ["Capabilities"]
+
 import re
 from dataclasses import dataclass
 from typing import Literal
@@ -93,7 +95,8 @@ def detect_tool(flavour: Flavour, binary: str | None = None) -> ToolVersion:
     """Run `<tool> --version` and return its flavour, version and binary path."""
     binary = binary or flavour
     try:
-        proc = children.run([binary, "--version"], capture_output=True, text=True, timeout=60)
+        argv = [binary, "--no-defaults", "--version"]  # a host's [mariabackup] group must not break it
+        proc = children.run(argv, capture_output=True, text=True, timeout=60)
     except FileNotFoundError as exc:
         raise EngineError(
             f"backup tool {binary!r} not found on this worker; install {flavour} "

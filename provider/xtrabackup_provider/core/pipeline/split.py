@@ -3,15 +3,17 @@
 Each data part is a valid xbstream that `mbstream -x` extracts on its own, and the K parts are
 extracted at once into the same directory, so a file's chunks all go to one part: mbstream creates
 a file with O_EXCL, so a second part writing the same file fails ("File exists") and exits 0 with
-the data missing. A path's part is fixed at its first chunk: the plan's (largest files first, from
+the data missing. A file's part is fixed at its first chunk: the plan's (largest files first, from
 the datadir's sizes, `plan_parts`), else the part that has had the fewest bytes so far; the tool's
-metadata files go to part 0, so part 0 alone holds xtrabackup_checkpoints.
+metadata files go to part 0.
 
 MariaDB's rename ('R') and remove ('D') chunks (DDL during the backup) go to a tail stream, with
-every later chunk of any path they name, old or new: applied inside a part they could race another
-part (a rename onto a name another part still writes). The tail is extracted after the data parts,
-so each path still sees its chunks in stream order, as with one stream. Payload bytes are passed on
-as slices of the piece read; only a chunk header (at most about 1 KiB) is ever held back.
+every later chunk of a path they touch (the path, its directories, what is under it): applied
+inside a part they could race another part. The tail is extracted after the data parts, so each
+path still sees its chunks in stream order, as with one stream (`Splitter` has the rules). Payload
+bytes are passed on as slices of the piece read; only a chunk header (at most about 1 KiB) is ever
+held back. Deep verify checks the parts the same way a restore extracts them
+(`engine.xbstream.check_parts`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..engine.metadata import BINLOG_INFO_FILES, CHECKPOINT_FILES, INFO_FILES
-from ..engine.xbstream import MAX_HEAD, SPARSE_HEADER, ChunkHead, StreamFlavour, XbstreamError, read_head
+from ..engine.xbstream import (
+    LENGTH,
+    MAGIC,
+    MAX_HEAD,
+    PAYLOAD_HEADER,
+    SPARSE_HEADER,
+    ChunkHead,
+    StreamFlavour,
+    XbstreamError,
+    read_head,
+)
+from ..engine.xbtree import components
 
 Sink = Callable[[bytes | memoryview], None]
 # The tool's own files (read back from part 0): checkpoints, info, binlog position, its my.cnf.
@@ -103,16 +116,53 @@ def _lpt(order: list[tuple[str, int]], k: int) -> PartPlan:
     return PartPlan(k, owner, loads)
 
 
+TAIL = -1
+Names = tuple[str, ...]
+
+
+def _names(path: str) -> Names:
+    return tuple(components(path))
+
+
+def _needs(path: str) -> tuple[Names | None, Names | None]:
+    """(the directory that must exist before the extractor creates `path`, the one it then makes):
+    mbstream makes a file's directory with one mkdir, so its parent must exist (the directory
+    itself when the path's last directory name is ".")."""
+    names = path.split("/")[:-1]
+    while names and names[-1] == "":
+        names = names[:-1]
+    if not names:
+        return None, None
+    made = _names("/".join(names))
+    if names[-1] == ".":
+        return made, None
+    return made[:-1], made
+
+
 class Splitter:
-    """Feed the stream in pieces of any size; `sinks[i]` gets part i's bytes, `tail` the tail's."""
+    """Feed the stream in pieces of any size; `sinks[i]` gets part i's bytes, `tail` the tail's.
+
+    Data parts are extracted at once, then the tail: what goes where keeps every extraction the
+    one-stream extraction (tests/unit/test_split.py checks it with the real mbstream for generated
+    streams). Paths are compared by the names they walk (`./d/t` is `d/t`). A path goes to the tail
+    if a rename or remove named it, one of its directories or anything under it; a file still open
+    keeps its part (its writes go to the file whatever its name became). A file whose directory's
+    parent no part has made yet (`a/b/f` before any `a/...`) goes to the tail too."""
 
     def __init__(self, sinks: list[Sink], tail: Sink, flavour: StreamFlavour, plan: PartPlan | None = None):
         self.sinks, self.tail, self.flavour = sinks, tail, flavour
         self.plan = plan.owner if plan and plan.parts == len(sinks) else {}
         self.routed = [0] * len(sinks)  # xbstream bytes per data part
         self.tail_bytes = 0
-        self.owner: dict[str, int] = {}
-        self.in_tail: set[str] = set()  # paths a rename or remove named
+        self.added = 0  # bytes the splitter wrote into the tail itself (see `_unstale`)
+        self.owner: dict[Names, int] = {}  # a file's part
+        self.made: list[set[Names]] = [{()} for _ in sinks]  # directories each part makes
+        self.dirs: set[Names] = set()  # directories the data parts make
+        self.tailed: set[Names] = set()  # paths the tail owns
+        self.above_tailed: set[Names] = set()  # their directories
+        self.open: dict[str, int] = {}  # a path the extractor of that part (or the tail) has open
+        self.tail_open: dict[str, int] = {}  # the tail's open files: their next offset
+        self.tail_stale = False  # a rename went to the tail and no payload after it
         self.pending = bytearray()  # the start of a header that straddles two pieces
         self.left = 0  # payload bytes of the current chunk still to pass on
         self.sink: Sink = tail
@@ -151,23 +201,91 @@ class Splitter:
 
     def _route(self, head: ChunkHead) -> Sink:
         size = head.head_len + head.body_len
-        if head.kind in ("R", "D") or head.path in self.in_tail:
-            self.in_tail.add(head.path)
-            if head.new_path is not None:
-                self.in_tail.add(head.new_path)
-            self.tail_bytes += size
-            return self.tail
-        part = self.owner.get(head.path)
+        part = self.open.get(head.path)
         if part is None:
-            part = self._assign(head.path)
-            self.owner[head.path] = part
-        self.routed[part] += size
-        return self.sinks[part]
+            part = self._place(head)
+        if head.kind == "E":
+            self.open.pop(head.path, None)
+        elif head.kind not in ("R", "D") or self.flavour != "mariabackup":
+            self.open[head.path] = part
+        if part != TAIL:
+            self.routed[part] += size
+            return self.sinks[part]
+        self._tail_chunk(head)
+        self.tail_bytes += size
+        return self.tail
 
-    def _assign(self, path: str) -> int:
-        if path in METADATA:
+    def _place(self, head: ChunkHead) -> int:
+        names = _names(head.path)
+        if self.flavour == "mariabackup" and head.kind in ("R", "D"):
+            self._to_tail(names)
+            if head.new_path is not None:
+                self._to_tail(_names(head.new_path))
+            return TAIL
+        if self._touches_tail(names):
+            self._to_tail(names)
+            return TAIL
+        part = self.owner.get(names)
+        if part is not None:
+            return part
+        needs, makes = _needs(head.path)
+        candidates = [i for i in range(len(self.sinks)) if needs is None or needs in self.made[i]]
+        # A directory no part made yet, that an earlier rename or remove reached into: in the stream
+        # it did not exist for them, after the data parts it would.
+        if not candidates or (makes in self.above_tailed and makes not in self.dirs):
+            self._to_tail(names)
+            return TAIL
+        part = self._assign("/".join(names), candidates)
+        self.owner[names] = part
+        if makes is not None:
+            self.made[part].add(makes)
+            self.dirs.add(makes)
+        return part
+
+    def _touches_tail(self, names: Names) -> bool:
+        return (
+            () in self.tailed
+            or names in self.above_tailed
+            or any(names[:n] in self.tailed for n in range(1, len(names) + 1))
+        )
+
+    def _to_tail(self, names: Names) -> None:
+        self.tailed.add(names)
+        self.above_tailed.update(names[:n] for n in range(1, len(names)))
+
+    def _tail_chunk(self, head: ChunkHead) -> None:
+        """mbstream checks an end-of-file chunk against the last payload's checksum, which a rename
+        chunk overwrites (core/engine/xbstream.py): if the payload that came between went to a data
+        part, the tail gets an empty payload chunk for the closing file first."""
+        if head.kind == "R" and self.flavour == "mariabackup":
+            self.tail_stale = True
+        elif head.kind == "E":
+            if self.tail_stale:
+                self._unstale(head)
+            self.tail_open.pop(head.path, None)
+        elif head.kind == "S" and self.flavour == "mariabackup":
+            self.tail_open[head.path] = head.offset
+        elif head.kind != "D":
+            self.tail_stale = False
+            self.tail_open[head.path] = head.offset + head.length
+
+    def _unstale(self, head: ChunkHead) -> None:
+        raw = head.path.encode("utf-8", "surrogateescape")
+        chunk = (
+            MAGIC
+            + bytes([head.flags, ord("P")])
+            + LENGTH.pack(len(raw))
+            + raw
+            + PAYLOAD_HEADER.pack(0, self.tail_open.get(head.path, 0), 0)
+        )
+        self.tail(chunk)
+        self.added += len(chunk)
+        self.tail_stale = False
+
+    def _assign(self, path: str, candidates: list[int]) -> int:
+        if path in METADATA and 0 in candidates:
             return 0
         planned = self.plan.get(path)
-        if planned is not None:
+        if planned is not None and planned in candidates:
             return planned
-        return min(range(len(self.sinks)), key=self.routed.__getitem__)
+        return min(candidates, key=self.routed.__getitem__)

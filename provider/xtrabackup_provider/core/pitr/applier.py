@@ -49,7 +49,7 @@ from ..common.tempdirs import private_dir
 from ..common.values import GtidPos, binlog_number, format_gtid_pos, parse_gtid_pos
 from ..db.sandbox import SandboxError, SandboxServer, stop_orphans
 from .plan import PitrPlan
-from .replay import REPLAY_SERVER_ID, ReplayError, replay
+from .replay import REPLAY_SERVER_ID, ReplayError, leave_gtid_slave_pos, replay
 
 log = logging.getLogger(__name__)
 
@@ -133,12 +133,18 @@ def replay_binlogs(
 ) -> Stop:
     """Replay `files` (the plan's binlogs, fetched) into the stopped, restored `datadir` by
     `method`; returns where it stopped. Either way the datadir's gtid_slave_pos is the GTID
-    reached afterwards, so the copy can become a replica or be promoted (core/pitr/promote.py)."""
+    reached afterwards, nothing to replay included (the backup's own GTID then), so the copy can
+    become a replica or be promoted (core/pitr/promote.py)."""
     if method not in REPLAY_METHODS:
         raise ReplayError(f"replay method {method!r}: use one of {', '.join(REPLAY_METHODS)}")
     stop = stop_of(plan, files)
     if stop.transactions == 0:
-        log.info("no complete transaction to replay before %s", plan.target.describe())
+        log.info(
+            "no complete transaction to replay before %s; gtid_slave_pos is the backup's %s",
+            plan.target.describe(),
+            stop.gtid or "(empty)",
+        )
+        leave_gtid_slave_pos(datadir, stop.gtid, server_args)
         return stop
     if method == "pipe":
         replay(

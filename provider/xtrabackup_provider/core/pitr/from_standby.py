@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from ..catalog.manifest import Manifest
+from ..catalog.targets import Targets
 from ..engine.tools import ToolVersion
 from ..restore.chain import check_target
 from ..restore.standby import (
@@ -58,9 +60,15 @@ def standby_point_in_time_restore(
         )
     check_target(req.target_datadir)
     require_standby_dir(directory)
+    # The catalog that proves the standby and plans the roll-forward: the first storage target
+    # that holds backups (core/catalog/targets.py); a binlog damaged there comes from the next.
+    targets = req.targets()
+    targets.read(f"the backups of {req.catalog.host}", lambda catalog: catalog.latest_chain())
+    first = targets.first
+    req = replace(req, catalog=first.catalog, source_name=first.name, fallbacks=targets.sources[1:])
     with standby_lock(directory, "point-in-time restore from the standby", lock_wait):
         standby_tool(directory, req.binary)  # the tool's series, before anything is fetched
-        state, chain = _base(req, directory)
+        state, chain = _base(req, directory, targets)
         plan = _plan(req, directory, chain[-1])
         _, tool = standby_tool(directory, req.binary)
         binlogs = [f"{m.server_uuid}/{m.name}" for m in plan.binlogs]
@@ -68,12 +76,13 @@ def standby_point_in_time_restore(
             req, "point-in-time restore from the standby", [m.backup_id for m in chain], binlogs
         ) as lease:
             lease.check()
-            report = recover(req, plan, _restore_base(directory, state, chain, tool, move), alongside=True)
+            base = _restore_base(directory, state, chain, tool, move)
+            report = recover(req, plan, base, alongside=True, targets=targets)
     report.standby = str(directory)
     return report
 
 
-def _base(req: PitrRequest, directory: Path) -> tuple[StandbyState, list[Manifest]]:
+def _base(req: PitrRequest, directory: Path, targets: Targets) -> tuple[StandbyState, list[Manifest]]:
     """The standby's state and chain, caught up to the newest backup of its chain before the
     target when the private key allows (what is left to replay is then the least)."""
     state, chain = proven_chain(req.catalog, directory)
@@ -107,7 +116,7 @@ def _base(req: PitrRequest, directory: Path) -> tuple[StandbyState, list[Manifes
         req.target.describe(),
     )
     catch_up(
-        req.catalog,
+        targets,
         directory,
         best.backup_id,
         req.private_key,

@@ -7,7 +7,11 @@ disk holds at most one binlog. Which binlogs: those of one server (the newest ba
 one named) whose manifests overlap the time window or GTID range asked for; without either,
 everything shipped after the newest backup. A transaction is listed when it matches every
 filter given: its time, its GTID, a schema or table it touched, a kind of statement (DROP,
-TRUNCATE, ALTER, DELETE, ...), a regular expression over its summary.
+TRUNCATE, ALTER, DELETE, ...), a regular expression over its summary. "Touched" is every table
+its row events and statements name (core/binlog/statements.py: a DROP or RENAME list, a
+multi-table DELETE / UPDATE, ...), names compared without regard to case; a transaction with a
+statement whose tables cannot be told is listed whatever the table and schema filters say, marked
+`[TABLES NOT PARSED ...]` (`"tables_parsed": false` in JSON): a filter never hides it.
 
 "Stop right before it": the GTID state just before the transaction (every domain; tracked from
 the backup's GTID or the binlog's Gtid_list, never `seq - 1`: sequences can have gaps and a
@@ -27,12 +31,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..binlog.catalog import BinlogCatalog, BinlogManifest, server_uuids
+from ..binlog.catalog import BinlogCatalog, BinlogError, BinlogManifest, server_uuids
 from ..binlog.listing import Transaction, transactions
 from ..catalog.backups import Catalog
 from ..catalog.manifest import Manifest
+from ..catalog.targets import READ_ERRORS, Source, Targets
 from ..common.tempdirs import private_dir
-from ..common.values import GtidPos, binlog_number, format_gtid_pos, parse_gtid_pos
+from ..common.values import GtidPos, binlog_number, format_gtid_pos, parse_gtid_pos, quoted
 from .plan import PitrError, PitrTarget
 from .recover import PitrRequest, fetch_binlogs
 
@@ -64,11 +69,12 @@ class MomentFilter:
             return False
         if self.kinds and not self.kinds & set(txn.kinds()):
             return False
-        touched = txn.tables()
-        if self.schemas and not self.schemas & ({t.split(".", 1)[0] for t in touched} | txn.schemas):
-            return False
-        if self.tables and not any(_table_matches(want, touched) for want in self.tables):
-            return False
+        touched = txn.touched()
+        if not touched.unparsed:  # a statement whose tables are unknown is never hidden by these
+            if self.schemas and not any(touched.names_schema(s) for s in self.schemas):
+                return False
+            if self.tables and not any(touched.names_table(t) for t in self.tables):
+                return False
         return not (
             self.grep and not self.grep.search(" ".join(txn.statements + txn.annotations) + txn.summary())
         )
@@ -91,12 +97,6 @@ class MomentFilter:
         return True
 
 
-def _table_matches(want: str, touched: set[str]) -> bool:
-    if "." in want:
-        return want in touched
-    return any(t.split(".", 1)[1] == want for t in touched if "." in t)
-
-
 @dataclass(frozen=True)
 class Moment:
     time: datetime
@@ -108,12 +108,14 @@ class Moment:
     complete: bool
     to_gtid: str  # stops right before it ("" if its domain had no transaction before it)
     to_position: str  # FILE:POS of its GTID event, which --to-position does not replay
+    unparsed: list[str] = field(default_factory=list)  # statements whose tables are unknown
 
     def line(self) -> str:
         stop = f"--to-gtid={self.to_gtid} | " if self.to_gtid else ""
+        unknown = "  [TABLES NOT PARSED: listed whatever --table/--schema say]" if self.unparsed else ""
         return (
             f"{self.time:%Y-%m-%d %H:%M:%S}  {self.gtid:<16} {self.file}:{self.position:<10} "
-            f"{'+'.join(self.kinds):<9} {self.summary}   [stop before: {stop}--to-position={self.to_position}]"
+            f"{'+'.join(self.kinds):<9} {self.summary}{unknown}   [stop before: {stop}--to-position={self.to_position}]"
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -127,6 +129,8 @@ class Moment:
             "complete": self.complete,
             "to_gtid": self.to_gtid,
             "to_position": self.to_position,
+            "tables_parsed": not self.unparsed,
+            "unparsed": self.unparsed,
         }
 
 
@@ -139,6 +143,9 @@ class MomentsRequest:
     server_uuid: str | None = None  # default: the newest backup's server
     backup_id: str | None = None  # without a window: list from this backup's position on
     scratch_dir: Path | None = None
+    source_name: str = "primary"  # the name of `catalog`'s storage target
+    fallbacks: list[Source] = field(default_factory=list)  # further targets (core/catalog/targets.py)
+    notes: list[str] = field(default_factory=list)  # filled while listing: what came from another target
 
 
 def choose_server(catalog: Catalog, server_uuid: str | None, newest: Manifest | None) -> str:
@@ -147,7 +154,7 @@ def choose_server(catalog: Catalog, server_uuid: str | None, newest: Manifest | 
     if server_uuid:
         if server_uuid not in servers:
             raise PitrError(
-                f"{catalog.describe()} holds no binlogs of server {server_uuid}; shipped: {', '.join(servers) or 'none'}"
+                f"{catalog.describe()} holds no binlogs of server {quoted(server_uuid)}; shipped: {', '.join(servers) or 'none'}"
             )
         return server_uuid
     if newest is not None and newest.server_uuid in servers:
@@ -164,35 +171,47 @@ def choose_server(catalog: Catalog, server_uuid: str | None, newest: Manifest | 
 
 def list_moments(req: MomentsRequest) -> Iterator[Moment]:
     """The matching transactions, oldest first (streaming: one binlog on disk at a time)."""
-    problems: list[str] = []
-    manifests = req.catalog.manifests(problems)
-    start = next((m for m in manifests if m.backup_id == req.backup_id), None) if req.backup_id else None
-    if req.backup_id and start is None:
-        raise PitrError(f"backup {req.backup_id} has no readable manifest in {req.catalog.describe()}")
-    newest = max(manifests, key=lambda m: m.backup_id) if manifests else None
-    server = choose_server(req.catalog, req.server_uuid or (start.server_uuid if start else None), newest)
-    index = BinlogCatalog(req.catalog, server).index()
-    shipped = index.shipped()
-    begin: tuple[str, int, str] | None = None
-    if not req.filter.windowed:
-        origin = start or max(
-            (m for m in manifests if m.server_uuid == server), key=lambda m: m.backup_id, default=None
-        )
-        if origin is not None and origin.binlog_file:
-            begin = (origin.binlog_file, origin.binlog_position or 4, origin.gtid or "")
-            base, first = binlog_number(origin.binlog_file)
-            shipped = [m for m in shipped if binlog_number(m.name)[0] == base and m.number >= first]
-    else:
-        shipped = [m for m in shipped if req.filter.binlog_overlaps(m)]
+    targets = Targets.of(req.catalog, req.source_name, req.fallbacks)
+    targets.notes = req.notes
+    shipped, begin = targets.read(
+        "the shipped binlogs",
+        lambda catalog: _select(req, catalog),
+        errors=(*READ_ERRORS, PitrError, BinlogError),
+    )
     scratch = private_dir("moments", req.scratch_dir)  # 0700; swept if this run is killed
     try:
-        yield from _read(req, shipped, begin, scratch)
+        yield from _read(req, shipped, begin, scratch, targets)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+Begin = tuple[str, int, str]  # binlog, position, GTID state there: where the listing starts
+
+
+def _select(req: MomentsRequest, catalog: Catalog) -> tuple[list[BinlogManifest], Begin | None]:
+    """The shipped binlogs to read from `catalog`, and where in the first one to begin."""
+    problems: list[str] = []
+    manifests = catalog.manifests(problems)
+    start = next((m for m in manifests if m.backup_id == req.backup_id), None) if req.backup_id else None
+    if req.backup_id and start is None:
+        raise PitrError(f"backup {quoted(req.backup_id)} has no readable manifest in {catalog.describe()}")
+    newest = max(manifests, key=lambda m: m.backup_id) if manifests else None
+    server = choose_server(catalog, req.server_uuid or (start.server_uuid if start else None), newest)
+    shipped = BinlogCatalog(catalog, server).index().shipped()
+    if req.filter.windowed:
+        return [m for m in shipped if req.filter.binlog_overlaps(m)], None
+    origin = start or max(
+        (m for m in manifests if m.server_uuid == server), key=lambda m: m.backup_id, default=None
+    )
+    if origin is None or not origin.binlog_file:
+        return shipped, None
+    base, first = binlog_number(origin.binlog_file)
+    shipped = [m for m in shipped if binlog_number(m.name)[0] == base and m.number >= first]
+    return shipped, (origin.binlog_file, origin.binlog_position or 4, origin.gtid or "")
+
+
 def _read(
-    req: MomentsRequest, shipped: list[BinlogManifest], begin: tuple[str, int, str] | None, scratch: Path
+    req: MomentsRequest, shipped: list[BinlogManifest], begin: Begin | None, scratch: Path, targets: Targets
 ) -> Iterator[Moment]:
     fetch = PitrRequest(
         req.catalog, scratch, PitrTarget("time"), private_key=req.private_key, passphrase=req.passphrase
@@ -206,7 +225,7 @@ def _read(
         start = 4
         if begin is not None and m.name == begin[0]:
             start, state = begin[1], parse_gtid_pos(begin[2])
-        (path,) = fetch_binlogs(fetch, [m], scratch / str(n))
+        (path,) = fetch_binlogs(fetch, [m], scratch / str(n), targets)
         try:
             for txn in transactions([path], start, state):
                 if isinstance(txn, Transaction) and req.filter.matches(txn):
@@ -228,4 +247,5 @@ def _moment(txn: Transaction) -> Moment:
         complete=txn.complete,
         to_gtid=format_gtid_pos(before) if txn.gtid.domain in before else "",
         to_position=f"{txn.file}:{txn.offset}",
+        unparsed=txn.touched().unparsed,
     )

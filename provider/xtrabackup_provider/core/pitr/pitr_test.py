@@ -11,12 +11,14 @@ import json
 import logging
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 from ..catalog.backups import Catalog
+from ..catalog.targets import Source, Targets
 from ..common.tempdirs import private_dir
 from ..db.sandbox import SandboxServer, stop_orphans
 from ..restore.restore_test import verify
@@ -40,6 +42,8 @@ class PitrTestReport:
     checks: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     finished_at: str = ""
+    source: str = ""  # the storage target the plan was read from (the report is written there)
+    fallbacks: list[str] = field(default_factory=list)  # what came from another target, and why
 
     @property
     def passed(self) -> bool:
@@ -55,8 +59,12 @@ def run_pitr_test(
     passphrase: str | None = None,
     level: Literal["quick", "full"] = "quick",
     binary: str | None = None,
+    source_name: str = "primary",
+    fallbacks: Sequence[Source] = (),
 ) -> PitrTestReport:
+    """`catalog` is the target `source_name`; `fallbacks` the further targets (core/catalog/targets.py)."""
     report = PitrTestReport(catalog.cluster, catalog.host, target.describe())
+    targets = Targets.of(catalog, source_name, fallbacks)
     datadir = workdir / "data"
     basedir = private_dir("pitrsb", "/tmp", on_sweep=stop_orphans)  # short socket path
     server: SandboxServer | None = None
@@ -70,14 +78,16 @@ def run_pitr_test(
                 passphrase=passphrase,
                 binary=binary,
                 scratch_dir=workdir / "scratch",
-            )
+            ),
+            targets,
         )
         report.backup_id, report.reached, report.timings = pitr.backup_id, pitr.summary(), pitr.timings
         t0 = time.monotonic()
         server = SandboxServer.on_datadir(datadir, basedir, server_id=4_000_000_001, log_bin=False)
         server.start()
-        base = catalog.get(pitr.backup_id).model_copy(update={"table_rows": {}})
-        report.reasons = verify(server, datadir, base, level, report.checks)
+        report.reasons = verify(
+            server, datadir, targets.first.catalog.get(pitr.backup_id), level, report.checks
+        )
         report.timings["verify"] = time.monotonic() - t0
         report.verdict = "fail" if report.reasons else "pass"
     except Exception as exc:  # noqa: BLE001 - any failure is the verdict, reported with its reason
@@ -89,7 +99,9 @@ def run_pitr_test(
         shutil.rmtree(basedir, ignore_errors=True)
         shutil.rmtree(workdir, ignore_errors=True)
         report.finished_at = datetime.now(UTC).isoformat()
-    if report.backup_id:
+        report.source, report.fallbacks = targets.first.name, targets.notes
+    if report.backup_id:  # beside the base backup, on the target it was read from
+        catalog = targets.first.catalog
         key = catalog.object_key(report.backup_id, PITR_REPORT_NAME)
         catalog.store.put_bytes(key, json.dumps(asdict(report), indent=2).encode())
     return report

@@ -236,6 +236,31 @@ def _after_promotion(catalog: Catalog, backup: Manifest, target: PitrTarget) -> 
     return None
 
 
+def already_there(backup: Manifest, target: PitrTarget) -> bool:
+    """The backup is at the target already (its own GTID, its own position): no binlog is needed,
+    shipped or not; the restore leaves gtid_slave_pos at the backup's GTID."""
+    if target.kind == "gtid":
+        try:
+            return gtid_reached(parse_gtid_pos(backup.gtid), target.gtid_pos())
+        except ValueError:
+            return False  # a MySQL GTID set
+    if target.kind == "position":
+        return (backup.binlog_file, backup.binlog_position) == (target.file, target.position)
+    return False
+
+
+def _binlogs(catalog: Catalog, backup: Manifest, target: PitrTarget) -> list[BinlogManifest]:
+    index = BinlogCatalog(catalog, backup.server_uuid).index()
+    for problem in index.problems:
+        log.warning("ignoring unreadable binlog manifest: %s", problem)
+    try:
+        return plan_binlogs(index, backup, target)
+    except PitrError as exc:
+        if (promoted := _after_promotion(catalog, backup, target)) is None:
+            raise
+        raise promoted from exc
+
+
 def make_plan(catalog: Catalog, target: PitrTarget, backup_id: str | None = None) -> PitrPlan:
     now = datetime.now(UTC)
     if target.time is not None and target.time > now:
@@ -255,15 +280,8 @@ def make_plan(catalog: Catalog, target: PitrTarget, backup_id: str | None = None
             f"backup {backup.backup_id} was taken with {backup.engine_flavour}: the replay runs in a MariaDB "
             "sandbox, so point-in-time recovery supports MariaDB backups only; restore it and replay by hand"
         )
-    index = BinlogCatalog(catalog, backup.server_uuid).index()
-    for problem in index.problems:
-        log.warning("ignoring unreadable binlog manifest: %s", problem)
-    try:
-        binlogs = plan_binlogs(index, backup, target)
-    except PitrError as exc:
-        if (promoted := _after_promotion(catalog, backup, target)) is None:
-            raise
-        raise promoted from exc
-    plan = PitrPlan(backup, binlogs, target)
+    plan = PitrPlan(
+        backup, [] if already_there(backup, target) else _binlogs(catalog, backup, target), target
+    )
     plan_chain(catalog, backup.backup_id)  # validates the chain before anything is downloaded
     return plan

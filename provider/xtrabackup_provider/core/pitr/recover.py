@@ -24,7 +24,9 @@ root password is never needed, and the replay honours every GRANT it contains.
 
 The sandbox runs without a binlog of its own, so the datadir gets no stray binlog files; the
 GTID position reached is computed from the binlogs, reported, and left in the datadir as its
-gtid_slave_pos (the applier sets it as it applies, the pipe path sets it at the end).
+gtid_slave_pos (the applier sets it as it applies, the pipe path sets it at the end, and a target
+the backup is already at sets it to the backup's GTID). A `--to-gtid` the backup has already
+reached needs no binlog at all: none is planned or fetched.
 If anything fails after the restore, the target datadir is emptied again.
 """
 
@@ -41,18 +43,20 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ..binlog.catalog import BinlogManifest, leased_manifest_keys
+from ..binlog.catalog import BinlogCatalog, BinlogError, BinlogManifest, BinlogSegment, leased_manifest_keys
 from ..binlog.events import replay_end
 from ..catalog.backups import Catalog
 from ..catalog.lease import ReadLease
 from ..catalog.manifest import StoredObject, read_stored
+from ..catalog.targets import READ_ERRORS, Source, Targets
 from ..common.files import sha256_range
 from ..common.values import format_gtid_pos, gtid_reached, parse_gtid_pos
 from ..pipeline.from_store import stream_from_store
 from ..pipeline.gpg import GpgError, GpgHome, passphrase_pipe
 from ..pipeline.process import ChecksumMismatch, PipelineError
 from ..restore.chain import RestoreRequest, check_target, empty_dir, own_scratch, plan_chain, restore
-from ..restore.verify import sha256_verdict
+from ..restore.sources import Located, NotHere, fetch_with_fallback
+from ..restore.verify import stream_failure
 from .applier import REPLAY_METHODS, replay_binlogs
 from .plan import PitrError, PitrPlan, PitrTarget, make_plan
 
@@ -77,6 +81,11 @@ class PitrRequest:
     replay_threads: int = 4  # the applier's parallel workers (0: the SQL thread alone)
     replay_server_args: list[str] = field(default_factory=list)  # more mariadbd options for the replay
     without_read_lease: bool = False  # go on when the read lease cannot be written (core/catalog/lease.py)
+    source_name: str = "primary"  # the name of `catalog`'s storage target
+    fallbacks: list[Source] = field(default_factory=list)  # further targets (core/catalog/targets.py)
+
+    def targets(self) -> Targets:
+        return Targets.of(self.catalog, self.source_name, self.fallbacks)
 
 
 @dataclass
@@ -94,6 +103,8 @@ class PitrReport:
     replay: str = ""  # how the binlogs were applied (applier / pipe)
     transactions: int = 0  # transactions replayed
     standby: str = ""  # the standby directory the base came from ("": the chain was restored)
+    source: str = ""  # the storage target the plan was read from
+    fallbacks: list[str] = field(default_factory=list)  # what came from another target, and why
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -105,28 +116,44 @@ class PitrReport:
         }
 
 
-def point_in_time_restore(req: PitrRequest) -> PitrReport:
+def point_in_time_restore(req: PitrRequest, targets: Targets | None = None) -> PitrReport:
+    """`targets`: default the request's catalog and fallbacks (a caller that reads them too passes
+    its own: the notes and the targets found down are shared)."""
     if req.replay not in REPLAY_METHODS:
         raise PitrError(f"replay {req.replay!r}: use one of {', '.join(REPLAY_METHODS)}")
+    targets = targets or req.targets()
     check_target(req.target_datadir)
-    plan = make_plan(req.catalog, req.target, req.backup_id)
-    chain = [m.backup_id for m in plan_chain(req.catalog, plan.backup.backup_id)]
+    plan = read_plan(targets, req.target, req.backup_id)
+    chain = [m.backup_id for m in plan_chain(targets.first.catalog, plan.backup.backup_id)]
     binlogs = [f"{m.server_uuid}/{m.name}" for m in plan.binlogs]
     # Retention keeps the chain and the binlogs while they are read (core/catalog/lease.py).
-    with read_lease(req, "point-in-time restore", chain, binlogs) as lease:
+    with read_lease(req, "point-in-time restore", chain, binlogs, targets.first.catalog) as lease:
         lease.check()
-        return recover(req, plan)
+        return recover(req, plan, targets=targets)
 
 
-def read_lease(req: PitrRequest, purpose: str, backups: list[str], binlogs: list[str]) -> ReadLease:
-    """The read lease of a point-in-time restore: its backups and binlogs, both checked."""
+def read_plan(targets: Targets, target: PitrTarget, backup_id: str | None) -> PitrPlan:
+    """The plan from the first target whose manifests reach `target` (it becomes the first)."""
+    return targets.read(
+        f"the point-in-time plan to {target.describe()}",
+        lambda catalog: make_plan(catalog, target, backup_id),
+        errors=(*READ_ERRORS, PitrError, BinlogError),
+    )
+
+
+def read_lease(
+    req: PitrRequest, purpose: str, backups: list[str], binlogs: list[str], catalog: Catalog | None = None
+) -> ReadLease:
+    """The read lease of a point-in-time restore: its backups and binlogs, both checked, on the
+    target they are read from (default: the request's catalog)."""
+    catalog = catalog or req.catalog
     return ReadLease(
-        req.catalog,
+        catalog,
         purpose,
         backups,
         binlogs,
         unleased_ok=req.without_read_lease,
-        binlog_manifest=partial(leased_manifest_keys, req.catalog),
+        binlog_manifest=partial(leased_manifest_keys, catalog),
     )
 
 
@@ -135,32 +162,46 @@ def read_lease(req: PitrRequest, purpose: str, backups: list[str], binlogs: list
 RestoreBase = Callable[[PitrRequest, PitrPlan, Path], tuple[list[str], dict[str, float]]]
 
 
-def _restore_chain(req: PitrRequest, plan: PitrPlan, scratch: Path) -> tuple[list[str], dict[str, float]]:
-    restored = restore(
-        RestoreRequest(
-            catalog=req.catalog,
-            target_datadir=req.target_datadir,
-            backup_id=plan.backup.backup_id,
-            private_key=req.private_key,
-            passphrase=req.passphrase,
-            binary=req.binary,
-            scratch_dir=scratch,
-            move_back=req.move_back,
-            max_free_memory_pct=req.max_free_memory_pct,
-            without_read_lease=req.without_read_lease,
+def _restore_chain(targets: Targets) -> RestoreBase:
+    """The chain restore from `targets` (the plan's target first, the others for damaged objects)."""
+
+    def put(req: PitrRequest, plan: PitrPlan, scratch: Path) -> tuple[list[str], dict[str, float]]:
+        restored = restore(
+            RestoreRequest(
+                catalog=targets.first.catalog,
+                target_datadir=req.target_datadir,
+                backup_id=plan.backup.backup_id,
+                private_key=req.private_key,
+                passphrase=req.passphrase,
+                binary=req.binary,
+                scratch_dir=scratch,
+                move_back=req.move_back,
+                max_free_memory_pct=req.max_free_memory_pct,
+                without_read_lease=req.without_read_lease,
+            ),
+            targets,
         )
-    )
-    return restored.chain, restored.timings
+        return restored.chain, restored.timings
+
+    return put
 
 
 def recover(
-    req: PitrRequest, plan: PitrPlan, restore_base: RestoreBase = _restore_chain, *, alongside: bool = False
+    req: PitrRequest,
+    plan: PitrPlan,
+    restore_base: RestoreBase | None = None,
+    *,
+    alongside: bool = False,
+    targets: Targets | None = None,
 ) -> PitrReport:
-    """Fetch the plan's binlogs, put its backup into the target (`restore_base`), replay to the
-    target; under the read lease the caller holds. On failure the target is emptied again.
+    """Fetch the plan's binlogs, put its backup into the target (`restore_base`, default the chain
+    restore), replay to the target; under the read lease the caller holds. On failure the target
+    is emptied again. `targets`: where the plan was read, first (default: the request's).
 
     The binlogs are fetched first, so a binlog that cannot be read fails before the chain is
     fetched; `alongside` fetches them while a short base step runs (the standby's copy)."""
+    targets = targets or req.targets()
+    restore_base = restore_base or _restore_chain(targets)
     backup = plan.backup
     scratch = own_scratch(req.scratch_dir, req.target_datadir, "pitr", backup.backup_id)
     report = PitrReport(
@@ -170,34 +211,39 @@ def recover(
         str(req.target_datadir),
         [m.name for m in plan.binlogs],
         f"{backup.binlog_file}:{backup.binlog_position}",
+        source=targets.first.name,
+        fallbacks=targets.notes,
     )
     existed = req.target_datadir.exists()
     try:
         if alongside:
-            files = _base_and_binlogs(req, plan, restore_base, scratch, report)
+            files = _base_and_binlogs(req, plan, restore_base, scratch, report, targets)
         else:
             t0 = time.monotonic()
-            files = fetch_binlogs(req, plan.binlogs, scratch / "binlogs")
+            files = fetch_binlogs(req, plan.binlogs, scratch / "binlogs", targets)
             report.timings["fetch_binlogs"] = time.monotonic() - t0
             report.chain, timings = restore_base(req, plan, scratch / "restore")
             report.timings.update(timings)
         t0 = time.monotonic()
-        if where_replay_stops(plan, files, report):
-            stop = replay_binlogs(
-                req.replay,
-                plan,
-                files,
-                req.target_datadir,
-                binlog_binary=req.binlog_binary,
-                client_binary=req.client_binary,
-                threads=req.replay_threads,
-                server_args=req.replay_server_args,
-            )
+        replaying = where_replay_stops(plan, files, report)
+        if not replaying:
+            log.info("backup %s is already at %s: nothing to replay", backup.backup_id, report.target)
+        # Also with nothing to replay: it leaves gtid_slave_pos at the GTID reached (promote's fork).
+        stop = replay_binlogs(
+            req.replay,
+            plan,
+            files,
+            req.target_datadir,
+            binlog_binary=req.binlog_binary,
+            client_binary=req.client_binary,
+            threads=req.replay_threads,
+            server_args=req.replay_server_args,
+        )
+        if stop.transactions:
             report.replay, report.transactions = req.replay, stop.transactions
             report.reached_gtid = stop.gtid or report.reached_gtid
-            _check_reached(plan, report.reached_gtid)
-        else:
-            log.info("backup %s is already at %s: nothing to replay", backup.backup_id, report.target)
+        if replaying:  # the replay must have reached an (inclusive) GTID target, not stopped short
+            _check_reached(plan, report.reached_gtid if stop.transactions else plan.backup.gtid or "")
         report.timings["replay"] = time.monotonic() - t0
     except BaseException:
         if req.target_datadir.exists() and any(req.target_datadir.iterdir()):
@@ -219,7 +265,12 @@ def recover(
 
 
 def _base_and_binlogs(
-    req: PitrRequest, plan: PitrPlan, restore_base: RestoreBase, scratch: Path, report: PitrReport
+    req: PitrRequest,
+    plan: PitrPlan,
+    restore_base: RestoreBase,
+    scratch: Path,
+    report: PitrReport,
+    targets: Targets,
 ) -> list[Path]:
     """The base step in this thread while the binlogs are fetched in another; the first failure
     is raised once both have stopped."""
@@ -227,7 +278,7 @@ def _base_and_binlogs(
     def fetch() -> list[Path]:
         t0 = time.monotonic()
         try:
-            return fetch_binlogs(req, plan.binlogs, scratch / "binlogs")
+            return fetch_binlogs(req, plan.binlogs, scratch / "binlogs", targets)
         finally:
             report.timings["fetch_binlogs (alongside)"] = time.monotonic() - t0
 
@@ -270,7 +321,13 @@ def where_replay_stops(plan: PitrPlan, files: list[Path], report: PitrReport) ->
     )
     gtid = parse_gtid_pos(plan.backup.gtid)
     gtid.update(end.last_gtid)
-    report.reached_file, report.reached_position = end.file, end.position
+    if files:
+        report.reached_file, report.reached_position = end.file, end.position
+    else:  # nothing planned: the backup is at the target
+        report.reached_file, report.reached_position = (
+            plan.backup.binlog_file or "",
+            plan.backup.binlog_position or 0,
+        )
     report.reached_gtid = format_gtid_pos(gtid)
     start = (plan.backup.binlog_file, plan.backup.binlog_position or 0)
     if target.kind == "gtid":
@@ -278,8 +335,13 @@ def where_replay_stops(plan: PitrPlan, files: list[Path], report: PitrReport) ->
     return bool(end.last_gtid) or (end.file, end.position) > start
 
 
-def fetch_binlogs(req: PitrRequest, binlogs: list[BinlogManifest], dest: Path) -> list[Path]:
-    """Download, check, decrypt and decompress each binlog (all its segments) into `dest`."""
+def fetch_binlogs(
+    req: PitrRequest, binlogs: list[BinlogManifest], dest: Path, targets: Targets | None = None
+) -> list[Path]:
+    """Download, check, decrypt and decompress each binlog (all its segments) into `dest`, each
+    segment from the first target that holds it intact (`binlogs` were read from the first)."""
+    targets = targets or req.targets()
+    origin = targets.first
     dest.mkdir(parents=True, mode=0o700)
     files = []
     with GpgHome() as gpg:
@@ -290,7 +352,15 @@ def fetch_binlogs(req: PitrRequest, binlogs: list[BinlogManifest], dest: Path) -
             # Decrypted, a binlog may hold `CREATE USER ... IDENTIFIED BY` in clear: owner only.
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
             for seg in m.segments:
-                _fetch_segment(req.catalog, seg.object, path, gpg)
+
+                def fetch(source: Source, obj: StoredObject, path: Path = path) -> None:
+                    _fetch_segment(source.catalog, obj, path, gpg)
+
+                def clear(path: Path = path, offset: int = seg.offset) -> None:
+                    os.truncate(path, offset)  # what a failed fetch appended
+
+                locate = segment_on(origin, m, seg)
+                fetch_with_fallback(targets, f"binlog {m.name}", locate, fetch, clear)
                 if sha256_range(path, seg.offset, seg.raw_size) != seg.raw_sha256:
                     raise PitrError(
                         f"{seg.object.key}: decrypted bytes do not match the manifest's raw sha256"
@@ -299,6 +369,28 @@ def fetch_binlogs(req: PitrRequest, binlogs: list[BinlogManifest], dest: Path) -
                 raise PitrError(f"{m.name}: fetched {path.stat().st_size} bytes, the manifest says {m.size}")
             files.append(path)
     return files
+
+
+def segment_on(
+    origin: Source, m: BinlogManifest, seg: BinlogSegment
+) -> Callable[[Source], Located[StoredObject]]:
+    """`locate` for one segment of binlog `m` (read from `origin`): the same object (sha256 and
+    size) in each target's own manifest of that binlog."""
+
+    def locate(source: Source) -> Located[StoredObject]:
+        if source is origin:
+            return Located(seg.object, seg.object)
+        try:
+            there = BinlogCatalog(source.catalog, m.server_uuid).read(m.name, partial=not m.complete)
+        except BinlogError as exc:
+            raise NotHere(str(exc)) from exc
+        for other in there.segments:
+            same = (other.object.sha256, other.object.size) == (seg.object.sha256, seg.object.size)
+            if other.offset == seg.offset and same:
+                return Located(other.object, other.object)
+        raise NotHere(f"its {m.name} holds another object at offset {seg.offset} (sha256 differs)")
+
+    return locate
 
 
 def _fetch_segment(catalog: Catalog, obj: StoredObject, path: Path, gpg: GpgHome) -> None:
@@ -317,9 +409,7 @@ def _fetch_segment(catalog: Catalog, obj: StoredObject, path: Path, gpg: GpgHome
     except ChecksumMismatch:
         raise
     except PipelineError as exc:
-        raise PipelineError(
-            f"binlog {path.name}: {obj.key}: {exc}; {sha256_verdict(catalog.store, obj)}"
-        ) from exc
+        raise stream_failure(f"binlog {path.name}", exc, catalog.store, obj) from exc
     finally:
         if fd is not None:
             os.close(fd)

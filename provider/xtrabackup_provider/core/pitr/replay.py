@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from ..common import children
 from ..common.tempdirs import private_dir
 from ..db.sandbox import SandboxServer, privileged_account, stop_orphans
 from ..db.server import MySQLTarget, connect, defaults_file
@@ -34,23 +37,14 @@ def replay(
 ) -> None:
     """Start a socket-only sandbox on `datadir` and pipe `binlog_binary reader_args` into it;
     then set its gtid_slave_pos to the GTID reached, when given (the pipe itself leaves none)."""
-    basedir = private_dir("replay", "/tmp", on_sweep=stop_orphans)  # 0700; short socket path
-    # No binlog of its own: the datadir gets no stray binlog files.
-    server = SandboxServer.on_datadir(
-        datadir,
-        basedir,
-        server_id=REPLAY_SERVER_ID,
-        log_bin=False,
-        extra_args=[_MAX_PACKET, *(extra_args or [])],
-    )
-    try:
-        server.start()
+    with replay_sandbox(datadir, [_MAX_PACKET, *(extra_args or [])]) as server:
         account = replay_account(server)
         with defaults_file(account) as creds:
             # Option files first: the tools ignore them anywhere else.
+            client = client_argv(client_binary, creds)
+            check_client_reaches(client, server)
             run_replay(
-                [binlog_binary, "--no-defaults", *reader_args],
-                [client_binary, f"--defaults-extra-file={creds}", "--binary-mode", "--batch", _MAX_PACKET],
+                reader_argv(binlog_binary, reader_args), [*client, "--binary-mode", "--batch", _MAX_PACKET]
             )
         if gtid_slave_pos:
             conn = connect(account)
@@ -59,9 +53,43 @@ def replay(
             finally:
                 conn.close()
         _drop_account(account)
+
+
+@contextmanager
+def replay_sandbox(datadir: Path, extra_args: list[str]) -> Iterator[SandboxServer]:
+    """A started socket-only sandbox on `datadir` without a binlog of its own (the datadir gets no
+    stray binlog files), in a private directory; stopped and removed afterwards."""
+    basedir = private_dir("replay", "/tmp", on_sweep=stop_orphans)  # 0700; short socket path
+    server = SandboxServer.on_datadir(
+        datadir, basedir, server_id=REPLAY_SERVER_ID, log_bin=False, extra_args=extra_args
+    )
+    try:
+        server.start()
+        yield server
     finally:
         server.stop()
         shutil.rmtree(basedir, ignore_errors=True)
+
+
+def reader_argv(binlog_binary: str, reader_args: list[str]) -> list[str]:
+    """mariadb-binlog over local copies: no option file at all."""
+    return [binlog_binary, "--no-defaults", *reader_args]
+
+
+def client_argv(client_binary: str, creds: str) -> list[str]:
+    """The client that applies the events: our 0600 defaults file alone (the sandbox's socket)."""
+    return [client_binary, f"--defaults-file={creds}"]
+
+
+def leave_gtid_slave_pos(datadir: Path, gtid: str, extra_args: list[str] | None = None) -> None:
+    """Set the stopped datadir's gtid_slave_pos to `gtid` (a sandbox on it, socket only, no binlog,
+    replication not started): what a replay leaves, for a restore that had nothing to replay."""
+    with replay_sandbox(datadir, ["--skip-slave-start", *(extra_args or [])]) as server:
+        conn = server.connect()  # --skip-grant-tables: the one privileged session
+        try:
+            conn.cursor().execute("SET GLOBAL gtid_slave_pos = %s", (gtid,))
+        finally:
+            conn.close()
 
 
 def replay_account(server: SandboxServer) -> MySQLTarget:
@@ -97,3 +125,22 @@ def run_replay(reader_argv: list[str], client_argv: list[str]) -> None:
         reader.close()
         if client is not None:
             client.close()
+
+
+def check_client_reaches(client: list[str], server: SandboxServer) -> None:
+    """Before a statement is sent: the client, with exactly the options the replay gives it, is
+    connected to the restore sandbox (its server_id and socket) and to nothing else."""
+    probe = [*client, "--batch", "--skip-column-names", "-e", "SELECT @@server_id, @@socket"]
+    proc = children.run(probe, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0:
+        raise ReplayError(
+            f"the replay client cannot reach the restore sandbox at {server.socket}: "
+            f"{children.summarize_stderr(proc.stderr) or f'exit {proc.returncode}'}"
+        )
+    reached = proc.stdout.strip().split("\t")
+    wanted = [str(server.server_id), str(server.socket)]
+    if reached != wanted:
+        raise ReplayError(
+            f"the replay client reached server_id {reached[0]} at {reached[-1]}, not the restore sandbox "
+            f"(server_id {wanted[0]} at {wanted[1]}); nothing was replayed"
+        )

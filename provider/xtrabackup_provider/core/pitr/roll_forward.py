@@ -12,6 +12,8 @@ binlogs here at all.
 
 from __future__ import annotations
 
+__all__ = ["ShippedBinlogs"]
+
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,8 +21,10 @@ from pathlib import Path
 from ..binlog.catalog import BinlogCatalog, BinlogError, BinlogIndex, BinlogManifest, server_uuids
 from ..catalog.backups import Catalog
 from ..catalog.manifest import Manifest
+from ..catalog.targets import READ_ERRORS, Source, Targets
 from ..common.values import binlog_number, format_gtid_pos, parse_gtid_pos
 from ..restore.evidence import CheckResult
+from ..storage.base import StorageError
 from .plan import PitrPlan, PitrTarget
 from .recover import PitrReport, PitrRequest, fetch_binlogs, where_replay_stops
 from .replay import replay
@@ -30,59 +34,61 @@ log = logging.getLogger(__name__)
 NAME = "roll_forward"
 
 
+class _NotRolled(Exception):
+    """This target's binlogs cannot roll the backup forward: the check's result says why."""
+
+    def __init__(self, result: CheckResult) -> None:
+        super().__init__("; ".join(result.reasons) or result.note)
+        self.result = result
+
+
 @dataclass
 class ShippedBinlogs:
-    """The restore test's roll-forward (core.restore.restore_test.RollForward) over `catalog`'s binlogs."""
+    """The restore test's roll-forward (core.restore.restore_test.RollForward) over the host's
+    shipped binlogs on `catalog`'s target, or on `fallbacks` (core/catalog/targets.py) when that
+    one cannot be read or cannot roll the backup forward."""
 
     catalog: Catalog
     private_key: str | None = None
     passphrase: str | None = field(default=None, repr=False)
     binlog_binary: str = "mariadb-binlog"
     client_binary: str = "mariadb"
+    source_name: str = "primary"
+    fallbacks: list[Source] = field(default_factory=list)
 
     def __call__(self, datadir: Path, manifest: Manifest, scratch: Path) -> CheckResult:
+        targets = Targets.of(self.catalog, self.source_name, self.fallbacks)
         try:
-            return self._roll(datadir, manifest, scratch)
+            chain, want = _newest_on(targets, manifest)
+            if chain:
+                result = self._roll(datadir, manifest, scratch, chain, want, targets)
+            else:
+                result = CheckResult.of(
+                    NAME, [], f"nothing shipped after the backup (GTID {want or '-'})", gtid=want
+                )
+        except _NotRolled as exc:
+            result = exc.result
         except BinlogError as exc:
-            return CheckResult.of(NAME, [str(exc)])
+            result = CheckResult.of(NAME, [str(exc)])
+        if targets.notes:
+            result.note = "; ".join([result.note, *targets.notes]).strip("; ")
+        return result
 
-    def _roll(self, datadir: Path, manifest: Manifest, scratch: Path) -> CheckResult:
-        servers = server_uuids(self.catalog)
-        if not servers:
-            return CheckResult.skipped(NAME, "not run: this host ships no binlogs")
-        if manifest.server_uuid not in servers:
-            return CheckResult.of(
-                NAME,
-                [
-                    f"this host's shipped binlogs are of server(s) {', '.join(servers)}, none of them the backup's "
-                    f"server {manifest.server_uuid}: the backup does not belong to this host's binlog history"
-                ],
-            )
-        if not manifest.binlog_file or manifest.binlog_position is None:
-            return CheckResult.of(
-                NAME, [f"backup {manifest.backup_id} records no binlog position to start from"]
-            )
-        index = BinlogCatalog(self.catalog, manifest.server_uuid).index()
-        chain, problem = _contiguous(index, manifest)
-        if problem:
-            return CheckResult.of(NAME, [problem])
-        newest = parse_gtid_pos(manifest.gtid)
-        for m in chain:
-            newest.update(parse_gtid_pos(m.gtid_last))
-        want = format_gtid_pos(newest)
-        if want == format_gtid_pos(parse_gtid_pos(manifest.gtid)):
-            return CheckResult.of(
-                NAME, [], f"nothing shipped after the backup (GTID {want or '-'})", gtid=want
-            )
+    def _roll(
+        self,
+        datadir: Path,
+        manifest: Manifest,
+        scratch: Path,
+        chain: list[BinlogManifest],
+        want: str,
+        targets: Targets,
+    ) -> CheckResult:
         target = PitrTarget.at_gtid(want)
         plan = PitrPlan(manifest, chain, target)
-        files = fetch_binlogs(
-            PitrRequest(
-                self.catalog, datadir, target, private_key=self.private_key, passphrase=self.passphrase
-            ),
-            chain,
-            scratch / "binlogs",
+        request = PitrRequest(
+            self.catalog, datadir, target, private_key=self.private_key, passphrase=self.passphrase
         )
+        files = fetch_binlogs(request, chain, scratch / "binlogs", targets)
         report = PitrReport(
             manifest.backup_id,
             [],
@@ -109,6 +115,60 @@ class ShippedBinlogs:
             )
         log.info("rolled %s forward: %s", manifest.backup_id, note)
         return CheckResult.of(NAME, [], note, gtid=report.reached_gtid, binlogs=len(files), replayed=True)
+
+
+def _newest_on(targets: Targets, manifest: Manifest) -> tuple[list[BinlogManifest], str]:
+    """_to_newest on the first target where it succeeds. When none does and those that could be
+    read said why their binlogs cannot roll the backup forward, the first of those answers is the
+    result (a target that is down knows nothing better)."""
+    answers: list[_NotRolled] = []
+
+    def on(catalog: Catalog) -> tuple[list[BinlogManifest], str]:
+        try:
+            return _to_newest(catalog, manifest)
+        except _NotRolled as exc:
+            answers.append(exc)
+            raise
+
+    try:
+        return targets.read("the shipped binlogs", on, errors=(*READ_ERRORS, BinlogError, _NotRolled))
+    except StorageError:
+        if answers:
+            raise answers[0] from None
+        raise
+
+
+def _to_newest(catalog: Catalog, manifest: Manifest) -> tuple[list[BinlogManifest], str]:
+    """The binlogs on `catalog` from the backup to the newest shipped point and the GTID there (no
+    binlogs: nothing was shipped after it); _NotRolled with the check's result when they cannot
+    roll the backup forward."""
+    servers = server_uuids(catalog)
+    if not servers:
+        raise _NotRolled(CheckResult.skipped(NAME, "not run: this host ships no binlogs"))
+    if manifest.server_uuid not in servers:
+        raise _NotRolled(
+            CheckResult.of(
+                NAME,
+                [
+                    f"this host's shipped binlogs are of server(s) {', '.join(servers)}, none of them the backup's "
+                    f"server {manifest.server_uuid}: the backup does not belong to this host's binlog history"
+                ],
+            )
+        )
+    if not manifest.binlog_file or manifest.binlog_position is None:
+        raise _NotRolled(
+            CheckResult.of(NAME, [f"backup {manifest.backup_id} records no binlog position to start from"])
+        )
+    chain, problem = _contiguous(BinlogCatalog(catalog, manifest.server_uuid).index(), manifest)
+    if problem:
+        raise _NotRolled(CheckResult.of(NAME, [problem]))
+    newest = parse_gtid_pos(manifest.gtid)
+    for m in chain:
+        newest.update(parse_gtid_pos(m.gtid_last))
+    want = format_gtid_pos(newest)
+    if want == format_gtid_pos(parse_gtid_pos(manifest.gtid)):
+        return [], want  # nothing shipped after the backup
+    return chain, want
 
 
 def _contiguous(index: BinlogIndex, manifest: Manifest) -> tuple[list[BinlogManifest], str]:

@@ -2,6 +2,11 @@
 server under new names with InnoDB transportable tablespaces, touching nothing else there.
 
 The steps (`restore_tables`):
+0. Names, before anything is fetched: each table and new name is `schema.table` of letters,
+   digits, `_` and `$`, 64 characters at most each (the default `<table>_restored` included; a
+   trailing newline is refused, not taken as the end of the name), and each table is in the
+   backup's own table list (its manifest's source shape; with a point in time, a table missing
+   there must be named by a shipped binlog after the backup: created or renamed later).
 1. Live checks, before anything is restored: every new name is free and its schema exists,
    `innodb_file_per_table` is ON, the account may skip the binlog (`sql_log_bin=0`), and the live
    datadir is on this machine (the files are copied into it, so this runs on the database host).
@@ -23,7 +28,8 @@ The steps (`restore_tables`):
    plain table `CREATE ... LIKE` + `REMOVE PARTITIONING` takes the tablespace, then `EXCHANGE
    PARTITION` moves it into the empty partitioned copy (10.11 validates every row doing so).
    Then the copy's digest must equal the sandbox's.
-   On any failure every table this run created is dropped again and its files removed.
+   On any failure every table this run created is dropped again and its files removed; what
+   could not be dropped or removed is named in the error, with the statement to run by hand.
 
 The copies exist on the live server only (unlogged): a logged statement that touches them (an
 UPDATE, an ALTER, an `INSERT ... SELECT` in statement format) breaks the replicas; copy rows back
@@ -32,6 +38,7 @@ with `SET SESSION binlog_format=ROW` (docs/RUNBOOK.md).
 
 from __future__ import annotations
 
+import difflib
 import errno
 import logging
 import os
@@ -43,17 +50,21 @@ from pathlib import Path
 from typing import Any
 
 from ..catalog.backups import Catalog
+from ..catalog.manifest import Manifest
+from ..catalog.targets import Source, Targets
 from ..common.tempdirs import private_dir
 from ..db.sandbox import SANDBOX_REDO_BYTES, SandboxServer, stop_orphans
 from ..db.server import MySQLTarget, connect
-from ..restore.chain import RestoreRequest, plan_chain, restore
-from .plan import PitrTarget, make_plan
-from .recover import PitrRequest, point_in_time_restore
+from ..restore.chain import RestoreRequest, plan_chain, read_chain, restore
+from .moments import MomentFilter, MomentsRequest, list_moments
+from .plan import PitrError, PitrTarget
+from .recover import PitrRequest, point_in_time_restore, read_plan
 
 log = logging.getLogger(__name__)
 
 SANDBOX_SERVER_ID = 4_100_000_001
-_NAME = re.compile(r"^[A-Za-z0-9_$]{1,64}$")
+_NAME = re.compile(r"[A-Za-z0-9_$]{1,64}")  # fullmatch: "$" would admit a trailing newline
+MAX_NAME = 64
 _FOREIGN_KEY = re.compile(r",\s*CONSTRAINT\s+`(?:[^`]|``)*`\s+FOREIGN KEY[^\n]*", re.I)
 
 
@@ -69,7 +80,7 @@ class TableName:
     @classmethod
     def parse(cls, text: str, what: str) -> TableName:
         schema, dot, table = text.partition(".")
-        if not dot or not _NAME.match(schema) or not _NAME.match(table):
+        if not dot or not _NAME.fullmatch(schema) or not _NAME.fullmatch(table):
             raise TableRestoreError(
                 f"{what} {text!r}: give schema.table (letters, digits, _ and $ only, 64 at most each)"
             )
@@ -98,6 +109,8 @@ class TableRestoreRequest:
     replay: str = "applier"
     replay_threads: int = 4
     max_free_memory_pct: int = 50
+    source_name: str = "primary"  # the name of `catalog`'s storage target
+    fallbacks: list[Source] = field(default_factory=list)  # further targets (core/catalog/targets.py)
 
 
 @dataclass
@@ -117,6 +130,7 @@ class TableRestoreReport:
     live: str
     tables: list[RestoredTable] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    fallbacks: list[str] = field(default_factory=list)  # what came from another storage target, and why
 
 
 @dataclass
@@ -132,13 +146,17 @@ class _Export:
 
 def restore_tables(req: TableRestoreRequest) -> TableRestoreReport:
     pairs = _pairs(req)
+    targets = Targets.of(req.catalog, req.source_name, req.fallbacks)
+    backup, need = _planned(req, targets)
+    _check_in_backup(req, backup, [source for source, _ in pairs])
     live = _check_live(req.live, pairs)
     report = TableRestoreReport("", "", "", req.live.address)
+    report.fallbacks = targets.notes
     work = private_dir("tables", req.scratch_dir, on_sweep=stop_orphans)
     try:
-        need, free = _check_room(req, work)
+        free = _check_room(need, work)
         try:
-            exports = _restore_and_export(req, work, pairs, live.page_size, report)
+            exports = _restore_and_export(req, work, pairs, live.page_size, report, targets)
         except Exception as exc:
             if not _out_of_disk(exc):
                 raise
@@ -175,23 +193,71 @@ def _size(n: int) -> str:
     return f"{n / 2**20:.0f} MiB" if n < 2**30 else f"{n / 2**30:.1f} GiB"
 
 
-def _check_room(req: TableRestoreRequest, work: Path) -> tuple[int, int]:
+def _planned(req: TableRestoreRequest, targets: Targets) -> tuple[Manifest, int]:
+    """From manifests alone: the backup the restore starts from, and the uncompressed size of its
+    chain and the binlogs up to the target (a floor of the sandbox's disk use)."""
+    if req.target is not None:
+        plan = read_plan(targets, req.target, req.backup_id)
+        chain = plan_chain(targets.first.catalog, plan.backup.backup_id)
+        return plan.backup, sum(m.raw_bytes for m in chain) + sum(b.size for b in plan.binlogs)
+    chain = read_chain(targets, req.backup_id)
+    return chain[-1], sum(m.raw_bytes for m in chain)
+
+
+def _check_room(need: int, work: Path) -> int:
     """Refuse before restoring when the sandbox's filesystem cannot even hold the chain and binlogs
     (their uncompressed sizes: a floor; the replay server's redo log and the prepare need more, and
-    running out later is named too). Returns that floor and the free bytes."""
-    if req.target is not None:
-        plan = make_plan(req.catalog, req.target, req.backup_id)
-        chain = plan_chain(req.catalog, plan.backup.backup_id)
-        need = sum(m.raw_bytes for m in chain) + sum(b.size for b in plan.binlogs)
-    else:
-        need = sum(m.raw_bytes for m in plan_chain(req.catalog, req.backup_id))
+    running out later is named too). Returns the free bytes."""
     free = shutil.disk_usage(work).free
     if free < need:
         raise TableRestoreError(
             f"the sandbox {work} has {_size(free)} free, the backup and binlogs restore to about {_size(need)}: "
             "give --scratch-dir a directory on a filesystem with more free space (nothing was restored)"
         )
-    return need, free
+    return free
+
+
+def _check_in_backup(req: TableRestoreRequest, backup: Manifest, tables: list[TableName]) -> None:
+    """Each table must be in the backup's own table list (its manifest's source shape), or, with a
+    point in time, be named by a shipped binlog after it (created or renamed later)."""
+    shape = backup.source_shape
+    if shape is None or shape.truncated:
+        log.warning(
+            "backup %s records no complete table list: the table names are checked after the restore",
+            backup.backup_id,
+        )
+        return
+    listed = {t.name for t in shape.tables} | set(shape.changed_during_backup)
+    for table in tables:
+        if str(table) in listed or (req.target is not None and _named_after(req, backup, table)):
+            continue
+        near = [n for n in listed if n.casefold() == str(table).casefold()]
+        near = near or difflib.get_close_matches(str(table), sorted(listed), n=1)
+        later = "" if req.target is None else " and no shipped binlog after it names it"
+        raise TableRestoreError(
+            f"{table} is not in backup {backup.backup_id} (the tables it recorded when it was taken){later}"
+            + (f"; did you mean {near[0]}?" if near else "; check the name (SHOW TABLES).")
+            + " Nothing was restored"
+        )
+
+
+def _named_after(req: TableRestoreRequest, backup: Manifest, table: TableName) -> bool:
+    """Whether a transaction in the binlogs shipped after `backup` names `table` (or cannot be read
+    for its tables): the table may be created after the backup."""
+    listing = MomentsRequest(
+        req.catalog,
+        MomentFilter(tables={str(table)}),
+        private_key=req.private_key,
+        passphrase=req.passphrase,
+        backup_id=backup.backup_id,
+        scratch_dir=req.scratch_dir,
+        source_name=req.source_name,
+        fallbacks=req.fallbacks,
+    )
+    try:
+        return next(iter(list_moments(listing)), None) is not None
+    except PitrError:
+        return False
 
 
 def _restore_and_export(
@@ -200,12 +266,13 @@ def _restore_and_export(
     pairs: list[tuple[TableName, TableName]],
     page_size: int,
     report: TableRestoreReport,
+    targets: Targets,
 ) -> list[_Export]:
     """Steps 2 and 3 (the sandbox only): restore into `work`, export the tables' files."""
     t0 = time.monotonic()
     datadir = work / "data"
     common: dict[str, Any] = {
-        "catalog": req.catalog,
+        "catalog": targets.first.catalog,
         "target_datadir": datadir,
         "backup_id": req.backup_id,
         "private_key": req.private_key,
@@ -221,7 +288,8 @@ def _restore_and_export(
                 replay=req.replay,
                 replay_threads=req.replay_threads,
                 **common,
-            )
+            ),
+            targets,
         )
         report.backup_id, report.target, report.reached_gtid = (
             pitr.backup_id,
@@ -229,7 +297,7 @@ def _restore_and_export(
             pitr.reached_gtid,
         )
     else:
-        restored = restore(RestoreRequest(**common))
+        restored = restore(RestoreRequest(**common), targets)
         report.backup_id, report.target = restored.backup_id, f"backup {restored.backup_id}"
         report.reached_gtid = restored.gtid or ""
     report.timings["restore"] = time.monotonic() - t0
@@ -247,9 +315,7 @@ def _pairs(req: TableRestoreRequest) -> list[tuple[TableName, TableName]]:
         raise TableRestoreError(
             f"{len(sources)} table(s) but {len(req.new_names)} new name(s): give one new name per table, or none"
         )
-    news = [TableName.parse(n, "new name") for n in req.new_names] or [
-        TableName(s.schema, f"{s.table}_restored") for s in sources
-    ]
+    news = [TableName.parse(n, "new name") for n in req.new_names] or [_default_name(s) for s in sources]
     for what, names in (("table", sources), ("new name", news)):
         seen = {str(n).lower() for n in names}
         if len(seen) != len(names):
@@ -261,6 +327,16 @@ def _pairs(req: TableRestoreRequest) -> list[tuple[TableName, TableName]]:
             "into an existing table)"
         )
     return list(zip(sources, news, strict=True))
+
+
+def _default_name(source: TableName) -> TableName:
+    name = f"{source.table}_restored"
+    if len(name) > MAX_NAME:
+        raise TableRestoreError(
+            f"the default new name of {source}, {name} is {len(name)} characters, over MariaDB's {MAX_NAME}: "
+            "give one with --as"
+        )
+    return TableName(source.schema, name)
 
 
 @dataclass
@@ -503,23 +579,19 @@ def _import(target: MySQLTarget, live: _Live, exports: list[_Export]) -> list[Re
             if digest != ex.digest:
                 raise TableRestoreError(
                     f"{ex.new} on {target.address} holds {digest}, the restored {ex.source} {ex.digest}: "
-                    "the import is not the restored table; it was dropped again"
+                    "the import is not the restored table"
                 )
             done.append(RestoredTable(str(ex.source), str(ex.new), digest, ex.partitions, dropped))
             log.info("restored %s as %s on %s (%s)", ex.source, ex.new, target.address, digest)
     except BaseException as failure:
-        for name in reversed(created):
-            try:
-                cur.execute(f"DROP TABLE IF EXISTS {name.sql()}")
-            except Exception as exc:  # noqa: BLE001 - the original error is the one to report
-                log.error("could not drop %s on %s again: %s", name, target.address, exc)
-        for path in placed:
-            path.unlink(missing_ok=True)
+        left = _roll_back(cur, created, placed, target)
         if _plain_failure(failure):
             raise TableRestoreError(
-                f"importing into {target.address} failed: {_sql_error(failure)}; the tables this run created were "
-                "dropped again"
+                f"importing into {target.address} failed: {_sql_error(failure)}; {left}"
             ) from None
+        if isinstance(failure, TableRestoreError):
+            raise TableRestoreError(f"{failure}; {left}") from None
+        log.error("table restore interrupted: %s", left)
         raise
     finally:
         for path in placed:
@@ -527,6 +599,29 @@ def _import(target: MySQLTarget, live: _Live, exports: list[_Export]) -> list[Re
                 path.unlink(missing_ok=True)  # IMPORT leaves it behind
         conn.close()
     return done
+
+
+def _roll_back(cur: Any, created: list[TableName], placed: list[Path], target: MySQLTarget) -> str:
+    """Drop what this run created (unlogged, as created) and remove the files it placed; says
+    what was done, and names what could not be undone with the statement that does it by hand."""
+    failed = []
+    for name in reversed(created):
+        try:
+            cur.execute(f"DROP TABLE IF EXISTS {name.sql()}")
+        except Exception as exc:  # noqa: BLE001 - named in the error; the original failure stays first
+            failed.append(f"could not drop {name} ({_sql_error(exc)})")
+    for path in placed:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            failed.append(f"could not remove {path} ({exc.strerror})")
+    if failed:
+        tables = " ".join(f"DROP TABLE {n.sql()};" for n in created)
+        return (
+            "; ".join(failed)
+            + f": it is on {target.address} now; remove it by hand (SET SESSION sql_log_bin=0; {tables})"
+        )
+    return "the tables this run created were dropped again" if created else "nothing was created"
 
 
 def _import_into(

@@ -1,14 +1,22 @@
 """Watched: is every host's recovery still possible, read from the catalogs alone (no keys, no
 database connection, independent of whether the backup DAG ran).
 
-Per host, against its cluster's `check:` settings:
-  - the newest restorable backup (its chain resolves from the manifests and every object of it is
-    stored at its size on some target): older than `rpo_hours`, or none: critical;
+Per host, against its cluster's `check:` settings, over every storage target (`storage` then
+`copies`, as a restore reads them: core/catalog/targets.py):
+  - a storage target that cannot be read: the first (`storage`, where backups and binlogs are
+    written): critical; a further one: warning;
+  - the newest restorable backup: its chain resolves from the manifests of some target, and every
+    object of it is stored at its size on a target whose manifest names the same object (sha256),
+    so a restore can fetch it there (`restorable_from` names the targets, the chain's first):
+    older than `rpo_hours`, or none: critical;
   - restore tests: the last one failed, none passed yet, or the newest pass is older than
     `restore_test_max_age_days`: warning;
   - binlogs (a cluster with `binlogs:`, or a host that has shipped some): a gap after the newest
     restorable backup's binlog position (point-in-time recovery from it stops there), no binlog
     shipped, or the shipped binlogs lagging more than `binlog_max_lag_minutes`: critical;
+  - a promoted server (core/binlog/timeline.py, the newest timeline) with no backup of its own:
+    nothing it wrote can be restored to a point in time (PITR on a timeline starts from its first
+    full backup): warning, critical once the promotion is older than `rpo_hours`;
   - further storage targets: a backup not there `copies_max_behind_hours` after it finished, or a
     target that cannot be read: warning;
   - a manifest or restore report that cannot be read: warning.
@@ -18,6 +26,8 @@ monitoring systems (Nagios, Icinga, Sensu) expect.
 
 from __future__ import annotations
 
+__all__ = ["check_fleet", "check_host"]
+
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -25,15 +35,17 @@ from typing import Any, Literal
 
 from ..backup.copies import copy_state
 from ..binlog.catalog import BinlogCatalog, BinlogError
+from ..binlog.timeline import timelines
 from ..catalog.backups import Catalog
 from ..catalog.chain import resolve_chain
 from ..catalog.manifest import CatalogError, Manifest
+from ..catalog.targets import Source, Targets
 from ..common.values import binlog_number
 from ..config.schema import CheckConfig, FleetConfig
 from ..config.wiring import make_store
 from ..storage.base import ObjectStore, StorageError
 from .html import fmt_seconds
-from .model import newest_binlog, restore_tests
+from .model import BinlogStatus, newest_binlog, restore_tests_on
 
 Status = Literal["ok", "warning", "critical"]
 LEVEL: dict[str, int] = {"ok": 0, "warning": 1, "critical": 2}
@@ -59,6 +71,8 @@ class HostCheck:
     binlog_lag_seconds: float | None = None
     binlog_gaps: int = 0
     copies_behind: dict[str, int] = field(default_factory=dict)  # target -> backups not there yet
+    restorable_from: list[str] = field(default_factory=list)  # targets the newest restorable reads
+    targets: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> location, backups | error
 
     @property
     def status(self) -> Status:
@@ -85,6 +99,8 @@ class HostCheck:
             "binlog_lag_seconds": self.binlog_lag_seconds,
             "binlog_gaps": self.binlog_gaps,
             "copies_behind": self.copies_behind,
+            "restorable_from": self.restorable_from,
+            "targets": self.targets,
         }
 
 
@@ -97,19 +113,22 @@ def check_fleet(
     cluster: str | None = None,
     now: datetime | None = None,
     stores: dict[str, ObjectStore] | None = None,
+    only: str | None = None,
 ) -> list[HostCheck]:
     """Every host of `cluster` (default: every cluster). `stores`: target name -> store, for the
-    targets the caller has already built (the DAG's hooks); the others come from the config."""
+    targets the caller has already built (the DAG's hooks); the others come from the config.
+    `only`: that storage target alone (`check --target-store`)."""
     now = now or datetime.now(UTC)
+    targets = [config.target(only)] if only else config.targets()
     stores = dict(stores or {})
-    for target in config.targets():
+    for target in targets:
         if target.name not in stores:
             stores[target.name] = make_store(target)
     clusters = [config.cluster(cluster)] if cluster else config.clusters
     out = []
     for c in clusters:
         for h in c.hosts:
-            catalogs = [(t.name, Catalog(stores[t.name], t.prefix, c.name, h.name)) for t in config.targets()]
+            catalogs = [(t.name, Catalog(stores[t.name], t.prefix, c.name, h.name)) for t in targets]
             out.append(check_host(catalogs, c.check, c.binlogs is not None, now, c.name))
     return out
 
@@ -118,48 +137,63 @@ def check_host(
     catalogs: list[tuple[str, Catalog]], settings: CheckConfig, binlogs_on: bool, now: datetime, cluster: str
 ) -> HostCheck:
     """One host: `catalogs` are its catalog on each storage target, the first target first."""
-    primary = catalogs[0][1]
-    result = HostCheck(cluster, primary.host)
+    targets = Targets([Source(name, catalog) for name, catalog in catalogs])
+    result = HostCheck(cluster, catalogs[0][1].host)
     problems: list[str] = []
-    try:
-        manifests = primary.manifests(problems)
-    except (StorageError, CatalogError) as exc:
-        result.add("critical", f"cannot read the catalog at {primary.describe()}: {exc}")
-        return result
+    errors: dict[str, str] = {}
+    held = {s.name: ms for s, ms in targets.each(lambda c: c.manifests(problems), [], errors, one=False)}
+    for source in targets.sources:
+        where = source.catalog.describe()
+        result.targets[source.name] = {"location": where} | (
+            {"error": errors[source.name]} if source.name in errors else {"backups": len(held[source.name])}
+        )
+    first = targets.first
+    if first.name in errors:  # where backups and binlogs are written
+        result.add("critical", f"storage target {first.name} cannot be read: {errors[first.name]}")
     for problem in problems[:3]:
         result.add("warning", f"unreadable manifest: {problem}")
-    newest = _backups(result, manifests, catalogs, settings, now)
-    _restore_tests(result, primary, settings, now)
-    _binlogs(result, primary, newest, settings, binlogs_on, now)
-    _copies(result, primary, manifests, catalogs[1:], settings, now)
+    readable = [s for s in targets.sources if s.name in held]
+    newest = _backups(result, held, readable, first.name, settings, now)
+    if readable:  # else there is nothing to judge them by: the targets' errors say so
+        _restore_tests(result, readable, settings, now)
+        _binlogs(result, readable, newest, settings, binlogs_on, now)
+        _timeline(result, readable, held, settings, now)
+    _copies(result, targets, held, errors, settings, now)
     return result
 
 
 def _backups(
     result: HostCheck,
-    manifests: list[Manifest],
-    catalogs: list[tuple[str, Catalog]],
+    held: dict[str, list[Manifest]],
+    readable: list[Source],
+    first: str,
     settings: CheckConfig,
     now: datetime,
 ) -> Manifest | None:
     rpo = settings.rpo_hours * 3600
-    by_id = {m.backup_id: m for m in manifests}
+    by_target = {name: {m.backup_id: m for m in ms} for name, ms in held.items()}
+    every = {
+        bid: m for ms in reversed(list(by_target.values())) for bid, m in ms.items()
+    }  # the first target's wins
     skipped: list[str] = []
     newest = None
-    for m in sorted(manifests, key=lambda m: m.backup_id, reverse=True):
-        why = _unrestorable(m, by_id, catalogs)
-        if why is None:
-            newest = m
+    for m in sorted(every.values(), key=lambda m: m.backup_id, reverse=True):
+        found = _restorable(m.backup_id, by_target, readable)
+        if isinstance(found, list):
+            newest, result.restorable_from = m, found
             break
-        skipped.append(f"{m.backup_id} ({why})")
+        skipped.append(f"{m.backup_id} ({found})")
     if skipped:
         result.add("warning", f"not restorable: {'; '.join(skipped[:3])}")
     if newest is None:
-        result.add("critical", f"no restorable backup at {catalogs[0][1].describe()}")
+        where = ", ".join(s.catalog.describe() for s in readable) or "no readable storage target"
+        result.add("critical", f"no restorable backup at {where}")
         return None
     age = max((now - newest.finished_at).total_seconds(), 0.0)
     result.backup_age_seconds, result.newest_restorable = age, newest.backup_id
     text = f"newest restorable backup {newest.backup_id} is {fmt_seconds(age)} old"
+    if result.restorable_from != [first]:  # not (all) from the first target
+        text += f" (from {' and '.join(result.restorable_from)})"
     if age > rpo:
         result.add("critical", f"{text}, over the RPO of {fmt_seconds(rpo)}")
     else:
@@ -167,38 +201,59 @@ def _backups(
     return newest
 
 
-def _unrestorable(m: Manifest, by_id: dict[str, Manifest], catalogs: list[tuple[str, Catalog]]) -> str | None:
-    """Why backup `m` cannot be restored now, or None: its chain resolves from the manifests and
-    each object of it is stored at its size on one of the targets (HEAD only: a deep check is
+def _restorable(
+    backup_id: str, by_target: dict[str, dict[str, Manifest]], readable: list[Source]
+) -> list[str] | str:
+    """The targets a restore of `backup_id` reads (the one whose manifests resolve its chain first,
+    then those objects fall back to), or why it cannot be restored now: the chain resolves on no
+    target, or an object of it is stored at its size on none (HEAD only: a deep check is
     `verify --deep`)."""
-    try:
-        chain = resolve_chain(by_id, m.backup_id, catalogs[0][1].describe())
-    except CatalogError as exc:
-        return str(exc)
-    for link in chain:
-        for piece in (p for obj in link.objects for p in obj.pieces()):
-            if not any(_stored(c, link, piece.key, piece.size) for _, c in catalogs):
-                return f"{piece.key} is missing on every target"
-    return None
+    why = ""
+    for source in readable:
+        if backup_id not in by_target[source.name]:
+            continue
+        try:
+            chain = resolve_chain(by_target[source.name], backup_id, source.catalog.describe())
+        except CatalogError as exc:
+            why = why or str(exc)
+            continue
+        order = [source, *(s for s in readable if s is not source)]
+        used: list[str] = []
+        for link in chain:
+            where = next((s for s in order if _holds(s, by_target[s.name].get(link.backup_id), link)), None)
+            if where is None:
+                return f"{link.backup_id}: its objects are missing on every target"
+            if where.name not in used:
+                used.append(where.name)
+        return [source.name, *(n for n in used if n != source.name)]
+    return why or "its chain resolves on no target"
 
 
-def _stored(catalog: Catalog, m: Manifest, key: str, size: int) -> bool:
-    primary_dir = key.rsplit("/", 1)[0]
-    here = catalog.backup_dir(m.backup_id) + "/" + key[len(primary_dir) + 1 :]
-    try:
-        info = catalog.store.head(here)
-    except StorageError:
+def _holds(source: Source, there: Manifest | None, link: Manifest) -> bool:
+    """Does `source` hold backup `link` as the chain names it (the same streams), every object at
+    its size?"""
+    if there is None or [(o.sha256, o.size) for o in there.streams] != [
+        (o.sha256, o.size) for o in link.streams
+    ]:
         return False
-    return info is not None and info.size == size
+    for piece in (p for obj in there.objects for p in obj.pieces()):
+        try:
+            info = source.catalog.store.head(piece.key)
+        except StorageError:
+            return False
+        if info is None or info.size != piece.size:
+            return False
+    return True
 
 
-def _restore_tests(result: HostCheck, catalog: Catalog, settings: CheckConfig, now: datetime) -> None:
+def _restore_tests(result: HostCheck, readable: list[Source], settings: CheckConfig, now: datetime) -> None:
+    """The restore tests reported on any target (a report is copied with its backup, and written
+    where the test read the chain)."""
     problems: list[str] = []
-    try:
-        rows = restore_tests(catalog, problems)
-    except StorageError as exc:
-        result.add("warning", f"cannot read the restore tests: {exc}")
-        return
+    errors: list[str] = []
+    rows = restore_tests_on([(s.name, s.catalog) for s in readable], problems, errors)
+    for error in errors:
+        result.add("warning", error)
     for problem in problems[:2]:
         result.add("warning", f"unreadable restore report: {problem}")
     limit = settings.restore_test_max_age_days * 86400
@@ -226,20 +281,29 @@ def _restore_tests(result: HostCheck, catalog: Catalog, settings: CheckConfig, n
 
 def _binlogs(
     result: HostCheck,
-    catalog: Catalog,
+    readable: list[Source],
     newest: Manifest | None,
     settings: CheckConfig,
     on: bool,
     now: datetime,
 ) -> None:
+    """The newest binlog shipped to any target (a PITR reads the target that has it), and the gaps."""
     problems: list[str] = []
-    try:
-        status = newest_binlog(catalog, now, problems)
-    except (StorageError, BinlogError) as exc:
-        result.add("critical" if on else "warning", f"cannot read the shipped binlogs: {exc}")
+    status: BinlogStatus | None = None
+    failed: list[str] = []
+    for source in readable:
+        try:
+            here = newest_binlog(source.catalog, now, problems)
+        except (StorageError, BinlogError) as exc:
+            failed.append(f"{source.name}: {exc}")
+            continue
+        if here and (status is None or _later(here, status)):
+            status = here
+    if failed and len(failed) == len(readable):
+        result.add("critical" if on else "warning", f"cannot read the shipped binlogs: {'; '.join(failed)}")
         return
     if newest is not None and newest.binlog_file:
-        _gaps(result, catalog, newest)
+        _gaps(result, readable, newest)
     if status is None and not on:
         return  # binlogs are not shipped for this cluster
     for problem in problems[:2]:
@@ -261,14 +325,52 @@ def _binlogs(
         result.add("ok", text)
 
 
-def _gaps(result: HostCheck, catalog: Catalog, newest: Manifest) -> None:
+def _timeline(
+    result: HostCheck,
+    readable: list[Source],
+    held: dict[str, list[Manifest]],
+    settings: CheckConfig,
+    now: datetime,
+) -> None:
+    """The newest promoted identity of the host, when no target holds a backup of it."""
+    for source in readable:
+        try:
+            records = timelines(source.catalog)  # copied with the binlogs: the first readable says
+            break
+        except (StorageError, BinlogError) as exc:
+            result.add("warning", f"cannot read the timeline records on {source.name}: {exc}")
+    else:
+        return
+    if not records or any(m.server_uuid == records[-1].server_uuid for ms in held.values() for m in ms):
+        return
+    current = records[-1]
+    age = max((now - current.promoted_at).total_seconds(), 0.0)
+    result.add(
+        "critical" if age > settings.rpo_hours * 3600 else "warning",
+        f"promoted {fmt_seconds(age)} ago to the new timeline {current.server_uuid} (forked from "
+        f"{current.parent_server_uuid} at {current.fork_gtid or '-'}), which has no backup yet: nothing written "
+        "since can be restored to a point in time; take a full backup of the new primary",
+    )
+
+
+def _later(a: BinlogStatus, b: BinlogStatus) -> bool:
+    return a.covers_until is not None and (b.covers_until is None or a.covers_until > b.covers_until)
+
+
+def _gaps(result: HostCheck, readable: list[Source], newest: Manifest) -> None:
     """Gaps after the newest restorable backup's binlog position: point-in-time recovery from it
-    cannot cross them (an older gap no longer matters: that backup starts after it)."""
+    cannot cross them (an older gap no longer matters: that backup starts after it). Gap markers
+    are copied with the binlogs: the first target that can be read says."""
     assert newest.binlog_file
-    try:
-        index = BinlogCatalog(catalog, newest.server_uuid).index()
-    except (StorageError, BinlogError) as exc:
-        result.add("warning", f"cannot read the binlog gaps: {exc}")
+    index = None
+    for source in readable:
+        try:
+            index = BinlogCatalog(source.catalog, newest.server_uuid).index()
+            break
+        except (StorageError, BinlogError) as exc:
+            why = str(exc)
+    if index is None:
+        result.add("warning", f"cannot read the binlog gaps: {why}")
         return
     base, start = binlog_number(newest.binlog_file)
     after = [g for g in index.gaps if binlog_number(g.last_missing) >= (base, start)]
@@ -283,15 +385,24 @@ def _gaps(result: HostCheck, catalog: Catalog, newest: Manifest) -> None:
 
 def _copies(
     result: HostCheck,
-    primary: Catalog,
-    manifests: list[Manifest],
-    others: list[tuple[str, Catalog]],
+    targets: Targets,
+    held: dict[str, list[Manifest]],
+    errors: dict[str, str],
     settings: CheckConfig,
     now: datetime,
 ) -> None:
+    """How far each further target is behind the first (unknown while the first cannot be read)."""
     limit = settings.copies_max_behind_hours * 3600
-    for name, catalog in others:
-        state = copy_state(primary, manifests, name, catalog)
+    primary = targets.first
+    for source in targets.sources[1:]:
+        name = source.name
+        result.copies_behind[name] = 0
+        if name in errors:
+            result.add("warning", f"copy target {name} cannot be read: {errors[name]}")
+            continue
+        if primary.name in errors:
+            continue
+        state = copy_state(primary.catalog, held[primary.name], name, source.catalog)
         result.copies_behind[name] = len(state.behind)
         if state.error:
             result.add("warning", f"copy target {name} cannot be read: {state.error}")

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ..config.schema import FleetConfig
+from ..restore.coverage import CHECKS
 from ..storage.base import ObjectStore
 from .charts import BYTES, COUNT, RIGHT, SECONDS, Bars, Chart, W, esc, linear_ticks, svg_chart
 from .model import BackupRow, BinlogStatus, ClusterReport, HostReport, ReportError, collect
@@ -198,6 +199,7 @@ def render_html(report: ClusterReport) -> str:
     ]
     for host in report.hosts:
         parts.append(host_section(host, report.max_chain_length))
+    parts.append(coverage_table())
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -307,6 +309,20 @@ def restore_table(h: HostReport) -> str:
     return f"<h3>Restore tests{shown}</h3><table>{head}{''.join(rows)}</table>"
 
 
+def coverage_table() -> str:
+    """What each check of a restore test can and cannot catch (core/restore/coverage.py)."""
+    rows = "".join(
+        f"<tr><td><code>{esc(c.name)}</code></td><td>{esc(c.levels)}</td><td>{esc(c.catches)}</td>"
+        f"<td>{esc(c.misses)}</td></tr>"
+        for c in CHECKS
+    )
+    head = "<tr><th>Check</th><th>Levels</th><th>Catches</th><th>A pass does not rule out</th></tr>"
+    return (
+        '<h2 id="restore-checks">What a passing restore test proves</h2>'
+        f'<table class="checks">{head}{rows}</table>'
+    )
+
+
 def backup_table(h: HostReport) -> str:
     if not h.backups:
         return ""
@@ -335,9 +351,9 @@ def backup_table(h: HostReport) -> str:
 
 
 def write_report(
-    config: FleetConfig, cluster: str, out: Path, store: ObjectStore | None = None
+    config: FleetConfig, cluster: str, out: Path, store: ObjectStore | None = None, only: str | None = None
 ) -> ClusterReport:
-    report = collect(config, cluster, store)
+    report = collect(config, cluster, store, only=only)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(render_html(report), encoding="utf-8")

@@ -15,7 +15,9 @@ from ..backup.copies import CopyState, copy_state
 from ..binlog.catalog import BinlogCatalog, BinlogError, server_uuids
 from ..catalog.backups import Catalog
 from ..catalog.manifest import Manifest
+from ..catalog.origin import ORIGIN_KEY, airflow_origin
 from ..catalog.reports import REPORT_NAME, read_report
+from ..catalog.targets import Source, Targets
 from ..config.schema import FleetConfig
 from ..config.wiring import make_store
 from ..storage.base import ObjectStore, StorageError
@@ -40,6 +42,10 @@ class BackupRow:
     chain_length: int  # incrementals since the chain's full: 0 for a full
     storage_class: str
     blocked: dict[str, float] = field(default_factory=dict)  # what production could not do, seconds
+    chain_root: str = ""
+    # The Airflow task that took it (manifest.extra["airflow"]: dag_id, run_id, task_id, map_index,
+    # try_number); empty for a backup taken with the CLI.
+    origin: dict[str, Any] = field(default_factory=dict)
 
     @property
     def seconds(self) -> float:
@@ -58,6 +64,10 @@ class RestoreTestRow:
     reasons: list[str]
     # The checks that failed (reports written before checks were named have none).
     failed_checks: list[str] = field(default_factory=list)
+    # Every check the level ran: {"name", "status", "note"} (reasons are in `reasons`).
+    results: list[dict[str, str]] = field(default_factory=list)
+    origin: dict[str, Any] = field(default_factory=dict)  # the Airflow task that ran it, as BackupRow's
+    source: str = ""  # the storage target the test read the chain from (older reports: unknown)
 
     @property
     def passed(self) -> bool:
@@ -81,6 +91,11 @@ class HostReport:
     binlog: BinlogStatus | None = None
     problems: list[str] = field(default_factory=list)
     copies: list[CopyState] = field(default_factory=list)  # per further storage target
+    source: str = ""  # the storage target the rows were read from (the first that can be read)
+
+    def targets_of(self, backup_id: str) -> list[str]:
+        """The storage targets that hold `backup_id`: the one read, and the copies that have it."""
+        return [self.source, *(c.target for c in self.copies if backup_id in c.held)]
 
     @property
     def latest(self) -> BackupRow | None:
@@ -113,22 +128,71 @@ def collect(
     store: ObjectStore | None = None,
     now: datetime | None = None,
     copy_stores: dict[str, ObjectStore] | None = None,
+    only: str | None = None,
 ) -> ClusterReport:
-    """`store`: the first target's (default: from the config); `copy_stores`: by target name."""
+    """`store`: the first target's (default: from the config); `copy_stores`: by target name.
+    Each host is read from the first target that can be read (host_report_on); `only`: that
+    target alone (`report --target-store`)."""
     settings = config.cluster(cluster)
-    store = store or make_store(config.storage)
     now = now or datetime.now(UTC)
-    catalogs = [Catalog(store, config.storage.prefix, cluster, h.name) for h in settings.hosts]
-    stores = {t.name: (copy_stores or {}).get(t.name) or make_store(t) for t in config.copies}
+    targets = [config.target(only)] if only else config.targets()
+    given = (copy_stores or {}) | ({config.storage.name: store} if store else {})
+    stores = {t.name: given.get(t.name) or make_store(t) for t in targets}
 
-    def one(catalog: Catalog) -> HostReport:
-        copies = [(t.name, Catalog(stores[t.name], t.prefix, cluster, catalog.host)) for t in config.copies]
-        return host_report(catalog, now, copies)
+    def one(host: str) -> HostReport:
+        return host_report_on(
+            [(t.name, Catalog(stores[t.name], t.prefix, cluster, host)) for t in targets], now
+        )
 
     with ThreadPoolExecutor(4) as pool:
-        hosts = list(pool.map(one, catalogs))
-    where = "/".join(p for p in (store.location, config.storage.prefix.strip("/"), cluster) if p)
+        hosts = list(pool.map(one, [h.name for h in settings.hosts]))
+    first = targets[0]
+    where = "/".join(p for p in (stores[first.name].location, first.prefix.strip("/"), cluster) if p)
     return ClusterReport(cluster, where, now, config.policy.max_chain_length, hosts)
+
+
+def host_report_on(catalogs: Sequence[tuple[str, Catalog]], now: datetime) -> HostReport:
+    """The host's report from the first storage target that can be read (`catalogs`: its catalog on
+    each target, the first target first), the other targets as its copies; a target that could not
+    be read is named in `problems`. With one target, exactly host_report."""
+    targets = Targets([Source(name, catalog) for name, catalog in catalogs])
+
+    def on(catalog: Catalog) -> HostReport:
+        return host_report(catalog, now, [(n, c) for n, c in catalogs if c is not catalog])
+
+    report = targets.read(f"the backups of {catalogs[0][1].host}", on)
+    report.source = targets.first.name
+    report.problems[:0] = targets.notes
+    # A restore test writes its report where it read the chain: a test that proved a copy is there.
+    others = {s.target for s in report.copies if not s.error}
+    if others:
+        readable = [(n, c) for n, c in catalogs if n in others]
+        report.restore_tests = restore_tests_on(
+            readable, report.problems, report.problems, report.restore_tests
+        )
+    return report
+
+
+def restore_tests_on(
+    catalogs: Sequence[tuple[str, Catalog]],
+    problems: list[str],
+    errors: list[str],
+    known: Sequence[RestoreTestRow] = (),
+) -> list[RestoreTestRow]:
+    """The restore tests reported on any of the targets (a report is copied with its backup, and
+    written where the test read the chain), and `known` (already read), each once, oldest first.
+    Unreadable reports go to `problems`, targets whose reports cannot be listed to `errors`."""
+    found = {(row.backup_id, row.finished_at): row for row in known}
+    for name, catalog in catalogs:
+        try:
+            rows = restore_tests(catalog, problems)
+        except StorageError as exc:
+            errors.append(f"cannot read the restore tests on {name}: {exc}")
+            continue
+        for row in rows:
+            found.setdefault((row.backup_id, row.finished_at), row)
+    epoch = datetime.min.replace(tzinfo=UTC)
+    return sorted(found.values(), key=lambda r: (r.finished_at or epoch, r.backup_id))
 
 
 def host_report(catalog: Catalog, now: datetime, copies: Sequence[tuple[str, Catalog]] = ()) -> HostReport:
@@ -169,6 +233,8 @@ def backup_rows(manifests: Sequence[Manifest], problems: list[str]) -> list[Back
                 chain_length=length,
                 storage_class=obj.storage_class,
                 blocked={str(k): v for k, v in m.impact.blocked_seconds.items()} if m.impact else {},
+                chain_root=m.chain_root,
+                origin=airflow_origin(m.extra.get(ORIGIN_KEY)),
             )
         )
     return rows
@@ -216,9 +282,16 @@ def _restore_row(catalog: Catalog, backup_id: str) -> RestoreTestRow | str | Non
             total_seconds=(finished - started).total_seconds() if started and finished else None,
             reasons=[str(r) for r in data.get("reasons") or []],
             failed_checks=[str(c) for c in data.get("failed_checks") or []],
+            results=[_check_result(r) for r in data.get("results") or []],
+            origin=airflow_origin(data.get(ORIGIN_KEY)),
+            source=str(data.get("source") or ""),
         )
     except (TypeError, ValueError, AttributeError) as exc:
         return f"not a restore report: {exc}"
+
+
+def _check_result(item: Any) -> dict[str, str]:
+    return {k: str(dict(item).get(k) or "") for k in ("name", "status", "note")}
 
 
 def _time(text: Any) -> datetime | None:

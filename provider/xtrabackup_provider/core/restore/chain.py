@@ -7,6 +7,8 @@ step succeeded; if copy-back fails, what it wrote is removed again.
 
 from __future__ import annotations
 
+__all__ = ["restore", "fetch_one"]
+
 import logging
 import os
 import shutil
@@ -20,6 +22,7 @@ from typing import TypeVar
 from ..catalog.backups import Catalog
 from ..catalog.lease import ReadLease
 from ..catalog.manifest import Manifest, StoredObject, read_stored
+from ..catalog.targets import Targets
 from ..common import children
 from ..common.progress import ProgressLogger
 from ..common.tempdirs import private_dir
@@ -32,8 +35,8 @@ from ..pipeline.process import ChecksumMismatch, PipelineError
 from ..storage.base import ARCHIVE_CLASSES
 from . import prepare
 from .option_files import restore_option_files
-from .sources import Source, clear_dir, fetch_from_sources, resolve_chain
-from .verify import sha256_verdict
+from .sources import Source, backup_on, clear_dir, fetch_with_fallback
+from .verify import stream_failure
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -59,7 +62,7 @@ class RestoreRequest:
     keep_scratch: bool = False
     progress_seconds: float = 10.0  # fetch progress (bytes, rate, ETA) is logged at most this often
     source_name: str = "primary"  # the name of `catalog`'s storage target
-    fallbacks: list[Source] = field(default_factory=list)  # further targets, for missing/damaged objects
+    fallbacks: list[Source] = field(default_factory=list)  # further targets (core/catalog/targets.py)
     option_files: bool = (
         True  # write the saved option files next to the target (core/restore/option_files.py)
     )
@@ -103,6 +106,13 @@ def plan_chain(catalog: Catalog, backup_id: str | None) -> list[Manifest]:
     return catalog.chain(backup_id) if backup_id else catalog.latest_chain()
 
 
+def read_chain(targets: Targets, backup_id: str | None) -> list[Manifest]:
+    """The validated chain, from the first target whose manifests resolve it (it becomes the
+    first target: the objects are fetched from there first)."""
+    what = f"the chain of {backup_id or 'the newest backup'}"
+    return targets.read(what, lambda catalog: plan_chain(catalog, backup_id))
+
+
 def check_target(target: Path) -> None:
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise RestoreError(
@@ -110,23 +120,27 @@ def check_target(target: Path) -> None:
         )
 
 
-def restore(req: RestoreRequest) -> RestoreReport:
-    notes: list[str] = []
-    sources = [Source(req.source_name, req.catalog), *req.fallbacks]
-    chain, sources = resolve_chain(sources, req.backup_id, notes)
+def request_targets(req: RestoreRequest) -> Targets:
+    return Targets.of(req.catalog, req.source_name, req.fallbacks)
+
+
+def restore(req: RestoreRequest, targets: Targets | None = None) -> RestoreReport:
+    """Restore the chain `req` names; `targets` (default: the request's catalog and fallbacks)
+    when the caller reads from them too (PITR: its notes and the targets found down are shared)."""
+    targets = targets or request_targets(req)
+    chain = read_chain(targets, req.backup_id)
     check_target(req.target_datadir)
     # Retention keeps what a running restore reads (core/catalog/lease.py): on the target the
     # chain comes from (a further target an object falls back to is read without a lease).
     ids = [m.backup_id for m in chain]
-    with ReadLease(sources[0].catalog, "restore", ids, unleased_ok=req.without_read_lease) as lease:
+    with ReadLease(targets.first.catalog, "restore", ids, unleased_ok=req.without_read_lease) as lease:
         lease.check()
-        return _restore(req, chain, sources, notes)
+        return _restore(req, chain, targets)
 
 
-def _restore(
-    req: RestoreRequest, chain: list[Manifest], sources: list[Source], notes: list[str]
-) -> RestoreReport:
-    _check_not_archived(sources[0].catalog, chain, others=len(sources) > 1)
+def _restore(req: RestoreRequest, chain: list[Manifest], targets: Targets) -> RestoreReport:
+    origin = targets.first
+    _check_not_archived(origin.catalog, chain, others=targets.many)
     tool = _prepare_tool(chain, req.binary)
     last = chain[-1]
     report = RestoreReport(
@@ -136,8 +150,8 @@ def _restore(
         binlog_file=last.binlog_file,
         binlog_position=last.binlog_position,
         gtid=last.gtid,
-        source=sources[0].name,
-        fallbacks=notes,
+        source=origin.name,
+        fallbacks=targets.notes,
     )
     scratch = own_scratch(req.scratch_dir, req.target_datadir, "restore", last.backup_id)
     # An applied incremental directory is consumed: it is removed in this thread while the next
@@ -145,7 +159,7 @@ def _restore(
     discarder = ThreadPoolExecutor(1, thread_name_prefix="discard")
     try:
         t0 = time.monotonic()
-        dirs = fetch_chain(req, chain, tool, scratch, report, sources)
+        dirs = fetch_chain(req, chain, tool, scratch, report, targets)
         report.timings["fetch_extract"] = time.monotonic() - t0
         t0 = time.monotonic()
         tuning = prepare.tuning_for(
@@ -174,7 +188,7 @@ def _restore(
         report.timings["scratch_cleanup"] = time.monotonic() - t0
     if req.option_files and last.option_files:
         report.option_files = restore_option_files(
-            sources[0].catalog, last, req.target_datadir, req.private_key, req.passphrase
+            origin.catalog, last, req.target_datadir, req.private_key, req.passphrase
         )
     log.info("restored %s (chain %s) into %s", last.backup_id, " -> ".join(report.chain), req.target_datadir)
     return report
@@ -241,9 +255,10 @@ def fetch_chain(
     tool: ToolVersion,
     scratch: Path,
     report: RestoreReport,
-    sources: list[Source] | None = None,
+    targets: Targets,
 ) -> list[Path]:
-    """Download, verify, decrypt, decompress and extract every backup of the chain, in parallel."""
+    """Download, verify, decrypt, decompress and extract every backup of the chain, in parallel,
+    each from the first target that holds it intact (the chain's own target first)."""
     dirs = [scratch / m.backup_id for m in chain]
     for d in dirs:
         d.mkdir()
@@ -256,15 +271,16 @@ def fetch_chain(
                 )
             _import_private(gpg, req, chain)
         workers = max(1, min(req.parallel_downloads or default_parallel_downloads(), len(chain)))
-        sources = sources or [Source(req.source_name, req.catalog)]
-        failed = threading.Event()  # a backup that failed on every source stops the others
+        origin = targets.first
+        failed = threading.Event()  # a backup that failed on every target stops the others
 
         def fetch(m: Manifest, d: Path) -> tuple[int, int]:
-            def one(catalog: Catalog, here: Manifest) -> tuple[int, int]:
-                return fetch_one(catalog, here, tool, d, gpg, req.progress_seconds, cancel=failed)
+            def one(source: Source, here: Manifest) -> tuple[int, int]:
+                return fetch_one(source.catalog, here, tool, d, gpg, req.progress_seconds, cancel=failed)
 
             try:
-                return fetch_from_sources(sources, m, one, clear_dir(d), report.fallbacks)
+                locate = backup_on(origin, m)
+                return fetch_with_fallback(targets, f"backup {m.backup_id}", locate, one, clear_dir(d))
             except BaseException:
                 failed.set()
                 raise
@@ -343,9 +359,7 @@ def fetch_one(
         try:
             _require_checkpoints(tool, dest)  # part 0 holds the tool's metadata files
         except PipelineError as exc:
-            raise PipelineError(
-                f"backup {m.backup_id}: {data[0].key}: {exc}; {sha256_verdict(catalog.store, data[0])}"
-            ) from exc
+            raise stream_failure(f"backup {m.backup_id}", exc, catalog.store, data[0]) from exc
     return stored, raw
 
 
@@ -389,10 +403,9 @@ def _fetch_stream(
     except PipelineError as exc:
         if any(e is not None and e.is_set() for e in cancel):  # a sibling's failure stopped this one
             raise Cancelled(f"backup {m.backup_id}: {obj.key}: stopped, another stream failed") from exc
-        # Whichever stage noticed first, say which object and whether it is what the backup stored.
-        raise PipelineError(
-            f"backup {m.backup_id}: {obj.key}: {exc}; {sha256_verdict(catalog.store, obj)}"
-        ) from exc
+        # Whichever stage noticed first, say which object and whether it is what the backup stored
+        # (a StoredObjectDamaged when it is not: core/restore/sources.py then tries another target).
+        raise stream_failure(f"backup {m.backup_id}", exc, catalog.store, obj) from exc
     finally:
         if fd is not None:
             os.close(fd)

@@ -4,36 +4,63 @@ TO ... MASTER_USE_GTID=slave_pos, core/binlog/replication.py), wait until it has
 optionally gate on a pt-table-checksum pass.
 
 Refused before anything is downloaded: a datadir that is not empty, a backup that is not a
-MariaDB one, and a source that has purged binlogs the backup's position needs (the error names
+MariaDB one, a replication account that cannot log in to the source from this host (where the
+new server's IO thread will connect from) or may not read its binlogs, a new server's account
+(it comes with the restored data: the source's accounts) without the privileges provisioning
+uses on it, and a source that has purged binlogs the backup's position needs (the error names
 the first missing binlog and asks for a newer backup). The new server is started with the
 host's own command (its init system: `systemctl start mariadb`), so it outlives this process;
 it must come up on this datadir with a server_id of its own (both are checked).
+
+Once replication starts, the replica's threads are watched (core/db/replica.py): an IO or SQL
+error that persists for `grace_seconds` fails the run naming Last_IO_Errno / Last_SQL_Errno,
+even without waiting for the catch-up. On any failure after the restore, the server it started
+is stopped (SHUTDOWN through the new server's account) and the message says what is left;
+`clean_on_failure` also empties the datadir, which held nothing before the run.
 """
 
 from __future__ import annotations
+
+__all__ = ["provision_replica"]
 
 import logging
 import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..binlog.replication import (
     CatchUp,
+    ReplicationError,
     ReplicationSource,
     attach,
     check_binlogs_kept,
+    check_source_login,
+    purged_or_raise,
     wait_caught_up,
+    watch_for,
 )
 from ..catalog.backups import Catalog
 from ..catalog.manifest import Manifest
+from ..catalog.targets import Source, Targets
 from ..common import children
 from ..db.checksum import ChecksumOptions, ChecksumRun, run_checksum
+from ..db.grants import GrantsUnreadable, account_grants, client_hosts
+from ..db.replica import (
+    GRACE_SECONDS,
+    ReplicaError,
+    ReplicaState,
+    ReplicaThreadError,
+    ReplicaWatch,
+    read_state,
+    wait_running,
+)
 from ..db.server import MySQLTarget, ServerError, connect, server_facts
-from .chain import RestoreRequest, check_target, plan_chain, restore
+from .chain import RestoreRequest, check_target, empty_dir, read_chain, restore
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +92,11 @@ class ProvisionRequest:
     catch_up_timeout: float = 4 * 3600
     poll_seconds: float = 5
     checksum: ChecksumOptions | None = None  # gate on pt-table-checksum; replica_dsns says how pt reaches it
+    source_name: str = "primary"  # the name of `catalog`'s storage target
+    fallbacks: list[Source] = field(default_factory=list)  # further targets (core/catalog/targets.py)
+    grace_seconds: float = GRACE_SECONDS  # a replication thread error lasting this long fails the run
+    clean_on_failure: bool = False  # after a failure, also empty the datadir (the stopped server's)
+    binlog_binary: str = "mariadb-binlog"  # reads the source's binlog as the replication account
 
 
 @dataclass
@@ -78,6 +110,7 @@ class ProvisionReport:
     caught_up: CatchUp | None = None
     checksum: dict[str, Any] | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    fallbacks: list[str] = field(default_factory=list)  # what came from another storage target, and why
 
     def summary(self) -> dict[str, Any]:
         """Small JSON-able facts for XCom and the CLI."""
@@ -93,16 +126,23 @@ class ProvisionReport:
             "lag_seconds": self.caught_up.lag if self.caught_up else None,
             "checksum": self.checksum,
             "timings": {k: round(v, 2) for k, v in self.timings.items()},
+            "fallbacks": self.fallbacks,
         }
 
 
 def provision_replica(req: ProvisionRequest) -> ProvisionReport:
     check_target(req.target_datadir)
-    chain = plan_chain(req.catalog, req.backup_id)
+    targets = Targets.of(req.catalog, req.source_name, req.fallbacks)
+    chain = read_chain(targets, req.backup_id)
     backup = chain[-1]
     _refuse_flavour(backup)
     gtid = backup.gtid or ""
     source_facts = server_facts(req.source_admin)
+    try:
+        check_source_login(req.source, req.source_admin, binary=req.binlog_binary, what="the new replica")
+    except ReplicationError as exc:
+        raise ReplicationError(f"{exc}. Nothing was restored") from None
+    check_replica_account(req.source_admin, req.replica, source_facts.version)
     # A backup of the source itself records the source's own binlog: the first one the replica needs.
     first_needed = backup.binlog_file if backup.server_uuid == source_facts.server_uuid else None
     check_binlogs_kept(
@@ -111,9 +151,10 @@ def provision_replica(req: ProvisionRequest) -> ProvisionReport:
     report = ProvisionReport(
         backup.backup_id, [m.backup_id for m in chain], str(req.target_datadir), gtid, req.source.describe()
     )
+    report.fallbacks = targets.notes
     restored = restore(
         RestoreRequest(
-            catalog=req.catalog,
+            catalog=targets.first.catalog,
             target_datadir=req.target_datadir,
             backup_id=backup.backup_id,
             private_key=req.private_key,
@@ -121,27 +162,18 @@ def provision_replica(req: ProvisionRequest) -> ProvisionReport:
             binary=req.binary,
             scratch_dir=req.scratch_dir,
             max_free_memory_pct=req.max_free_memory_pct,
-        )
+        ),
+        targets,
     )
     report.timings.update({k: v for k, v in restored.timings.items() if k != "scratch_cleanup"})
-    if req.owner:
-        _chown(req.target_datadir, req.owner)
-    t0 = time.monotonic()
-    start_server(req.start_command, req.replica, req.start_timeout)
-    report.timings["start"] = time.monotonic() - t0
-    report.server_id = _check_new_server(req, backup, source_facts.server_id)
-    conn = connect(req.replica)
     try:
-        attach(conn, req.source, gtid)
-    finally:
-        conn.close()
-    if req.wait:
-        report.caught_up = wait_for_replica(req)
-        report.timings["catch_up"] = report.caught_up.seconds
-    if req.checksum is not None:
-        t0 = time.monotonic()
-        report.checksum = checksum_gate(req.source_admin, req.checksum)
-        report.timings["checksum"] = time.monotonic() - t0
+        _bring_up(req, backup, source_facts.server_id, report)
+    except BaseException as exc:
+        left = clean_up(req)
+        if not isinstance(exc, Exception):
+            log.error("provisioning interrupted: %s", left)
+            raise
+        raise _with_cleanup(exc, left) from exc
     log.info(
         "provisioned %s from %s (GTID %s): %s",
         req.replica.address,
@@ -152,6 +184,144 @@ def provision_replica(req: ProvisionRequest) -> ProvisionReport:
     return report
 
 
+def _bring_up(req: ProvisionRequest, backup: Manifest, source_id: int, report: ProvisionReport) -> None:
+    """Start the restored server, make it a replica, watch it start, wait and check (as asked)."""
+    if req.owner:
+        _chown(req.target_datadir, req.owner)
+    t0 = time.monotonic()
+    start_server(req.start_command, req.replica, req.start_timeout)
+    report.timings["start"] = time.monotonic() - t0
+    report.server_id = _check_new_server(req, backup, source_id)
+    conn = connect(req.replica)
+    try:
+        attach(conn, req.source, report.gtid_start)
+    finally:
+        conn.close()
+    try:  # even without the wait: a login the IO thread keeps failing fails here
+        wait_running(lambda: _state(req), _watch(req), poll=min(req.poll_seconds, 1.0))
+    except ReplicaThreadError as exc:
+        raise purged_or_raise(exc) from None
+    if req.wait:
+        report.caught_up = wait_for_replica(req)
+        report.timings["catch_up"] = report.caught_up.seconds
+    if req.checksum is not None:
+        t0 = time.monotonic()
+        watch = _watch(req)
+        report.checksum = checksum_gate(req.source_admin, req.checksum, lambda: watch.check(_state(req)))
+        report.timings["checksum"] = time.monotonic() - t0
+
+
+def _with_cleanup(exc: Exception, left: str) -> Exception:
+    """The same kind of error (a replica's keeps its thread and errno), its message saying what is left."""
+    message = f"{exc}. {left}"
+    if isinstance(exc, ReplicaThreadError):
+        return type(exc)(message, exc.thread, exc.errno, exc.error)
+    if isinstance(exc, (ReplicaError, ProvisionError)):
+        return type(exc)(message)
+    return ProvisionError(message)
+
+
+def _what(req: ProvisionRequest) -> str:
+    return f"the new replica at {req.replica.address}"
+
+
+def _state(req: ProvisionRequest) -> ReplicaState:
+    return read_state(lambda: connect(req.replica))
+
+
+def _watch(req: ProvisionRequest) -> ReplicaWatch:
+    return watch_for(_what(req), req.source, req.grace_seconds)
+
+
+# What provisioning runs on the new server through its account: RESET SLAVE ALL (RELOAD), CHANGE
+# MASTER / START SLAVE / SET GLOBAL gtid_slave_pos (REPLICATION SLAVE ADMIN), SHOW SLAVE STATUS
+# (SLAVE MONITOR). Before MariaDB 11.0, SUPER includes the last two.
+REPLICA_PRIVILEGES = ("RELOAD", "REPLICATION SLAVE ADMIN", "SLAVE MONITOR")
+_SUPER_COVERS = ("REPLICATION SLAVE ADMIN", "SLAVE MONITOR")
+
+
+def check_replica_account(source_admin: MySQLTarget, replica: MySQLTarget, version: str) -> None:
+    """The new server's account, as the source's grant tables have it (the restored data brings
+    them), must hold what provisioning runs on it. Skipped, with a warning, when the source's
+    account may not read the grant tables or the account is in a defaults file."""
+    if replica.defaults_file and replica.password is None:
+        log.warning(
+            "the new server's account is in %s: its privileges are not checked", replica.defaults_file
+        )
+        return
+    try:
+        grants = account_grants(source_admin, replica.user, client_hosts(replica))
+    except GrantsUnreadable as exc:
+        log.warning("the new server's account is not checked before the restore: %s", exc)
+        return
+    where = f"the source {source_admin.address}"
+    if grants is None:
+        raise ProvisionError(
+            f"the new server's account {replica.user} (connecting as {' or '.join(client_hosts(replica))}) does not "
+            f"exist on {where}; the restored data brings the source's accounts: create it there, take a new "
+            "backup and provision from it. Nothing was restored"
+        )
+    major = version.split(".")[0]
+    super_counts = "SUPER" in grants.privileges and (not major.isdigit() or int(major) < 11)
+    missing = [
+        p for p in REPLICA_PRIVILEGES if not grants.has(p) and not (super_counts and p in _SUPER_COVERS)
+    ]
+    if not missing:
+        return
+    if grants.roles:
+        log.warning("%s lacks %s directly; a role may grant them", grants.account, ", ".join(missing))
+        return
+    raise ProvisionError(
+        f"the new server's account {grants.account} lacks {', '.join(missing)} on {where} (the restored data "
+        "brings the source's accounts), which provisioning needs on the new server (RESET SLAVE ALL, CHANGE "
+        f"MASTER TO, START SLAVE, SHOW SLAVE STATUS): GRANT {', '.join(missing)} ON *.* TO {grants.account} on "
+        "the source, take a new backup and provision from it. Nothing was restored"
+    )
+
+
+def clean_up(req: ProvisionRequest) -> str:
+    """After a failure past the restore: stop the server this run started (SHUTDOWN through its
+    account) and, with clean_on_failure, empty the datadir. Returns what was done and what is left."""
+    datadir = req.target_datadir
+    stopped = stop_server(req.replica, req.start_timeout)
+    if stopped is not None:
+        return (
+            f"Could not stop the new server at {req.replica.address} ({stopped}): stop it with the host's own "
+            f"command (e.g. systemctl stop mariadb), then empty {datadir} before provisioning again"
+        )
+    if req.clean_on_failure:
+        empty_dir(datadir, remove=False)
+        return f"It stopped the new server and emptied {datadir}"
+    return (
+        f"It stopped the new server; {datadir} holds the restored backup: empty {datadir} before provisioning "
+        "again (the next run refuses a datadir that is not empty), or run with clean_on_failure "
+        "(--clean-on-failure)"
+    )
+
+
+def stop_server(replica: MySQLTarget, timeout: float) -> str | None:
+    """SHUTDOWN the server and wait until its pid file is gone; None once stopped, else why not."""
+    try:
+        conn = connect(replica)
+    except ServerError as exc:
+        return str(exc)
+    try:
+        cur = conn.cursor()
+        cur.execute("SELECT @@pid_file")
+        pid_file = Path(str(cur.fetchone()[0]))
+        cur.execute("SHUTDOWN")
+    except Exception as exc:  # noqa: BLE001 - MySQLdb: no SHUTDOWN privilege, a dropped connection
+        return f"SHUTDOWN failed: {exc}"
+    finally:
+        conn.close()
+    deadline = time.monotonic() + timeout
+    while pid_file.exists():
+        if time.monotonic() > deadline:
+            return f"it still runs {timeout:.0f}s after SHUTDOWN ({pid_file} is there)"
+        time.sleep(0.2)
+    return None
+
+
 def wait_for_replica(req: ProvisionRequest) -> CatchUp:
     return wait_caught_up(
         lambda: connect(req.replica),
@@ -160,13 +330,17 @@ def wait_for_replica(req: ProvisionRequest) -> CatchUp:
         max_lag_seconds=req.max_lag_seconds,
         timeout=req.catch_up_timeout,
         poll=req.poll_seconds,
-        what=f"the new replica at {req.replica.address}",
+        what=_what(req),
+        grace=req.grace_seconds,
     )
 
 
-def checksum_gate(source_admin: MySQLTarget, options: ChecksumOptions) -> dict[str, Any]:
-    """pt-table-checksum on the source against the new replica; any differing chunk is an error."""
-    run: ChecksumRun = run_checksum(source_admin, options)
+def checksum_gate(
+    source_admin: MySQLTarget, options: ChecksumOptions, watch: Callable[[], object] | None = None
+) -> dict[str, Any]:
+    """pt-table-checksum on the source against the new replica; any differing chunk is an error.
+    `watch` (the replica's thread watcher) stops pt when the replica stops replicating."""
+    run: ChecksumRun = run_checksum(source_admin, options, watch=watch)
     summary = run.summary()
     if run.differing or run.problems:
         tables = ", ".join(summary["differing_tables"][:10])

@@ -12,18 +12,28 @@ install timestamps: two servers installed apart differ there), the provider's he
 (written per host) and the `percona` schema (pt's own tables). pt-table-checksum's queries replicate to every replica of
 the source, as in any pt-table-checksum run; the results go to their own table
 (RESTORE_REPLICATE), so the consistency gate's `percona.checksums` is left alone.
+
+Before anything is restored (`preflight`), the replication account logs in to the source from
+this worker and reads a binlog, as provision-replica checks it (core/binlog/replication.py).
+Every wait on the sandbox replica goes through the thread watcher (core/db/replica.py): the
+catch-up, and pt-table-checksum's run, which pt itself may prolong for a replica whose SQL thread
+stopped (on a damaged page: `Index for table 'victim' is corrupt`). A thread error that is final
+or lasts `grace_seconds` fails the check naming Last_IO_Errno / Last_SQL_Errno and its message.
 """
 
 from __future__ import annotations
+
+__all__ = ["SourceCompare"]
 
 import logging
 import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..binlog.replication import ReplicationSource, attach, wait_caught_up
+from ..binlog.replication import ReplicationSource, attach, check_source_login, wait_caught_up, watch_for
 from ..db.checksum import ChecksumOptions, run_checksum
 from ..db.heartbeat import HEARTBEAT_TABLE
+from ..db.replica import GRACE_SECONDS, read_state, thread_problem
 from ..db.sandbox import SandboxServer, privileged_account
 from ..db.server import MySQLTarget, connect, defaults_file
 from .evidence import CheckResult
@@ -35,6 +45,7 @@ RESTORE_REPLICATE = "percona.xbp_restore_checksums"
 RESTORE_DSN_TABLE = "percona.xbp_restore_dsns"
 REPLICA_SERVER_ID = 4_000_000_002
 IGNORED_SCHEMAS = ("mysql", "sys", HEARTBEAT_TABLE[0], "percona")
+WHAT = "the restored copy (the deep restore test's replica)"
 
 
 @dataclass
@@ -47,6 +58,12 @@ class SourceCompare:
     catch_up_timeout: float = 3600
     poll_seconds: float = 1.0
     checksum: ChecksumOptions = field(default_factory=ChecksumOptions)
+    grace_seconds: float = GRACE_SECONDS  # a replication thread error lasting this long fails the check
+    binlog_binary: str = "mariadb-binlog"
+
+    def preflight(self) -> None:
+        """Before the restore: the replication account logs in to the source from this worker."""
+        check_source_login(self.source, self.source_admin, binary=self.binlog_binary, what=WHAT)
 
     def __call__(self, datadir: Path, basedir: Path, gtid: str) -> CheckResult:
         basedir.mkdir(parents=True, exist_ok=True)
@@ -68,7 +85,8 @@ class SourceCompare:
                 max_lag_seconds=self.max_lag_seconds,
                 timeout=self.catch_up_timeout,
                 poll=self.poll_seconds,
-                what="the restored copy",
+                what=WHAT,
+                grace=self.grace_seconds,
             )
             log.info("the restored copy caught up with %s in %.1fs", self.source.describe(), caught.seconds)
             return self._compare(server, account, caught.seconds, gtid)
@@ -89,7 +107,12 @@ class SourceCompare:
                 databases=tuple(self.checksum.databases),
                 ignore_databases=(*self.checksum.ignore_databases, *IGNORED_SCHEMAS),
             )
-            run = run_checksum(self.source_admin, options)
+            watch = watch_for(WHAT, self.source, self.grace_seconds)
+            run = run_checksum(
+                self.source_admin, options, watch=lambda: watch.check(read_state(lambda: connect(account)))
+            )
+        # pt may have given up on the replica itself (REPLICATION_STOPPED): name the replica's error.
+        problem = thread_problem(read_state(lambda: connect(account)))
         summary = run.summary()
         note = (
             f"caught up from GTID {gtid or '-'} in {caught_up:.1f}s; pt-table-checksum: {summary['tables']} table(s), "
@@ -102,4 +125,6 @@ class SourceCompare:
                 + "; ".join(f"{t.table} ({t.diffs} chunk(s))" for t in run.differing[:5])
             )
         reasons += run.problems
+        if problem is not None:
+            reasons.append(problem.line(WHAT, self.source.describe(), 0))
         return CheckResult.of(NAME, reasons, note, checksum=summary, caught_up_seconds=round(caught_up, 2))

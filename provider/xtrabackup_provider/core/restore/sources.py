@@ -1,140 +1,115 @@
-"""Restoring from one of several storage targets: the one asked for first, then the others in
-the fleet config's order (the first target, then `copies`).
+"""Fetching one stored object when several storage targets hold it (core/catalog/targets.py says
+which targets, and in what order: the one the plan came from first).
 
-The chain comes from the first target whose manifests resolve it. Each object is then fetched
-from the first target that holds it intact: one that is missing, has another size, or turns out
-damaged while it streams (sha256, gpg or zstd refuse it) is fetched again from the next target
-that has the same backup with the same sha256, after what it extracted is removed; a warning and
-the restore report say so. A failure on this worker's side (the extractor, a full disk) is not a
-reason to try elsewhere and is raised as it is.
+Each object (a backup's stream, a binlog's segment) is fetched from the first usable target that
+holds the same object (the same sha256 in that target's own manifest) at its size. The fetch falls
+back to the next target when the failure is about the stored object, whichever stage noticed
+first: it is missing or has another size, reading it failed, or the stream failed and re-reading
+the object showed its sha256 is not the manifest's (StoredObjectDamaged: gpg's "message has been
+manipulated", zstd, mbstream's "invalid checksum", a short read are all the same verdict). What
+the failed fetch wrote is removed first, and one note says where the object came from and why. A
+failure with the object intact (the extractor, a full disk, the key) is raised as it is: another
+copy of the same bytes would fail the same way.
 """
 
 from __future__ import annotations
 
-import logging
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Generic, TypeVar
 
-from ..catalog.backups import Catalog
-from ..catalog.manifest import CatalogError, Manifest
-from ..pipeline.process import PipelineError
+from ..catalog.manifest import CatalogError, Manifest, StoredObject
+from ..catalog.targets import Source, Targets, one_line
+from ..pipeline.process import ChecksumMismatch
 from ..storage.base import StorageError
-
-log = logging.getLogger(__name__)
+from .verify import StoredObjectDamaged
 
 T = TypeVar("T")
+R = TypeVar("R")
 
-
-@dataclass(frozen=True)
-class Source:
-    name: str  # the target's name in the fleet config
-    catalog: Catalog
-
-
-def resolve_chain(
-    sources: list[Source], backup_id: str | None, notes: list[str]
-) -> tuple[list[Manifest], list[Source]]:
-    """The chain to restore and the sources in the order to use them (the one the chain came from
-    first). Raises the first source's error when none resolves it."""
-    errors: list[CatalogError | StorageError] = []
-    for i, source in enumerate(sources):
-        try:
-            chain = source.catalog.chain(backup_id) if backup_id else source.catalog.latest_chain()
-        except (CatalogError, StorageError) as exc:
-            errors.append(exc)
-            continue
-        if i:
-            note = (
-                f"the chain of {backup_id or 'the newest backup'} does not resolve on target {sources[0].name} "
-                f"({errors[0]}); restoring it from target {source.name}"
-            )
-            log.warning("%s", note)
-            notes.append(note)
-        return chain, [source, *sources[:i], *sources[i + 1 :]]
-    raise errors[0]
-
-
-def fetch_from_sources(
-    sources: list[Source],
-    m: Manifest,
-    fetch: Callable[[Catalog, Manifest], T],
-    clear: Callable[[], None],
-    notes: list[str],
-) -> T:
-    """`fetch(catalog, manifest)` from the first source whose copy of backup `m` is intact (with one
-    source, exactly `fetch` on it: its errors are raised as they are)."""
-    if len(sources) == 1:
-        return fetch(sources[0].catalog, m)
-    obj = m.backup_object
-    failures: list[str] = []
-    for source in sources:
-        here = m if source is sources[0] else _same_backup(source, m, failures)
-        if here is None:
-            continue
-        key = here.backup_object.key
-        first = here.backup_object.pieces()[0]  # the object, or its first segment (its own size)
-        where = f"{source.catalog.store.location}/{key}"
-        try:
-            info = source.catalog.store.head(key)
-        except StorageError as exc:
-            failures.append(f"{source.name}: {exc}")
-            continue
-        if info is None or info.size != first.size:
-            found = "missing" if info is None else f"{info.size} bytes, not {first.size}"
-            failures.append(f"{source.name}: {where} is {found}")
-            continue
-        try:
-            result = fetch(source.catalog, here)
-        except (PipelineError, StorageError) as exc:
-            if not _store_side(exc, where):
-                raise
-            text = str(exc).removeprefix(f"backup {m.backup_id}: {key}: ")  # said once, in front
-            failures.append(f"{source.name}: {' '.join(text.split())[:400]}")
-            clear()
-            continue
-        if failures:
-            note = f"backup {m.backup_id}: fetched from target {source.name} because " + "; ".join(failures)
-            log.warning("%s", note)
-            notes.append(note)
-        return result
-    name = obj.key.rsplit("/", 1)[-1]
-    raise NoIntactSource(
-        f"backup {m.backup_id}: no storage target holds {name} intact: " + "; ".join(failures)
-    )
+# What says the stored object (not this worker) is the problem: try the next target's copy.
+STORE_SIDE = (StoredObjectDamaged, ChecksumMismatch, StorageError)
 
 
 class NoIntactSource(RuntimeError):
-    """No storage target holds an object of the chain intact; the message names each one's problem."""
+    """No storage target holds an object intact; the message names each one's problem."""
 
 
-def _same_backup(source: Source, m: Manifest, failures: list[str]) -> Manifest | None:
-    """The source's manifest of backup `m`, if it describes the same bytes."""
-    try:
+class NotHere(Exception):
+    """This target does not hold the object as the plan describes it (the message says how)."""
+
+
+@dataclass(frozen=True)
+class Located(Generic[T]):
+    item: T  # what `fetch` takes: this target's manifest of the backup, its binlog segment...
+    obj: StoredObject  # its stored object, HEAD'ed (first piece) before the fetch
+
+
+def fetch_with_fallback(
+    targets: Targets,
+    what: str,
+    locate: Callable[[Source], Located[T]],
+    fetch: Callable[[Source, T], R],
+    clear: Callable[[], None],
+) -> R:
+    """`fetch(source, item)` from the first usable target whose copy is intact. `what` names the
+    object in notes and errors ("backup X", "binlog N"). With one usable target, exactly `fetch`
+    on it: its errors are raised as they are."""
+    usable = targets.usable()
+    if len(usable) == 1:
+        return fetch(usable[0], locate(usable[0]).item)
+    failures: list[str] = []
+    name = ""
+    for source in usable:
+        try:
+            here = locate(source)
+            name = name or here.obj.key.rsplit("/", 1)[-1]
+            first = here.obj.pieces()[0]  # the object, or its first segment (its own size)
+            info = source.catalog.store.head(first.key)
+        except NotHere as exc:
+            failures.append(f"{source.name}: {exc}")
+            continue
+        except (StorageError, CatalogError) as exc:
+            if isinstance(exc, StorageError):
+                source.down = source.down or exc  # said in this note: skip the target from now on
+            failures.append(f"{source.name}: {one_line(exc)}")
+            continue
+        if info is None or info.size != first.size:
+            found = "missing" if info is None else f"{info.size} bytes, not {first.size}"
+            failures.append(f"{source.name}: {source.catalog.store.location}/{first.key} is {found}")
+            continue
+        try:
+            result = fetch(source, here.item)
+        except STORE_SIDE as exc:
+            text = one_line(exc).removeprefix(f"{what}: {here.obj.key}: ")  # said once, in front
+            failures.append(f"{source.name}: {text[:600]}")
+            clear()
+            continue
+        if failures:
+            targets.note(f"{what}: fetched from target {source.name} because " + "; ".join(failures))
+        return result
+    raise NoIntactSource(f"{what}: no storage target holds {name or 'it'} intact: " + "; ".join(failures))
+
+
+def backup_on(origin: Source, m: Manifest) -> Callable[[Source], Located[Manifest]]:
+    """`locate` for backup `m` (read from `origin`): each target's own manifest of it, when it
+    describes the same streams (sha256 and size)."""
+
+    def locate(source: Source) -> Located[Manifest]:
+        if source is origin:
+            return Located(m, m.backup_object)
         there = source.catalog.get(m.backup_id)
-    except (CatalogError, StorageError) as exc:
-        failures.append(f"{source.name}: {exc}")
-        return None
-    if (there.backup_object.sha256, there.backup_object.size) != (
-        m.backup_object.sha256,
-        m.backup_object.size,
-    ):
-        failures.append(f"{source.name}: its {m.backup_id} is another object (sha256 differs)")
-        return None
-    return there
+        if _streams(there) != _streams(m):
+            raise NotHere(f"its {m.backup_id} is another object (sha256 differs)")
+        return Located(there, there.backup_object)
+
+    return locate
 
 
-def _store_side(exc: BaseException, where: str) -> bool:
-    """Is this failure about the stored object (missing, unreadable, damaged)? The restore stream
-    names its sha256 check and its gpg and zstd stages after the object (core/pipeline/from_store.py);
-    the extractor's failures start with the extractor's name. fetch_one re-raises a stage's error
-    with the backup and its sha256 verdict in front, so the stage's own error is its cause."""
-    if isinstance(exc, StorageError):
-        return True
-    stage = exc.__cause__ if isinstance(exc.__cause__, PipelineError) else exc
-    return str(stage).startswith((where, f"gpg --decrypt of {where}", f"zstd -d of {where}"))
+def _streams(m: Manifest) -> list[tuple[str, int]]:
+    return [(o.sha256, o.size) for o in m.streams]
 
 
 def clear_dir(path: Path) -> Callable[[], None]:

@@ -33,17 +33,21 @@ GTID of xtrabackup_binlog_info) must be the newest applied backup's.
 
 from __future__ import annotations
 
+__all__ = ["update_standby"]
+
 import json
 import logging
 import os
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..catalog.backups import Catalog
 from ..catalog.lease import ReadLease
 from ..catalog.manifest import Manifest
+from ..catalog.targets import Source, Targets
 from ..common.crashpoints import crash_point
 from ..common.files import fsync_dir
 from ..engine.argv import PrepareStep
@@ -52,6 +56,7 @@ from ..engine.tools import ToolVersion, detect_tool
 from ..pipeline.gpg import GpgHome
 from . import prepare
 from .chain import RestoreError, check_target, copy_back, fetch_one, import_private_for
+from .sources import backup_on, clear_dir, fetch_with_fallback
 from .standby_lock import DEFAULT_WAIT_SECONDS, LOCK_FILE, standby_lock
 
 log = logging.getLogger(__name__)
@@ -154,6 +159,8 @@ class StandbyUpdate:
     newest: str | None
     rebuilt: bool
     applied_now: list[str]
+    source: str = ""  # the storage target the chain was read from
+    fallbacks: list[str] = field(default_factory=list)  # what came from another target, and why
 
 
 def update_standby(
@@ -166,36 +173,47 @@ def update_standby(
     use_memory: int | None = None,
     lock_wait: float = DEFAULT_WAIT_SECONDS,
     without_read_lease: bool = False,
+    source_name: str = "primary",
+    fallbacks: Sequence[Source] = (),
 ) -> StandbyUpdate:
     """Bring the standby in `directory` up to the newest backup of the host's latest chain, holding
-    the directory's lock (StandbyBusy after `lock_wait` seconds if another run holds it)."""
+    the directory's lock (StandbyBusy after `lock_wait` seconds if another run holds it). The chain
+    is read from `catalog` (the target `source_name`) or, when that cannot be read or holds an
+    object damaged, from `fallbacks` (core/catalog/targets.py)."""
     _refuse_foreign(directory)  # before the lock file is created in somebody's directory
     directory.mkdir(parents=True, exist_ok=True)
+    targets = Targets.of(catalog, source_name, fallbacks)
     with standby_lock(directory, "standby update", lock_wait):
-        return _update_locked(
-            catalog, directory, private_key, passphrase, binary, use_memory, without_read_lease
+        update = _update_locked(
+            targets, directory, private_key, passphrase, binary, use_memory, without_read_lease
         )
+    update.source, update.fallbacks = targets.first.name, targets.notes
+    return update
 
 
 def _update_locked(
-    catalog: Catalog,
+    targets: Targets,
     directory: Path,
     private_key: str | None,
     passphrase: str | None,
     binary: str | None,
     use_memory: int | None,
     without_read_lease: bool = False,
-    chain: list[Manifest] | None = None,  # default: the latest chain, root .. newest
+    upto: str | None = None,  # default: the newest backup of the latest chain
 ) -> StandbyUpdate:
-    chain = chain or catalog.latest_chain()
+    host = targets.first.catalog.host
+    chain = targets.read(
+        f"the chain of {upto or f'the newest backup of {host}'}",
+        lambda catalog: catalog.chain(upto) if upto else catalog.latest_chain(),
+    )
     ids = [m.backup_id for m in chain]
-    with ReadLease(catalog, "standby update", ids, unleased_ok=without_read_lease) as lease:
+    with ReadLease(targets.first.catalog, "standby update", ids, unleased_ok=without_read_lease) as lease:
         lease.check()
-        return _update(catalog, directory, chain, private_key, passphrase, binary, use_memory)
+        return _update(targets, directory, chain, private_key, passphrase, binary, use_memory)
 
 
 def _update(
-    catalog: Catalog,
+    targets: Targets,
     directory: Path,
     chain: list[Manifest],
     private_key: str | None,
@@ -221,7 +239,7 @@ def _update(
             import_private_for(gpg, private_key, passphrase, new)
         for manifest in new:
             _begin(directory, state, f"apply {manifest.backup_id}")
-            _apply(catalog, directory, state, manifest, tool, gpg, use_memory)
+            _apply(targets, directory, state, manifest, tool, gpg, use_memory)
             crash_point("standby.after_step")
             state.step = None
             _save(directory, state)
@@ -230,7 +248,7 @@ def _update(
 
 
 def _apply(
-    catalog: Catalog,
+    targets: Targets,
     directory: Path,
     state: StandbyState,
     manifest: Manifest,
@@ -241,7 +259,7 @@ def _apply(
     base = directory / "base"
     if manifest.kind == "full":
         base.mkdir()
-        fetch_one(catalog, manifest, tool, base, gpg)
+        _fetch(targets, manifest, tool, base, gpg)
         crash_point("standby.mid_step")  # fetched, not yet prepared
         state.applied.append(manifest.backup_id)
         if tool.capabilities.prepared_base_accepts_incrementals:
@@ -251,7 +269,7 @@ def _apply(
     incoming = directory / "incoming"
     shutil.rmtree(incoming, ignore_errors=True)
     incoming.mkdir()
-    fetch_one(catalog, manifest, tool, incoming, gpg)
+    _fetch(targets, manifest, tool, incoming, gpg)
     if tool.capabilities.prepared_base_accepts_incrementals:
         _step(tool, PrepareStep(str(base), str(incoming), False), [base, incoming], use_memory)
         shutil.rmtree(incoming)
@@ -268,6 +286,15 @@ def _apply(
         state.applied.append(state.pending)
     incoming.rename(pending)
     state.pending = manifest.backup_id
+
+
+def _fetch(targets: Targets, m: Manifest, tool: ToolVersion, dest: Path, gpg: GpgHome) -> None:
+    """Backup `m` (read from the first target) into `dest`, from the first target holding it intact."""
+
+    def one(source: Source, here: Manifest) -> object:
+        return fetch_one(source.catalog, here, tool, dest, gpg)
+
+    fetch_with_fallback(targets, f"backup {m.backup_id}", backup_on(targets.first, m), one, clear_dir(dest))
 
 
 def _step(tool: ToolVersion, step: PrepareStep, dirs: list[Path], use_memory: int | None) -> None:
@@ -288,6 +315,8 @@ class StandbyRestoreReport:
     binlog_position: int | None = None
     gtid: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    source: str = ""  # the storage target whose catalog proved the standby
+    fallbacks: list[str] = field(default_factory=list)  # what came from another target, and why
 
 
 def restore_standby(
@@ -303,14 +332,19 @@ def restore_standby(
     move: bool = False,
     lock_wait: float = DEFAULT_WAIT_SECONDS,
     without_read_lease: bool = False,
+    source_name: str = "primary",
+    fallbacks: Sequence[Source] = (),
 ) -> StandbyRestoreReport:
     """Restore the standby in `directory` into the empty `target_datadir`, after proving what
     it holds (see the module doc), under the directory's lock. `move` moves base/ instead of
-    copying it: faster, and the standby is rebuilt by its next update."""
+    copying it: faster, and the standby is rebuilt by its next update. The catalog that proves
+    it is `catalog`'s (the target `source_name`), else the first of `fallbacks` that can be read."""
     require_standby_dir(directory)
+    targets = Targets.of(catalog, source_name, fallbacks)
+    targets.read(f"the backups of {catalog.host}", lambda c: c.latest_chain())
     with standby_lock(directory, "restore from the standby", lock_wait):
-        return _restore_locked(
-            catalog,
+        report = _restore_locked(
+            targets,
             directory,
             target_datadir,
             private_key=private_key,
@@ -321,10 +355,12 @@ def restore_standby(
             move=move,
             without_read_lease=without_read_lease,
         )
+    report.source, report.fallbacks = targets.first.name, targets.notes
+    return report
 
 
 def _restore_locked(
-    catalog: Catalog,
+    targets: Targets,
     directory: Path,
     target_datadir: Path,
     *,
@@ -337,6 +373,7 @@ def _restore_locked(
     without_read_lease: bool,
 ) -> StandbyRestoreReport:
     t0 = time.monotonic()
+    catalog = targets.first.catalog
     state, tool = standby_tool(directory, binary)
     check_target(target_datadir)
     chain = _proven_chain(catalog, directory, state)
@@ -347,7 +384,7 @@ def _restore_locked(
     if newer and same_chain and not state.finalized and private_key:
         log.info("standby %s: applying the newer incremental(s) %s first", directory, ", ".join(newer))
         applied_first = catch_up(
-            catalog, directory, None, private_key, passphrase, binary, use_memory, without_read_lease
+            targets, directory, None, private_key, passphrase, binary, use_memory, without_read_lease
         )
         state = _checked_state(directory)
         chain = _proven_chain(catalog, directory, state)
@@ -417,7 +454,7 @@ def proven_chain(catalog: Catalog, directory: Path) -> tuple[StandbyState, list[
 
 
 def catch_up(
-    catalog: Catalog,
+    targets: Targets,
     directory: Path,
     upto: str | None,
     private_key: str | None,
@@ -428,9 +465,8 @@ def catch_up(
 ) -> list[str]:
     """Apply the incrementals of the standby's chain newer than it holds, up to `upto` (None: the
     newest), under the lock the caller holds. Returns what was applied."""
-    chain = catalog.chain(upto) if upto else None
     update = _update_locked(
-        catalog, directory, private_key, passphrase, binary, use_memory, without_read_lease, chain
+        targets, directory, private_key, passphrase, binary, use_memory, without_read_lease, upto
     )
     return update.applied_now
 

@@ -12,15 +12,19 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from ..catalog.backups import Catalog
 from ..catalog.chain import resolve_chain
 from ..catalog.manifest import CatalogError, Manifest, StoredObject, read_stored
-from ..engine.xbstream import StreamFlavour, StreamRole, checker_args
+from ..common.tempdirs import private_dir
+from ..engine.xbstream import StreamFlavour, StreamRole, XbstreamError, checker_args, merge_parts
+from ..engine.xbtree import Tree
 from ..pipeline.from_store import stream_from_store
 from ..pipeline.gpg import GpgError, GpgHome, passphrase_pipe
 from ..pipeline.process import ChecksumMismatch, PipelineError
@@ -139,36 +143,91 @@ def _check_backup(
         resolve_chain(by_id, manifest.backup_id, catalog.describe())
     except CatalogError as exc:
         report.problems.append(f"chain: {exc}")
-    for obj in manifest.objects:
-        row: dict[str, Any] = {"key": obj.key, "size": obj.size, "storage_class": obj.storage_class}
-        report.objects.append(row)
-        problems, states = [], []
-        for piece in obj.pieces():  # each segment of a stream stored as several objects
-            info = catalog.store.head(piece.key)
-            problems += quick_problems(obj, info, piece)
-            states.append(object_state(piece.key, info))
-            if states[-1].state == "archived" or states[-1].state == "restoring":
-                report.notes.append(f"{piece.key} is in {states[-1].storage_class} ({states[-1].state})")
-        if obj.segments:
-            row["segments"] = len(obj.segments)
-        state = next((s for s in states if s.state != "readable"), states[0])
-        row["state"] = state.state
-        if not problems and gpg is not None:
-            problems = deep_problems(
-                catalog, obj, state.state, gpg, key_problem, row, manifest.engine_flavour, _role(obj)
-            )
-        report.problems += problems
+    with _PartTrees(manifest) as trees:
+        for obj in manifest.objects:
+            _check_object(catalog, manifest, obj, report, gpg, key_problem, trees)
     if manifest.option_files:  # the side object: present at its size (it is a tar, not a stream)
         side = manifest.option_files.object
         report.problems += quick_problems(side, catalog.store.head(side.key))
 
 
+def _check_object(
+    catalog: Catalog,
+    manifest: Manifest,
+    obj: StoredObject,
+    report: VerifyReport,
+    gpg: GpgHome | None,
+    key_problem: str | None,
+    trees: _PartTrees,
+) -> None:
+    row: dict[str, Any] = {"key": obj.key, "size": obj.size, "storage_class": obj.storage_class}
+    report.objects.append(row)
+    problems, states = [], []
+    for piece in obj.pieces():  # each segment of a stream stored as several objects
+        info = catalog.store.head(piece.key)
+        problems += quick_problems(obj, info, piece)
+        states.append(object_state(piece.key, info))
+        if states[-1].state == "archived" or states[-1].state == "restoring":
+            report.notes.append(f"{piece.key} is in {states[-1].storage_class} ({states[-1].state})")
+    if obj.segments:
+        row["segments"] = len(obj.segments)
+    state = next((s for s in states if s.state != "readable"), states[0])
+    row["state"] = state.state
+    if not problems and gpg is not None:
+        base, tree_out, problem = trees.for_object(obj)
+        problems = [problem] if problem else []
+        problems += deep_problems(
+            catalog,
+            obj,
+            state.state,
+            gpg,
+            key_problem,
+            row,
+            manifest.engine_flavour,
+            _role(obj),
+            base,
+            tree_out,
+        )
+    report.problems += problems
+
+
 def _role(obj: StoredObject) -> StreamRole:
-    if obj.role is None:
-        return "whole"
-    if obj.role == "tail":
-        return "tail"
-    return "first-part" if obj.part == 0 else "part"
+    return "whole" if obj.role is None else obj.role
+
+
+class _PartTrees:
+    """A K-part backup is checked as a restore extracts it: each data part's check writes the tree
+    it makes, and the tail is checked onto their merge (which must have no path in two parts)."""
+
+    def __init__(self, manifest: Manifest) -> None:
+        self.parts = sum(obj.role == "part" for obj in manifest.objects)
+        self.dir: Path | None = None
+
+    def __enter__(self) -> _PartTrees:
+        if self.parts:
+            self.dir = private_dir("verify")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def for_object(self, obj: StoredObject) -> tuple[str | None, str | None, str | None]:
+        """(--base, --tree-out, a problem) for the check of `obj`."""
+        if self.dir is None or obj.role is None:
+            return None, None, None
+        if obj.role == "part":
+            return None, str(self.dir / f"part{obj.part}.json"), None
+        files = [self.dir / f"part{n}.json" for n in range(self.parts)]
+        if not all(f.exists() for f in files):  # a part failed its check: the tail is checked alone
+            return None, None, None
+        try:
+            merged = merge_parts({f"part {n}": Tree.load(f.read_text()) for n, f in enumerate(files)})
+        except XbstreamError as exc:
+            return None, None, f"{obj.key}: the data parts cannot be extracted at once: {exc}"
+        base = self.dir / "parts.json"
+        base.write_text(merged.dump())
+        return str(base), None, None
 
 
 def quick_problems(
@@ -212,9 +271,11 @@ def deep_problems(
     row: dict[str, Any],
     flavour: StreamFlavour = "mariabackup",
     role: StreamRole = "whole",
+    base: str | None = None,
+    tree_out: str | None = None,
 ) -> list[str]:
     """Stream the object through sha256, gpg, zstd and the xbstream framing check (of `flavour`'s
-    chunk grammar: the tools differ)."""
+    chunk grammar: the tools differ); `base` and `tree_out` as for `_PartTrees`."""
     if state in ("archived", "restoring"):
         return [f"{obj.key}: archived and not restored; run glacier-restore before a deep verify"]
     if obj.encryption == "gpg":
@@ -233,7 +294,7 @@ def deep_problems(
     try:
         result = stream_from_store(
             read_stored(catalog.store, obj),
-            [*CHECKER_ARGV, *checker_args(flavour, role)],
+            [*CHECKER_ARGV, *checker_args(flavour, role, base, tree_out)],
             decrypt_argv=gpg.decrypt_argv(fd) if obj.encryption == "gpg" else None,
             pass_fds=(fd,) if fd is not None else (),
             expected_sha256=obj.sha256,
@@ -244,9 +305,9 @@ def deep_problems(
         return [f"{obj.key}: {exc}"]
     except (PipelineError, StorageError) as exc:
         verdict = sha256_verdict(catalog.store, obj)
-        if verdict == SHA256_MATCHES:  # the check writes nothing: the bytes themselves are bad
-            verdict += ", so the data was already bad when the backup stored it"
-        return [f"{obj.key}: {exc}; {verdict}"]
+        # The check writes nothing: when the object is as stored, the bytes themselves are bad.
+        bad = ", so the data was already bad when the backup stored it" if verdict.intact else ""
+        return [f"{obj.key}: {exc}; {verdict}{bad}"]
     finally:
         if fd is not None:
             os.close(fd)
@@ -259,7 +320,32 @@ def deep_problems(
 SHA256_MATCHES = "its sha256 matches the manifest's: the object is as the backup stored it"
 
 
-def sha256_verdict(store: ObjectStore, obj: StoredObject) -> str:
+@dataclass(frozen=True)
+class Sha256Verdict:
+    """Whether a stored object is what the backup stored, said in words (`str()`)."""
+
+    text: str
+    intact: bool
+
+    def __str__(self) -> str:
+        return self.text
+
+
+class StoredObjectDamaged(PipelineError):
+    """A stream failed, and re-reading the stored object showed it is not what the backup stored
+    (altered, truncated, or unreadable): another target's copy can stand in, whichever stage
+    (gpg, zstd, the extractor) noticed first."""
+
+
+def stream_failure(what: str, exc: BaseException, store: ObjectStore, obj: StoredObject) -> PipelineError:
+    """The error of a failed stream of `obj`, named and with the sha256 verdict: a
+    StoredObjectDamaged when the stored bytes are not the backup's (a local failure otherwise)."""
+    verdict = sha256_verdict(store, obj)
+    kind = PipelineError if verdict.intact else StoredObjectDamaged
+    return kind(f"{what}: {obj.key}: {exc}; {verdict}")
+
+
+def sha256_verdict(store: ObjectStore, obj: StoredObject) -> Sha256Verdict:
     """A failed stream stops early, before the sha256 is known; hash the whole object to say whether
     it changed after the backup stored it (restore, PITR and verify --deep name it so)."""
     digest = hashlib.sha256()
@@ -273,18 +359,20 @@ def sha256_verdict(store: ObjectStore, obj: StoredObject) -> str:
             if obj.segments and own.hexdigest() != piece.sha256:
                 altered.append(piece.key)
     except StorageError as exc:
-        return f"could not re-read it to check its sha256: {exc}"
+        return Sha256Verdict(f"could not re-read it to check its sha256: {exc}", intact=False)
     if altered:
-        return (
+        return Sha256Verdict(
             f"the sha256 of segment {', '.join(altered)} differs from the manifest's: it was altered after "
-            "the backup stored it"
+            "the backup stored it",
+            intact=False,
         )
     if digest.hexdigest() != obj.sha256:
-        return (
+        return Sha256Verdict(
             f"its sha256 {digest.hexdigest()} differs from the manifest's: the stored object was altered "
-            "after the backup stored it"
+            "after the backup stored it",
+            intact=False,
         )
-    return SHA256_MATCHES
+    return Sha256Verdict(SHA256_MATCHES, intact=True)
 
 
 def _log(report: VerifyReport) -> None:

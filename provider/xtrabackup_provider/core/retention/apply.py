@@ -25,6 +25,8 @@ is what the store really freed, and versions Object Lock still keeps are named i
 
 from __future__ import annotations
 
+__all__ = ["retention_items"]
+
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field

@@ -9,6 +9,8 @@ are protocol members that the others answer with "not supported", so callers nev
 
 from __future__ import annotations
 
+__all__ = ["ObjectStore", "ObjectWriter"]
+
 import builtins
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -23,6 +25,8 @@ MAX_PART_SIZE = 5 * GiB
 # What `upload_memory_mib` (config, the aws connection's extra) may be: buffers per upload stream.
 DEFAULT_MEMORY_MIB = 512
 MEMORY_MIB_RANGE = (32, 65536)
+# An upload cap (MiB/s) is at least 1 KiB/s (below, the bytes-per-second cap rounds to 0: none)
+UPLOAD_CAP_MIB_RANGE = (1 / 1024, 1024 * 1024)
 ARCHIVE_CLASSES = frozenset({"GLACIER", "DEEP_ARCHIVE"})
 # Backup data objects carry this tag; lifecycle rules transition only tagged objects, so
 # manifests (which listing and chain validation read) never end up in Glacier.

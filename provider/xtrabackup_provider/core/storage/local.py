@@ -5,9 +5,14 @@ file before renaming it into place and then fsyncs the directory (and every dire
 create, in its parent), so nothing committed later can reach the disk before it. A deletion
 fsyncs the directories it removed from before returning, so a manifest deleted first stays
 deleted even if the data deleted after it is what survives a crash.
+
+A key the directory cannot hold (a name over 255 bytes, `a` beside `a/b`) is a StorageError
+naming it, like every other refusal of a store.
 """
 
 from __future__ import annotations
+
+__all__ = ["LocalStore"]
 
 import builtins
 import contextlib
@@ -32,6 +37,8 @@ from .base import (
     check_key,
 )
 
+NAME_MAX = 255  # bytes in one file name
+
 
 class LocalStore:
     supports_object_lock = False
@@ -54,10 +61,30 @@ class LocalStore:
         raise StorageError(f"{self.location} has no archive tiers: {key} cannot need a restore")
 
     def _path(self, key: str) -> Path:
-        return self.root / check_key(key)
+        if long := [name for name in check_key(key).split("/") if len(name.encode()) > NAME_MAX]:
+            raise StorageError(
+                f"{self.location}: key {key[:200]!r} has a name of {len(long[0].encode())} bytes; "
+                f"a directory store holds names of at most {NAME_MAX}"
+            )
+        return self.root / key
+
+    @contextlib.contextmanager
+    def _named(self, key: str, doing: str) -> Iterator[None]:
+        """An OSError the directory raises for `key` as a StorageError naming it."""
+        try:
+            yield
+        except StorageError:
+            raise
+        except OSError as exc:
+            raise StorageError(
+                f"{self.location}: cannot {doing} {key[:200]!r}: {exc.strerror or exc} (a directory store "
+                "cannot hold a key and a longer key through it, like a and a/b)"
+            ) from exc
 
     def open_writer(self, key: str, options: PutOptions | None = None) -> _LocalWriter:
-        return _LocalWriter(self._path(key))
+        path = self._path(key)
+        with self._named(key, "write"):
+            return _LocalWriter(path, self._named(key, "write"))
 
     def put_bytes(self, key: str, data: bytes, options: PutOptions | None = None) -> None:
         writer = self.open_writer(key, options)
@@ -65,15 +92,17 @@ class LocalStore:
         writer.commit()
 
     def get_bytes(self, key: str) -> bytes:
+        path = self._path(key)
         try:
-            return self._path(key).read_bytes()
-        except FileNotFoundError as exc:
+            return path.read_bytes()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError) as exc:
             raise StorageError(f"{self.location}: no object {key!r}") from exc
 
     def read_chunks(self, key: str, chunk_size: int = 4 * MiB) -> Iterator[bytes]:
+        path = self._path(key)
         try:
-            fh = self._path(key).open("rb")
-        except FileNotFoundError as exc:
+            fh = path.open("rb")
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError) as exc:
             raise StorageError(f"{self.location}: no object {key!r}") from exc
         with fh:
             while chunk := fh.read(chunk_size):
@@ -107,6 +136,8 @@ class LocalStore:
         touched: set[Path] = set()
         for key in keys:
             path = self._path(key)
+            if not path.is_file():
+                continue  # no such object (a directory of that name is none either)
             with contextlib.suppress(FileNotFoundError):
                 size = path.stat().st_size
                 path.unlink()
@@ -123,8 +154,9 @@ class LocalStore:
         import fcntl
 
         path = self._path(key)
-        make_dirs(path.parent)
-        dir_fd = os.open(path.parent, os.O_RDONLY)
+        with self._named(key, "write"):
+            make_dirs(path.parent)
+            dir_fd = os.open(path.parent, os.O_RDONLY)
         try:
             fcntl.flock(dir_fd, fcntl.LOCK_EX)
             current = path.read_bytes() if path.is_file() else None
@@ -132,7 +164,8 @@ class LocalStore:
                 current is not None and _etag(current) != if_match
             ):
                 return None
-            writer = _LocalWriter(path)
+            with self._named(key, "write"):
+                writer = _LocalWriter(path, self._named(key, "write"))
             writer.write(data)
             writer.commit()
         finally:
@@ -157,8 +190,9 @@ def _etag(data: bytes) -> str:
 
 
 class _LocalWriter:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, named: contextlib.AbstractContextManager[None]) -> None:
         make_dirs(path.parent)
+        self.named = named  # what an OSError at commit becomes
         self.path = path
         self.tmp = path.with_name(f"{path.name}.partial-{uuid.uuid4().hex[:8]}")
         self.fh = self.tmp.open("wb")
@@ -173,7 +207,12 @@ class _LocalWriter:
         self.fh.flush()
         os.fsync(self.fh.fileno())  # the bytes are on disk before the name points at them
         self.fh.close()
-        os.replace(self.tmp, self.path)
+        try:
+            with self.named:
+                os.replace(self.tmp, self.path)
+        except StorageError:
+            self.tmp.unlink(missing_ok=True)
+            raise
         fsync_dir(self.path.parent)  # the name is on disk before anything committed after it
         return self.size
 

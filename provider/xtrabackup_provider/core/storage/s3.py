@@ -5,6 +5,8 @@ parallel GET, and botocore errors turned into one line naming the endpoint, buck
 
 from __future__ import annotations
 
+__all__ = ["S3Store", "make_s3_client"]
+
 import bisect
 import builtins
 import contextlib

@@ -10,6 +10,8 @@ always was.
 
 from __future__ import annotations
 
+__all__ = ["one_object"]
+
 import contextlib
 import hashlib
 from collections.abc import Iterator, Sequence
