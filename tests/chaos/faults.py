@@ -51,6 +51,8 @@ BUSY = "cannot start: another"  # the host lock's refusal (core/catalog/lock.py)
 UNREACHABLE = "Cannot reach the S3 endpoint"  # core/storage/s3.py, while an endpoint is partitioned
 # Binlog shipping refusing a new history under the old names (core/binlog/ship.py, catalog.py).
 REFUSED_HISTORY = r"binlogs were reset \(RESET MASTER\?\)"
+# A backup or shipping run refusing a server the host's catalog does not know (core/binlog/identity.py).
+NEW_SERVER = r"which this host's catalog does not know"
 # Airflow fails a task whose worker died once its heartbeat is missed
 # ([scheduler] task_instance_heartbeat_timeout, 300 s) and records it in its audit log.
 HEARTBEAT_TIMEOUT = "audit:heartbeat timeout"
@@ -106,13 +108,15 @@ class Injector:
         return proc
 
     def cli_backup(
-        self, name: str, cluster: str, patience: float = 480, **env: str
+        self, name: str, cluster: str, *flags: str, patience: float = 480, **env: str
     ) -> subprocess.CompletedProcess[str]:
         """A CLI backup of the cluster's host, tried again while a scheduled run holds the host lock
         or the endpoint is partitioned (another fault): its own fault must reach the product."""
         deadline = time.time() + patience
         while True:
-            proc = self.cli(name, "backup", "--cluster", cluster, "--host", BACKUP_HOST, "--no-copies", **env)
+            proc = self.cli(
+                name, "backup", "--cluster", cluster, "--host", BACKUP_HOST, "--no-copies", *flags, **env
+            )
             if not any(w in proc.stderr for w in (BUSY, UNREACHABLE)) or time.time() > deadline:
                 return proc
             time.sleep(15)
@@ -298,7 +302,8 @@ class Injector:
         must refuse the new binlogs under the old names (the datadir held none, so they restart at
         .000001) rather than replace the stored ones. Then the DBA does what that error says: r1
         gets a server_id of its own (its binlogs go to a directory of their own)."""
-        held = self.claim(rng, [(f"server:{c}-r1", f"server:{c}-r2") for c in self.clusters()])
+        # The cluster's CLI too: until the --new-server backup, every backup of r1 is refused.
+        held = self.claim(rng, [(f"server:{c}-r1", f"server:{c}-r2", f"cli:{c}") for c in self.clusters()])
         try:
             c = self.fleet.clusters[held[0].split(":")[1].split("-")[0]]
             t0 = time.time()
@@ -308,11 +313,16 @@ class Injector:
             r1.stop()
             r1.server_id = self.fleet.new_server_id()
             r1.start(timeout=300)
+            # Backups and shipping now refuse the server the catalog does not know; the DBA tells a
+            # backup once that it is the host's new server. That run takes a full: the data does
+            # not descend from the chain before.
+            taken = self.cli_backup("reseed_replica", c.name, "--new-server", patience=600)
         finally:
             self.release(held)
         return Fault("reseed_replica", f"{c.name}-r1 from {c.name}-r2", t0, r"does not descend from",
-                     more_evidence=[REFUSED_HISTORY], bound_s=900, clusters=[c.name],
-                     note=f"r1 now server_id {r1.server_id}; shipping refused the new binlogs: {refused or 'NOT SEEN'}")  # fmt: skip
+                     more_evidence=[REFUSED_HISTORY, NEW_SERVER], bound_s=900, clusters=[c.name],
+                     note=f"r1 now server_id {r1.server_id}; shipping refused the new binlogs: {refused or 'NOT SEEN'}; "
+                          f"backup --new-server: exit {taken.returncode}")  # fmt: skip
 
     def _wait_for(self, pattern: str, since: float, seconds: float) -> str | None:
         from evidence import lines  # evidence imports this module

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import sys
 import tempfile
 import threading
@@ -38,7 +39,14 @@ BACKUP_EVERY = 4 * 60  # the fleet's backup schedule (fleet.py): a dead holder's
 TAKEOVER = timedelta(seconds=2 * BACKUP_EVERY + 120)
 
 
+def _stop(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)  # in the main thread: the fleet is stopped on the way out
+
+
 def main() -> int:
+    # A run started in the background ignores SIGINT; SIGTERM and SIGINT both stop the fleet.
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
     minutes = float(os.environ.get("CHAOS_MINUTES") or 60)
     seed = int(os.environ.get("CHAOS_SEED") or random.SystemRandom().randrange(1 << 31))
     points = int(os.environ.get("CHAOS_PITR_POINTS") or 10)
