@@ -294,3 +294,34 @@ def test_cli_children_get_no_secret_in_their_environment(mariadb, s3_server, tmp
             f"{os.path.basename(s.argv[0])} {s.argv[1][:30] if len(s.argv) > 1 else ''}", set()
         ).add(f"{s.secret} ({s.where})")
     assert leaks == {}, f"secrets seen in /proc of {len(leaks)} kinds of process: {leaks}"
+
+
+def test_a_program_a_library_starts_while_the_cli_loads_its_config_gets_no_secret(tmp_path):
+    """croniter (the config's schedule check) runs `file -b <python>` as it is imported, with the
+    process's environment: the CLI's holds the AWS keys and the GPG passphrase. A `file` first on
+    PATH records the environment it was given (found by test_cli_children_get_no_secret_in_their_environment)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    seen = tmp_path / "file-env"
+    (bin_dir / "file").write_text(f"#!/bin/sh\nenv > {seen}\necho 'ELF 64-bit LSB executable'\n")
+    (bin_dir / "file").chmod(0o755)
+    config = tmp_path / "fleet.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "storage": {"local_path": str(tmp_path / "store")},
+                "clusters": [{"name": "c1", "schedule": "*/5 * * * *", "hosts": [{"name": "db1"}]}],
+            }
+        )
+    )
+    env = {
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "AWS_SECRET_ACCESS_KEY": "aws-" + secrets.token_hex(8),
+        "XTRABACKUP_GPG_PASSPHRASE": "pp-" + secrets.token_hex(8),
+    }
+    proc = cli("check", "--config", str(config), env=env)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert seen.is_file(), f"no `file` was started: the test proves nothing ({proc.stderr[-500:]})"
+    given = seen.read_text()
+    leaked = [name for name in ("AWS_SECRET_ACCESS_KEY", "XTRABACKUP_GPG_PASSPHRASE") if env[name] in given]
+    assert leaked == [], f"`file` was given {leaked}"

@@ -12,6 +12,7 @@ import logging
 import sys
 
 from ..core.catalog.manifest import CatalogError
+from ..core.common import children
 from ..core.config.load import load_config
 from ..core.config.schema import ConfigError, FleetConfig
 from ..core.config.wiring import SetupError
@@ -68,6 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    with (
+        children.environ_of_a_child()
+    ):  # its import starts `file` with our environment (the config's schedules)
+        import croniter  # noqa: F401
     try:
         args = build_parser().parse_args(argv)
         if check := getattr(args, "check_args", None):  # what one argument alone cannot tell

@@ -33,13 +33,14 @@ from __future__ import annotations
 __all__ = ["run", "popen", "summarize_stderr"]
 
 import atexit
+import contextlib
 import logging
 import os
 import re
 import resource
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -216,6 +217,21 @@ def popen(
     """`subprocess.Popen` with `child_env(extra_env)`, once `check_tool_options(argv)` passed."""
     check_tool_options(argv)
     return subprocess.Popen(argv, env=child_env(extra_env), **kwargs)
+
+
+@contextlib.contextmanager
+def environ_of_a_child() -> Iterator[None]:
+    """os.environ as a child of ours gets it (child_env), for code that starts programs with the
+    process's own environment: croniter runs `file -b <python>` as it is imported, and the CLI's
+    environment holds the AWS keys and the GPG passphrase. Only where no other thread runs."""
+    saved, env = dict(os.environ), child_env()
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def how_ended(returncode: int) -> str:
