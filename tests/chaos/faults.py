@@ -51,6 +51,8 @@ BUSY = "cannot start: another"  # the host lock's refusal (core/catalog/lock.py)
 UNREACHABLE = "Cannot reach the S3 endpoint"  # core/storage/s3.py, while an endpoint is partitioned
 # Binlog shipping refusing a new history under the old names (core/binlog/ship.py, catalog.py).
 REFUSED_HISTORY = r"binlogs were reset \(RESET MASTER\?\)"
+# The first backup of a re-seeded replica is a full, saying why (core/backup/lineage.py, decide.py).
+RESEED_FULL = r"(does not descend from|the server changed since)"
 # A backup or shipping run refusing a server the host's catalog does not know (core/binlog/identity.py).
 NEW_SERVER = r"which this host's catalog does not know"
 # Airflow fails a task whose worker died once its heartbeat is missed
@@ -297,11 +299,13 @@ class Injector:
                      note="" if evidence else "the product does not talk to this server")  # fmt: skip
 
     def reseed_replica(self, rng: random.Random) -> Fault:
-        """r1's datadir replaced by a copy of r2's (same server_id, port, path). The next backup of
-        r1 must be a full that says the data does not descend from its parent, and binlog shipping
+        """r1's datadir replaced by a copy of r2's (same server_id, port, path). Binlog shipping
         must refuse the new binlogs under the old names (the datadir held none, so they restart at
         .000001) rather than replace the stored ones. Then the DBA does what that error says: r1
-        gets a server_id of its own (its binlogs go to a directory of their own)."""
+        gets a server_id of its own (its binlogs go to a directory of their own); backups and
+        shipping then refuse a server the catalog does not know, until a backup with --new-server.
+        The next backup is a full that says why: the data does not descend from its parent (a
+        scheduled run before the new server_id) or the server changed since it."""
         # The cluster's CLI too: until the --new-server backup, every backup of r1 is refused.
         held = self.claim(rng, [(f"server:{c}-r1", f"server:{c}-r2", f"cli:{c}") for c in self.clusters()])
         try:
@@ -319,7 +323,7 @@ class Injector:
             taken = self.cli_backup("reseed_replica", c.name, "--new-server", patience=600)
         finally:
             self.release(held)
-        return Fault("reseed_replica", f"{c.name}-r1 from {c.name}-r2", t0, r"does not descend from",
+        return Fault("reseed_replica", f"{c.name}-r1 from {c.name}-r2", t0, RESEED_FULL,
                      more_evidence=[REFUSED_HISTORY, NEW_SERVER], bound_s=900, clusters=[c.name],
                      note=f"r1 now server_id {r1.server_id}; shipping refused the new binlogs: {refused or 'NOT SEEN'}; "
                           f"backup --new-server: exit {taken.returncode}")  # fmt: skip
