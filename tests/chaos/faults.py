@@ -53,8 +53,6 @@ UNREACHABLE = "Cannot reach the S3 endpoint"  # core/storage/s3.py, while an end
 REFUSED_HISTORY = r"binlogs were reset \(RESET MASTER\?\)"
 # The first backup of a re-seeded replica is a full, saying why (core/backup/lineage.py, decide.py).
 RESEED_FULL = r"(does not descend from|the server changed since)"
-# A backup or shipping run refusing a server the host's catalog does not know (core/binlog/identity.py).
-NEW_SERVER = r"which this host's catalog does not know"
 # Airflow fails a task whose worker died once its heartbeat is missed
 # ([scheduler] task_instance_heartbeat_timeout, 300 s) and records it in its audit log.
 HEARTBEAT_TIMEOUT = "audit:heartbeat timeout"
@@ -302,8 +300,9 @@ class Injector:
         """r1's datadir replaced by a copy of r2's (same server_id, port, path). Binlog shipping
         must refuse the new binlogs under the old names (the datadir held none, so they restart at
         .000001) rather than replace the stored ones. Then the DBA does what that error says: r1
-        gets a server_id of its own (its binlogs go to a directory of their own); backups and
-        shipping then refuse a server the catalog does not know, until a backup with --new-server.
+        gets a server_id of its own (its binlogs go to a directory of their own) and takes a backup
+        with --new-server at once (without it, backups and shipping refuse a server the catalog
+        does not know; a scheduled run may or may not meet that first, so it is no evidence).
         The next backup is a full that says why: the data does not descend from its parent (a
         scheduled run before the new server_id) or the server changed since it."""
         # The cluster's CLI too: until the --new-server backup, every backup of r1 is refused.
@@ -324,7 +323,7 @@ class Injector:
         finally:
             self.release(held)
         return Fault("reseed_replica", f"{c.name}-r1 from {c.name}-r2", t0, RESEED_FULL,
-                     more_evidence=[REFUSED_HISTORY, NEW_SERVER], bound_s=900, clusters=[c.name],
+                     more_evidence=[REFUSED_HISTORY], bound_s=900, clusters=[c.name],
                      note=f"r1 now server_id {r1.server_id}; shipping refused the new binlogs: {refused or 'NOT SEEN'}; "
                           f"backup --new-server: exit {taken.returncode}")  # fmt: skip
 
