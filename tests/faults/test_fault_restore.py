@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -130,6 +131,32 @@ def test_wrong_passphrase_is_a_clear_error_and_writes_nothing(backed_up, gpg_key
     assert not target_dir.exists()
     assert not list((tmp_path / "restore").glob(".xbp-restore-*")), "scratch was left behind"
     assert _own_gpg_homes() == homes, "the GPG home holding the private key was not wiped"
+
+
+def test_a_passphrase_check_killed_by_a_signal_is_named_as_that_not_as_a_wrong_passphrase(
+    backed_up, gpg_keys, tmp_path, monkeypatch
+):
+    """The gpg that checks the passphrase before anything is downloaded is killed (the OOM killer,
+    a kill -9): the error names gpg and the signal; it does not tell the user that the right
+    passphrase is wrong (found by the chaos run: kill_tool hit that gpg in a restore test, whose
+    log said 'the passphrase given does not unlock private key ...'). The first gpg on PATH is
+    the real one, killed by SIGKILL when it is asked to decrypt."""
+    catalog, _manifest, _db = backed_up
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    real = shutil.which("gpg")
+    (bin_dir / "gpg").write_text(
+        f'#!/bin/sh\ncase " $* " in *" --decrypt "*) kill -9 $$;; esac\nexec {real} "$@"\n'
+    )
+    (bin_dir / "gpg").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    target_dir = tmp_path / "restore" / "data"
+    with pytest.raises(GpgError) as excinfo:
+        restore_with(catalog, gpg_keys, target_dir)
+    message = str(excinfo.value)
+    assert "gpg" in message and "killed by signal 9" in message, message
+    assert "passphrase given does not unlock" not in message, message
+    assert not target_dir.exists()
 
 
 # -- a damaged object: the error names it and says whether its sha256 matches the manifest -------------
