@@ -408,7 +408,8 @@ class Injector:
         if BUSY in proc.stderr:
             return Fault("clock_skew", f"{c} CLI -20m", t0, None, clusters=[c],
                          note="the scheduled runs held the host lock throughout")  # fmt: skip
-        return Fault("clock_skew", f"{c} CLI -20m", t0, r"sync the clocks", bound_s=120, clusters=[c],
+        # 2 minutes from its last try (the tries before met a partitioned endpoint or a busy lock).
+        return Fault("clock_skew", f"{c} CLI -20m", t0, r"sync the clocks", bound_s=time.time() - t0 + 120, clusters=[c],
                      note=f"exit {proc.returncode}")  # fmt: skip
 
     def s3_partition(self, rng: random.Random) -> Fault:
