@@ -101,7 +101,7 @@ def find(work: Path, fault: Fault, stack: Any = None) -> str | None:
     for evidence in (fault.evidence, *fault.more_evidence):
         pattern = re.compile(evidence)
         hit = next((f"{Path(p).name}: {raw[:200]}" for t, p, raw in lines(work, fault.t0)
-                    if t <= fault.t0 + fault.bound_s and pattern.search(raw)), None)  # fmt: skip
+                    if t <= fault.t0 + fault.bound_s and fault.where in p and pattern.search(raw)), None)  # fmt: skip
         if hit is None:
             return None
         found.append(hit)

@@ -74,6 +74,7 @@ class Fault:
     note: str = ""
     clusters: list[str] = field(default_factory=list)  # what it can disturb (check alerts it explains)
     victims: list[list[str]] = field(default_factory=list)  # [dag_id, task_id, run_id] it hit
+    where: str = ""  # the evidence must be in a log whose path holds this (a task run's)
     seen: str | None = None  # where the evidence was found
     t1: float = 0.0
 
@@ -364,8 +365,12 @@ class Injector:
     def scratch_full(self, rng: random.Random) -> Fault:
         """The cluster's restore scratch filesystem full while a restore test runs: filled, a restore
         test started, and emptied again once that test has ended."""
-        # The restore test must reach the scratch: its worker and the primary store stay up meanwhile.
-        held = self.claim(rng, [(f"scratch:{c}", f"worker:{c}", "endpoint:primary") for c in self.clusters()])
+        # The restore test must reach the scratch: the workers (it runs on any: the default queue), the
+        # tools it starts and the primary store are left alone meanwhile.
+        workers = tuple(f"worker:{c}" for c in self.clusters())
+        held = self.claim(
+            rng, [(f"scratch:{c}", *workers, "tool", "endpoint:primary") for c in self.clusters()]
+        )
         try:
             c = held[0].split(":")[1]
             scratch = self.fleet.scratch[c]
@@ -386,7 +391,8 @@ class Injector:
         finally:
             self.release(held)
         return Fault("scratch_full", f"{c} restore scratch", t0, r"(No space left on device|Errno 28|ENOSPC)",
-                     bound_s=900, clusters=[c], note=f"restore test run {run}: {state}")  # fmt: skip
+                     bound_s=900, clusters=[c], note=f"restore test run {run}: {state}",
+                     where=f"dag_id={dag}/run_id={run}/")  # fmt: skip
 
     def clock_skew(self, rng: random.Random) -> Fault:
         """A DBA's host whose clock is 20 minutes behind runs a backup (libfaketime, this process only:
