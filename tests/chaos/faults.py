@@ -221,9 +221,11 @@ class Injector:
                 return Fault("kill_tool", name, t0, None, note="it ended first")
         finally:
             self.release(held)
+        # In the log of the task it ran under (a worker runs one task at a time here).
+        where = f"dag_id={victims[0][0]}/run_id={victims[0][2]}/" if len(victims) == 1 else ""
         return Fault("kill_tool", f"{name} pid {pid} on {worker}", t0, rf"{name}[^\n]{{0,300}}killed by signal 9",
                      bound_s=600, note=" ".join(argv[:4]), clusters=self.victim_clusters(c, victims),
-                     victims=victims)  # fmt: skip
+                     victims=victims, where=where)  # fmt: skip
 
     def _tools(self) -> list[tuple[int, list[str], str]]:
         """(pid, argv, worker name) of the mariabackup and gpg processes the fleet's workers run."""
@@ -264,8 +266,8 @@ class Injector:
             return Fault("kill_cli", f"{c} at {point}", t0, None,
                          note=f"exit {proc.returncode}: {proc.stderr[-300:]}", clusters=[c])  # fmt: skip
         # Killed holding the host lock: the next run of the host takes it over and says so.
-        return Fault("kill_cli", f"{c} at {point}", t0, r"taking over the stale lock", note="killed",
-                     clusters=[c])  # fmt: skip
+        return Fault("kill_cli", f"{c} at {point}", t0, rf"taking over the stale lock \S*/{c}/{BACKUP_HOST}/backup\.lock",
+                     note="killed", clusters=[c])  # fmt: skip
 
     # -- servers ------------------------------------------------------------------------------------
 
