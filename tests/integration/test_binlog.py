@@ -396,3 +396,37 @@ def test_cli_ships_and_lists_binlogs_without_airflow(mariadb, tmp_path, capsys):
     names = [b["name"] for s in listing["servers"] for b in s["binlogs"]]
     assert names == [r[0] for r in mariadb.query("SHOW BINARY LOGS")][:-1]
     assert all(b["complete"] for s in listing["servers"] for b in s["binlogs"])
+
+
+def test_after_a_server_id_change_the_binlogs_the_old_id_wrote_are_skipped_and_the_new_ones_shipped(
+    mariadb, s3_server, bucket, gpg_keys, caplog
+):
+    """The DBA gives a server a server_id of its own (as the refusal of a new binlog history says):
+    its binlog list still starts with files the old server_id wrote and this one never shipped.
+    They are that server's history, not this one's: skipped with a warning naming them, and the
+    new server's own binlogs shipped (found by the chaos run: after a re-seed and a new server_id,
+    shipping refused 'the copy of mysql-bin.000001 was written by server_id 202' on every run,
+    never shipped a binlog of the new server, and point-in-time restores from its backups failed
+    with 'mysql-bin.000002 is not shipped')."""
+    db = _table(mariadb)
+    catalog = _catalog(s3_server, bucket)
+    _write(mariadb, db, 5)  # written by the old server_id, never shipped
+    old_id = mariadb.server_id
+    mariadb.stop()
+    mariadb.server_id = old_id + 1000
+    mariadb.start()  # a new binlog, written by the new server_id
+    gtid = _write(mariadb, db, 5, flush=True)
+
+    with caplog.at_level("WARNING"):
+        report = ship_binlogs(_request(mariadb, catalog, gpg_keys, accept_new_server=True))
+    old_logs = [name for name, *_ in mariadb.query("SHOW BINARY LOGS")[: len(report.not_ours)]]
+    assert report.not_ours and report.not_ours == old_logs, report
+    assert report.shipped, "no binlog of the new server was shipped"
+    assert any(
+        name in r.getMessage() and str(old_id) in r.getMessage() for r in caplog.records for name in old_logs
+    )
+    index = BinlogCatalog(catalog, server_facts(_target(mariadb)).server_uuid).index()
+    assert set(index.complete) == set(report.shipped) and not set(index.complete) & set(report.not_ours)
+    assert any(m.gtid_last == gtid for m in index.complete.values()), (
+        "the new server's writes are not shipped"
+    )

@@ -146,7 +146,9 @@ def ship_continuous(
         shipper.run_batch()
         index = shipper.index()
         logs = [name for name, _ in server_binlogs(req.target)]
-        first = next((n for n in logs if n not in index.complete), logs[-1])
+        first = next(
+            (n for n in logs if n not in index.complete and n not in shipper.report.not_ours), logs[-1]
+        )
         directory = Path(tempfile.mkdtemp(prefix="stream-", dir=shipper.scratch))
         follower = _Follower(shipper, directory, progress_interval)
         replica_id = req.replica_server_id or default_replica_server_id(req.catalog.cluster, req.catalog.host)

@@ -91,6 +91,8 @@ class ShipReport:
     raw_bytes: int = 0
     stored_bytes: int = 0
     open_binlog: str | None = None
+    # Binlogs another server_id wrote before this server wrote any shipped one: not shipped here.
+    not_ours: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         """Small metadata for XCom and the CLI (names are capped: a first run can ship hundreds)."""
@@ -105,6 +107,7 @@ class ShipReport:
             "raw_bytes": self.raw_bytes,
             "stored_bytes": self.stored_bytes,
             "open_binlog": self.open_binlog,
+            "not_ours": self.not_ours[:20],
         }
 
 
@@ -255,12 +258,34 @@ class BinlogShipper:
             partial = index.partial.get(name)
             if partial is not None:
                 check_same_file(self.where, partial, summary)
+            if self.not_ours(name, summary, index):
+                path.unlink()
+                continue
             self.ship_complete(path, name, summary, partial)
             path.unlink()
         self.report.open_binlog = logs[-1][0] if logs else None
         if gap is not None:
             raise self.gap_error(gap)
         return self.report
+
+    def not_ours(self, name: str, summary: BinlogSummary, index: BinlogIndex) -> bool:
+        """A binlog another server_id wrote before this server has any shipped binlog: the server_id
+        changed (a re-seeded or restored server given one of its own), and the files before the
+        change are the old server's history. Skipped, not refused: refusing them would ship none of
+        this server's binlogs, ever. After this server's own binlogs, another server_id is refused
+        (check_origin): the connection reached another server."""
+        if summary.server_id in (None, self.identity.server_id) or index.complete or self.report.shipped:
+            return False
+        log.warning(
+            "%s was written by server_id %s, before this server (%s) wrote any binlog shipped here: it "
+            "is that server's history, not shipped as this one's; a point-in-time recovery of that "
+            "server's backups ends at its last shipped binlog",
+            name,
+            summary.server_id,
+            self.identity.describe(),
+        )
+        self.report.not_ours.append(name)
+        return True
 
     def check_closed(self, name: str, summary: BinlogSummary, size: int) -> None:
         """A closed binlog's copy must hold every byte the server lists for it. It ends with a rotate
