@@ -430,3 +430,31 @@ def test_after_a_server_id_change_the_binlogs_the_old_id_wrote_are_skipped_and_t
     assert any(m.gtid_last == gtid for m in index.complete.values()), (
         "the new server's writes are not shipped"
     )
+
+
+def test_a_reset_below_the_binlog_shipped_in_part_is_refused(mariadb, s3_server, bucket, gpg_keys):
+    """Continuous shipping stored the open mysql-bin.000002 in part (nothing complete: the server had
+    purged .000001); the server's binlogs then restart at .000001 (RESET MASTER, a re-seeded
+    datadir). The new .000001 is not the next binlog of the stored history: shipping it beside the
+    old .000002 would let a point-in-time recovery run from one history into the other. Found by
+    the chaos run: a replica re-seeded a second time shipped its new history beside the old one."""
+    db = _table(mariadb)
+    catalog = _catalog(s3_server, bucket)
+    _write(mariadb, db, 5, flush=True)
+    (first, *_rest, last) = [r[0] for r in mariadb.query("SHOW BINARY LOGS")]
+
+    def purged() -> bool:  # MariaDB keeps a binlog until its binlog checkpoint has passed it
+        mariadb.query(f"PURGE BINARY LOGS TO '{last}'")
+        return [r[0] for r in mariadb.query("SHOW BINARY LOGS")] == [last]
+
+    wait_for(purged, timeout=60, interval=0.5, what=f"the purge of the binlogs before {last}")
+    _write(mariadb, db, 5)
+    ship_continuous(_request(mariadb, catalog, gpg_keys), duration=1.5, progress_interval=0.2)
+    bcat = BinlogCatalog(catalog, server_facts(_target(mariadb)).server_uuid)
+    assert list(bcat.index().partial) == [last] and list(bcat.index().complete) == []
+    _reset_history(mariadb, db)
+
+    with pytest.raises(BinlogError, match="reset") as info:
+        ship_continuous(_request(mariadb, catalog, gpg_keys), duration=3, progress_interval=0.2)
+    assert last in str(info.value) and first in str(info.value), info.value
+    assert list(bcat.index().partial) == [last], "the new history was stored beside the old one"
