@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 DEB_PACKAGES := mariadb-server mariadb-backup mariadb-client percona-toolkit gnupg zstd \
                 libmariadb-dev pkg-config procps sysbench strace redis-server chromium
 
-.PHONY: setup deps test unit lint docs demo bench clean lock soak chaos test-wheel envs ci \
+.PHONY: setup deps test unit lint docs demo bench clean lock soak chaos chaos-smoke test-wheel envs ci \
         test-airflow-3.1 lock-airflow-3.1 test-airflow-3.2 lock-airflow-3.2
 
 setup: deps $(STAMP)
@@ -99,6 +99,12 @@ soak: setup
 chaos: setup
 	@scripts/install-debian-deps.sh libfaketime
 	@PYTHONPATH=tests:tests/deployment:tests/chaos $(PY) tests/chaos/run.py
+
+# A few minutes of every fault kind (a fixed seed: the same schedule each time) for CI; the fleet's
+# start-up and the final checks come on top (docs/RELIABILITY.md has the wall time).
+chaos-smoke:
+	@CHAOS_MINUTES=$${CHAOS_MINUTES:-4} CHAOS_FAULT_EVERY=$${CHAOS_FAULT_EVERY:-25} \
+	  CHAOS_PITR_POINTS=$${CHAOS_PITR_POINTS:-2} CHAOS_SEED=$${CHAOS_SEED:-20261203} $(MAKE) --no-print-directory chaos
 
 unit: setup
 	$(VENV)/bin/pytest -q tests/unit

@@ -1,8 +1,14 @@
 """The chaos run's checker, during the run and at the end: the invariants over every host on both
-stores, the checker's own restore of sampled backups (at least the newest of each chain) and the
-product's point-in-time restores, each compared with the cluster's reference replica stopped at
-the same GTID (START SLAVE UNTIL master_gtid_pos). The reference only moves forward, so targets
-are checked in GTID order; one already passed is skipped and counted as such.
+stores, the checker's own restore of sampled backups (the newest of each chain) and the product's
+point-in-time restores, each compared with the cluster's reference replica stopped at the same
+GTID (START SLAVE UNTIL master_gtid_pos).
+
+PITR windows: a chain's window runs from its full backup's GTID to the next full's (closed), and
+the newest chain's from its full to the newest shipped GTID, counting the open binlog's partial
+manifest (what continuous shipping has stored of it). `points` random GTIDs are drawn in each
+window once it is closed and shipped (during the run), the newest at the end. The reference only
+moves forward, so every target of a cluster (backups and points) is checked in GTID order; one
+already passed is skipped and counted as such.
 """
 
 from __future__ import annotations
@@ -12,10 +18,12 @@ import random
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from fleet import BACKUP_HOST, CHECKED_DBS, Cluster, Fleet
 from invariants import orphans, registered, stale_holds
@@ -26,16 +34,33 @@ from helpers import RUN, parse_gtid_pos, replay_until, restored_checksums
 from xtrabackup_provider.core.db.sandbox import table_checksums
 
 
+@dataclass(frozen=True, order=True)
+class Target:
+    cluster: str
+    seq: int
+    kind: str  # "backup" (the checker's own restore) or "pitr" (the product's restore --to-gtid)
+    gtid: str
+    backup_id: str = ""  # the backup; for a PITR point, the full its window starts at
+    newest_event: float = 0.0  # a PITR point: the newest event time of the binlog holding it
+
+
 @dataclass
 class Checker:
     fleet: Fleet
     rng: random.Random
+    points: int = 10  # PITR points per window
+    takeover: timedelta = timedelta(0)  # how long a dead holder's lock or lease may wait for the next run
+    pitr_window: timedelta = timedelta(0)  # retention's PITR window (older points may be gone)
     violations: list[str] = field(default_factory=list)
     restores: int = 0
     pitr_points: int = 0
     skipped: int = 0
+    windows: int = 0
     checked_chains: set[tuple[str, str]] = field(default_factory=set)
+    sampled: set[tuple[str, str]] = field(default_factory=set)  # (cluster, full id) of windows drawn
+    pending: list[Target] = field(default_factory=list)
     at: dict[str, int] = field(default_factory=dict)  # cluster -> the reference's domain-0 seq
+    mutex: threading.Lock = field(default_factory=threading.Lock)
 
     def readers(self) -> dict[str, tuple[StoreReader, str]]:
         p, o = self.fleet.endpoints["primary"], self.fleet.endpoints["offsite"]
@@ -50,14 +75,19 @@ class Checker:
         return out
 
     def violation(self, text: str) -> None:
-        print(f"VIOLATION: {text}", flush=True)
-        self.violations.append(text)
+        say(f"VIOLATION: {text}")
+        with self.mutex:
+            self.violations.append(text)
 
     # -- invariants ---------------------------------------------------------------------------------
 
     def sweep(self, final: bool) -> None:
+        """Every registered backup whole; no lock or lease held past its lease and the time the next
+        run takes to take it over; at the end, every orphan is debris retention names."""
         for (store, c), (reader, view) in self.views().items():
             for v in registered(view):
+                self.violation(f"{store} {c}: {v}")
+            for v in stale_holds(reader, view, takeover=self.takeover):
                 self.violation(f"{store} {c}: {v}")
             if not final:
                 continue
@@ -67,12 +97,11 @@ class Checker:
                 self.violation(f"{store} {c}: {bid} has no manifest and retention does not name it")
             if "binlogs" in strays:
                 self.violation(f"{store} {c}: binlog objects without a manifest: {strays['binlogs'][:3]}")
-            for v in stale_holds(reader, view):
-                self.violation(f"{store} {c}: {v}")
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         """The product's CLI on the direct endpoints (the checker is not the one under faults)."""
-        env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "PATH": "/usr/bin:/bin",
+        env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+               "PATH": "/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                "XTRABACKUP_GPG_PASSPHRASE": self.fleet.keys.passphrase, "HOME": str(self.fleet.work)}  # fmt: skip
         return subprocess.run([sys.executable, "-c", RUN, *args, "--config", str(self.fleet.cli_config)],
                               capture_output=True, text=True, env=env, timeout=1800)  # fmt: skip
@@ -88,61 +117,95 @@ class Checker:
             return set()
         return {i["name"] for i in json.loads(proc.stdout)["items"] if i["kind"] == "debris"}
 
+    # -- what to check ------------------------------------------------------------------------------
+
+    def plan(self, final: bool) -> None:
+        """Add the targets that became checkable: the newest backup of each chain that is closed (a
+        newer full exists; at the end, every chain) and `points` PITR points of each window that is
+        closed and shipped (at the end, the newest one too)."""
+        views = self.views()
+        for c in self.fleet.clusters:
+            _reader, view = views[("primary", c)]
+            fulls = sorted(b for b, m in view.manifests.items() if m.get("kind") == "full" and m.get("gtid"))
+            for i, full in enumerate(fulls):
+                nxt = fulls[i + 1] if i + 1 < len(fulls) else None
+                # A window's binlogs are its full's server's: a re-seeded replica's history ends there.
+                server = view.manifests[full].get("server_uuid")
+                high, times = shipped(view, server)
+                nxt_seq = _seq(view.manifests[nxt]["gtid"]) if nxt else high
+                end = min(nxt_seq, high)
+                closed = nxt is not None and (
+                    high >= nxt_seq or view.manifests[nxt].get("server_uuid") != server
+                )
+                if closed or final:
+                    self._chain_target(c, view, full, nxt)
+                if (c, full) not in self.sampled and (closed or final):
+                    self._draw(c, view, full, end, times)
+
+    def _chain_target(self, c: str, view: HostView, full: str, nxt: str | None) -> None:
+        chain = [
+            b
+            for b, m in view.manifests.items()
+            if m.get("chain_root", b) == full and (nxt is None or b < nxt)
+        ]
+        newest = max(chain)
+        m = view.manifests[newest]
+        if (c, full) in self.checked_chains or not m.get("gtid"):
+            return
+        self.checked_chains.add((c, full))
+        self.pending.append(Target(c, _seq(m["gtid"]), "backup", m["gtid"], newest))
+
+    def _draw(self, c: str, view: HostView, full: str, end: int, times: list[tuple[int, int, float]]) -> None:
+        self.sampled.add((c, full))
+        low = max(_seq(view.manifests[full]["gtid"]), self.at.get(c, 0)) + 1
+        if end < low:
+            return
+        self.windows += 1
+        say(
+            f"checker: PITR window of {c} from {full} to seq {end}: {min(self.points, end - low + 1)} point(s)"
+        )
+        server_id = int(str(self.fleet.clusters[c].source.query("SELECT @@server_id")[0][0]))
+        for seq in sorted(self.rng.sample(range(low, end + 1), min(self.points, end - low + 1))):
+            newest = max((t for lo, hi, t in times if lo <= seq <= hi), default=time.time())
+            self.pending.append(Target(c, seq, "pitr", f"0-{server_id}-{seq}", full, newest))
+
+    def work(self, until: float) -> None:
+        """Check pending targets in GTID order per cluster until `until` (epoch seconds)."""
+        while self.pending and time.time() < until:
+            self.pending.sort(key=lambda t: (t.seq, t.cluster))
+            target = self.pending.pop(0)
+            if target.kind == "backup":
+                self.check_backup(target)
+            else:
+                self.check_pitr(target)
+
     # -- restores -----------------------------------------------------------------------------------
 
-    def backup_targets(self) -> list[tuple[str, int, str, str]]:
-        """(cluster, seq, gtid, backup id) of the newest backup of each chain not checked yet."""
-        targets = []
-        for (store, c), (_reader, view) in self.views().items():
-            if store != "primary":
-                continue
-            for bid, m in view.manifests.items():
-                key = (c, m.get("chain_root", bid))
-                newer = [
-                    o
-                    for o in view.manifests.values()
-                    if o.get("chain_root") == key[1] and o["backup_id"] > bid
-                ]
-                if key not in self.checked_chains and not newer and m.get("gtid"):
-                    targets.append((c, _seq(m["gtid"]), m["gtid"], bid))
-        return sorted(targets, key=lambda t: (t[1], t[0]))
-
-    def restore_backups(self, limit: int = 2) -> None:
-        for target in self.backup_targets()[:limit]:
-            self.check_backup(*target)
-
-    def check_backup(self, c: str, seq: int, gtid: str, bid: str) -> None:
-        """The checker's own restore of `bid` against the reference stopped at its GTID."""
-        if not self.advance(c, gtid, seq):
+    def check_backup(self, t: Target) -> None:
+        """The checker's own restore of the backup against the reference stopped at its GTID."""
+        if not self.advance(t.cluster, t.gtid, t.seq):
             return
-        expected = table_checksums(self.fleet.clusters[c].reference, CHECKED_DBS)
-        reader, view = self.views()[("primary", c)]
-        work = Path(self.fleet.root) / f"chk-{bid}"
+        expected = table_checksums(self.fleet.clusters[t.cluster].reference, CHECKED_DBS)
+        reader, view = self.views()[("primary", t.cluster)]
+        if t.backup_id not in view.manifests:
+            self.skipped += 1  # retention removed it before its turn (checked by the invariants)
+            return
+        work = Path(self.fleet.root) / f"chk-{t.backup_id}"
         try:
             with decrypting_home(self.fleet.keys.private_key, self.fleet.keys.passphrase) as gpg:
-                datadir = restore_chain(reader, view.chain(bid), gpg, work)
+                datadir = restore_chain(reader, view.chain(t.backup_id), gpg, work)
             got = restored_checksums(datadir, work / "sb", CHECKED_DBS, server_id=990)
         except Exception as exc:  # noqa: BLE001 - a backup that does not restore is a violation
-            self.violation(f"{c} {bid} does not restore: {exc}")
+            self.violation(f"{t.cluster} {t.backup_id} does not restore: {exc}")
             return
         finally:
             shutil.rmtree(work, ignore_errors=True)
-        self.checked_chains.add((c, view.manifests[bid].get("chain_root", bid)))
         self.restores += 1
         if got != expected:
-            self.violation(f"{c} {bid} restored differs from the source at {gtid}: {_diff(got, expected)}")
-        print(f"restore check {c} {bid} at {gtid}: {'ok' if got == expected else 'DIFFERS'}", flush=True)
-
-    def final(self, points: int) -> None:
-        """Every unchecked chain's newest backup and `points` PITR points per cluster, in GTID order
-        per cluster (the reference only moves forward)."""
-        todo = [(c, seq, "backup", gtid, bid) for c, seq, gtid, bid in self.backup_targets()]
-        todo += [(c, seq, "pitr", gtid, "") for c, seq, gtid in self.pitr_targets(points)]
-        for c, seq, kind, gtid, bid in sorted(todo):
-            if kind == "backup":
-                self.check_backup(c, seq, gtid, bid)
-            else:
-                self.check_pitr(self.fleet.clusters[c], seq, gtid)
+            self.violation(
+                f"{t.cluster} {t.backup_id} restored differs from the source at {t.gtid}: {_diff(got, expected)}"
+            )
+        say(f"restore check {t.cluster} {t.backup_id} at {t.gtid}: {'ok' if got == expected else 'DIFFERS'}")
 
     def advance(self, cluster: str, gtid: str, seq: int) -> bool:
         ref = self.fleet.clusters[cluster].reference
@@ -153,31 +216,22 @@ class Checker:
         self.at[cluster] = seq
         return True
 
-    def pitr_targets(self, points: int) -> list[tuple[str, int, str]]:
-        """`points` random GTIDs per cluster between its oldest backup and its newest shipped binlog."""
-        targets = []
-        for (store, c), (_reader, view) in self.views().items():
-            if store != "primary" or not view.manifests or not view.binlogs:
-                continue
-            low = min(_seq(m["gtid"]) for m in view.manifests.values() if m.get("gtid"))
-            high = max(_seq(b.get("gtid_last") or "0-0-0") for b in view.binlogs.values())
-            low = max(low, self.at.get(c, 0)) + 1
-            server_id = int(str(self.fleet.clusters[c].source.query("SELECT @@server_id")[0][0]))
-            for seq in sorted(self.rng.sample(range(low, high + 1), min(points, max(0, high - low + 1)))):
-                targets.append((c, seq, f"0-{server_id}-{seq}"))
-        return targets
-
-    def check_pitr(self, cluster: Cluster, seq: int, gtid: str) -> None:
-        if not self.advance(cluster.name, gtid, seq):
+    def check_pitr(self, t: Target) -> None:
+        cluster = self.fleet.clusters[t.cluster]
+        if not self.advance(t.cluster, t.gtid, t.seq):
             return
         expected = table_checksums(cluster.reference, CHECKED_DBS)
-        work = Path(self.fleet.root) / f"pitr-{cluster.name}-{seq}"
+        work = Path(self.fleet.root) / f"pitr-{t.cluster}-{t.seq}"
         work.mkdir()
         try:
-            proc = self.cli("restore", "--cluster", cluster.name, "--host", BACKUP_HOST,
-                            "--target-datadir", str(work / "data"), "--to-gtid", gtid)  # fmt: skip
+            proc = self.cli("restore", "--cluster", t.cluster, "--host", BACKUP_HOST,
+                            "--target-datadir", str(work / "data"), "--to-gtid", t.gtid)  # fmt: skip
             if proc.returncode != 0:
-                self.violation(f"PITR of {cluster.name} to {gtid} failed: {proc.stderr.strip()[-600:]}")
+                log = self.fleet.work / "checker" / f"pitr-{t.cluster}-{t.seq}.log"
+                log.parent.mkdir(exist_ok=True)
+                log.write_text(proc.stdout + proc.stderr)
+                errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+                self._pitr_failed(t, cluster, f"{' '.join(errors) or proc.stderr.strip()[-300:]} ({log})")
                 return
             got = restored_checksums(work / "data", work / "sb", CHECKED_DBS, server_id=991)
         finally:
@@ -185,9 +239,44 @@ class Checker:
         self.pitr_points += 1
         if got != expected:
             self.violation(
-                f"PITR of {cluster.name} to {gtid} differs from the source there: {_diff(got, expected)}"
+                f"PITR of {t.cluster} to {t.gtid} differs from the source there: {_diff(got, expected)}"
             )
-        print(f"PITR check {cluster.name} {gtid}: {'ok' if got == expected else 'DIFFERS'}", flush=True)
+        say(f"PITR check {t.cluster} {t.gtid}: {'ok' if got == expected else 'DIFFERS'}")
+
+    def _pitr_failed(self, t: Target, cluster: Cluster, error: str) -> None:
+        """A refusal is right only for a point retention was allowed to drop: its window's full is
+        gone and every event of the binlog holding it is older than retention's PITR window."""
+        _reader, view = self.views()[("primary", cluster.name)]
+        age = time.time() - t.newest_event
+        if t.backup_id not in view.manifests and age > self.pitr_window.total_seconds():
+            self.skipped += 1
+            say(f"PITR check {t.cluster} {t.gtid}: skipped, retention dropped its window ({error[-160:]})")
+            return
+        self.violation(f"PITR of {t.cluster} to {t.gtid} failed: {error}")
+
+
+def say(text: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {text}", flush=True)
+
+
+def shipped(view: HostView, server: str | None) -> tuple[int, list[tuple[int, int, float]]]:
+    """The newest domain-0 sequence shipped from `server` (complete and partial binlog manifests),
+    and (first seq, last seq, newest event time) of each of its shipped binlogs."""
+    spans = []
+    for m in [*view.binlogs.values(), *view.partials.values()]:
+        if m.get("server_uuid") != server:
+            continue
+        first, last = _seq(m.get("gtid_first") or ""), _seq(m.get("gtid_last") or "")
+        newest = m.get("covers_until") or m.get("last_event_time") or m.get("shipped_at")
+        spans.append((first, last, _epoch(newest)))
+    return max((hi for _lo, hi, _t in spans), default=0), spans
+
+
+def _epoch(value: Any) -> float:
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return time.time()
 
 
 def _domain0(gtid: str) -> str:
@@ -203,7 +292,3 @@ def _diff(got: dict[str, int], expected: dict[str, int]) -> str:
     return ", ".join(
         f"{k}: {got.get(k)} != {expected.get(k)}" for k in keys if got.get(k) != expected.get(k)
     )[:600]
-
-
-def wait(seconds: float) -> None:
-    time.sleep(max(0.0, seconds))

@@ -1,7 +1,16 @@
-"""Where a fault must show: the task logs Airflow wrote (JSON lines with their own timestamps) and
-the run's CLI logs. A line counts for a fault when it was written after the fault began and
-within its bound. `alerts()` reads the check DAG's lines (CRITICAL / WARNING per host) for the
-false-alert count.
+"""Where a fault must show, and which fault explains a check alert.
+
+Evidence: the task logs Airflow wrote (JSON lines with their own timestamps), the run's CLI logs,
+and Airflow's audit log (`audit:<event>`: e.g. the "heartbeat timeout" the scheduler records for
+a task whose worker died; the UI's Browse > Audit Log). A line counts for a fault when it was
+written after the fault began and within its bound.
+
+Alerts: the check DAG's host lines (WARNING / CRITICAL). Each finding of an alert (a failed
+restore test, the RPO, the binlog lag, copies behind, an unreadable store) must be explained by a
+fault that can cause that finding, on the alert's cluster, and recent enough that the finding
+still lasts: the next scheduled run of what the fault broke clears it (FINDINGS' bounds, from the
+fleet's schedules). The proxies' background faults explain a finding only when its text names
+the S3 error. Anything else is a false alert.
 """
 
 from __future__ import annotations
@@ -9,12 +18,52 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from faults import Fault
 
 ALERT = re.compile(r"\b(CRITICAL|WARNING|OK) (\w+)/(\w+): (.*)")
+MIN = 60.0
+# finding -> (pattern over the alert line, the fault kinds that can cause it, how long after a
+# fault's end the finding can last). Restore tests run every 10 min and take up to 10 on a busy
+# machine; binlog lag alerts after 6 min, shipping restarts every 5; copies and the RPO alert
+# after 15 min, backups run every 4.
+FINDINGS: dict[str, tuple[re.Pattern[str], frozenset[str], float]] = {
+    "restore_test": (
+        re.compile(r"the last restore test \(|no restore test has passed yet|restore test passed [^;]*, over"),
+        frozenset({"kill_worker", "kill_tool", "restart_db", "scratch_full", "reseed_replica", "s3_partition"}),
+        25 * MIN,
+    ),
+    "rpo": (
+        re.compile(r"over the RPO|no restorable backup"),
+        frozenset({"kill_worker", "kill_tool", "kill_cli", "restart_db", "clock_skew", "reseed_replica", "s3_partition"}),
+        25 * MIN,
+    ),
+    "binlogs": (
+        re.compile(r"binlogs shipped up to [^;]*, over|no binlog is shipped|binlog gap |binlog lag unknown|"
+                   r"cannot read the shipped binlogs|cannot read the binlog gaps"),
+        frozenset({"kill_worker", "restart_db", "reseed_replica", "s3_partition"}),
+        16 * MIN,
+    ),
+    "copies": (
+        re.compile(r"copy target \S+ cannot be read|copies on \S+: \d+ backup\(s\) behind, the oldest finished (?P<age>[^,;]+) ago"),
+        frozenset({"kill_worker", "kill_tool", "s3_partition"}),
+        25 * MIN,
+    ),
+    "storage": (
+        re.compile(r"cannot read the catalog|unreadable manifest|unreadable restore report|cannot read the restore tests|not restorable: "),
+        frozenset({"s3_partition"}),
+        5 * MIN,
+    ),
+}  # fmt: skip
+COPIES_LIMIT = 0.25 * 3600  # the fleet's copies_max_behind_hours
+S3_ERROR = re.compile(
+    r"InternalError|SlowDown|\b50[03]\b|reset by peer|Connection was closed|IncompleteRead|Read timeout|"
+    r"ResponseStreamingError|Connection broken|Could not connect"
+)
 
 
 def lines(work: Path, since: float) -> Iterator[tuple[float, str, str]]:
@@ -42,19 +91,63 @@ def _stamp(raw: str) -> float | None:
         return None
 
 
-def find(work: Path, fault: Fault) -> str | None:
+def find(work: Path, fault: Fault, stack: Any = None) -> str | None:
     """Where the fault's evidence shows within its bound (None: not yet / not at all)."""
     if fault.evidence is None:
         return "no victim"
-    pattern = re.compile(fault.evidence)
-    for t, path, raw in lines(work, fault.t0):
-        if t <= fault.t0 + fault.bound_s and pattern.search(raw):
-            return f"{Path(path).name}: {raw[:200]}"
+    if fault.evidence.startswith("audit:"):
+        return _audit(stack, fault, fault.evidence.removeprefix("audit:"))
+    found = []
+    for evidence in (fault.evidence, *fault.more_evidence):
+        pattern = re.compile(evidence)
+        hit = next((f"{Path(p).name}: {raw[:200]}" for t, p, raw in lines(work, fault.t0)
+                    if t <= fault.t0 + fault.bound_s and fault.where in p and pattern.search(raw)), None)  # fmt: skip
+        if hit is None:
+            return None
+        found.append(hit)
+    return " | ".join(found)
+
+
+def _audit(stack: Any, fault: Fault, event: str) -> str | None:
+    """Airflow's audit log names one of the fault's victims with `event` within the bound."""
+    rows = (
+        stack.db("SELECT dttm, dag_id, task_id, run_id, extra FROM log WHERE event = ?", event)
+        if stack
+        else []
+    )
+    victims = {tuple(v) for v in fault.victims}
+    for dttm, dag_id, task_id, run_id, extra in rows:
+        t = _db_time(dttm)
+        if (dag_id, task_id, run_id) in victims and fault.t0 <= t <= fault.t0 + fault.bound_s:
+            return f"Airflow audit log: {event} of {dag_id}.{task_id} ({run_id}): {str(extra)[:120]}"
     return None
 
 
-def alerts(work: Path, since: float) -> list[tuple[float, str, str, str]]:
-    """(time, status, cluster, line) of every host line the check DAG logged."""
+def _db_time(value: str) -> float:
+    when = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+
+
+# -- alerts ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Alert:
+    t: float
+    status: str
+    cluster: str
+    line: str
+
+
+@dataclass(frozen=True)
+class ProxyFault:
+    t: float
+    endpoint: str
+    fault: str
+
+
+def alerts(work: Path, since: float) -> list[Alert]:
+    """Every host line the check DAG logged (OK lines too: a host's first OK starts its watch)."""
     out = []
     for t, path, raw in lines(work, since):
         if "mysql_backup_check_" not in path:
@@ -64,5 +157,55 @@ def alerts(work: Path, since: float) -> list[tuple[float, str, str, str]]:
         except ValueError:
             continue
         if m := ALERT.search(event):
-            out.append((t, m.group(1), m.group(2), event))
+            out.append(Alert(t, m.group(1), m.group(2), event))
+    return sorted(out, key=lambda a: a.t)
+
+
+def findings(line: str) -> list[str]:
+    """The kinds of non-OK findings an alert line holds."""
+    out = []
+    for name, (pattern, _kinds, _bound) in FINDINGS.items():
+        for m in pattern.finditer(line):
+            age = m.groupdict().get("age")
+            if age is None or _seconds(age) > COPIES_LIMIT:
+                out.append(name)
+                break
     return out
+
+
+def _seconds(text: str) -> float:
+    """core/report/html.py's fmt_seconds, read back ("4 min 07 s", "57.3 s", "1 h 02 min", "2 d 3 h")."""
+    units = {"d": 86400, "h": 3600, "min": 60, "s": 1}
+    return sum(float(n) * units[u] for n, u in re.findall(r"([\d.]+) (d|h|min|s)\b", text))
+
+
+def explain(alert: Alert, faults: list[Fault], proxy: list[ProxyFault]) -> list[str]:
+    """What explains each finding of the alert; a finding nothing explains is named "UNEXPLAINED"."""
+    out = []
+    kinds = findings(alert.line) or ["unrecognised"]
+    for finding in kinds:
+        why = _explains(finding, alert, faults, proxy)
+        out.append(f"{finding}: {why}" if why else f"{finding}: UNEXPLAINED")
+    return out
+
+
+def _explains(finding: str, alert: Alert, faults: list[Fault], proxy: list[ProxyFault]) -> str | None:
+    if finding not in FINDINGS:
+        return None
+    _pattern, kinds, bound = FINDINGS[finding]
+    for f in faults:
+        if f.kind not in kinds or alert.cluster not in f.clusters:
+            continue
+        if f.kind == "s3_partition" and f.note == "offsite" and finding != "copies":
+            continue  # the offsite copies' endpoint: only the copies can suffer
+        if f.t0 <= alert.t <= f.t1 + bound:
+            return f"{f.kind} {f.target} at {_hms(f.t0)}"
+    if S3_ERROR.search(alert.line):
+        near = [p for p in proxy if p.t <= alert.t <= p.t + bound]
+        if near:
+            return f"the S3 proxy's {near[-1].fault} on {near[-1].endpoint} at {_hms(near[-1].t)} (named in the alert)"
+    return None
+
+
+def _hms(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%H:%M:%SZ")

@@ -1,7 +1,12 @@
 """Faults at random, seeded and logged: each injector does one fault to the fleet and returns its
-record: what was done, when, and what must show for it (a regex over the task logs and the run's
-own CLI logs) within how long. A fault that found no victim (no tool was streaming, no task ran
-on the killed worker) says so and needs no evidence.
+record: what was done, when, which clusters it can disturb, and what must show for it (a regex over
+the task logs and the run's own CLI logs, or Airflow's audit log) within how long. A fault that
+found no victim (no tool was streaming, no task ran on the killed worker) says so and needs no
+evidence.
+
+Faults overlap: each runs in its own thread (tests/chaos/run.py), holding the resources it
+disturbs (a server, a worker, an endpoint, a scratch filesystem, a cluster's CLI) so that two
+faults never fight over one thing, e.g. a restart of the replica that is being re-seeded.
 
 Kinds: kill_worker, kill_tool (mariabackup or gpg mid-stream; zstd runs inside the worker's own
 process as python-zstandard threads, so killing "zstd" is killing the worker), kill_cli (a CLI
@@ -13,13 +18,17 @@ answers) are counted from their own logs.
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +37,7 @@ from fleet import BACKUP_HOST, Fleet
 
 from helpers import RUN, S3_ACCESS_KEY, S3_REGION, S3_SECRET_KEY, start_replication, wait_caught_up
 
+HERE = Path(__file__).resolve().parent
 FAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 CLI_CRASH_POINTS = (
     "backup.after_objects",
@@ -35,6 +45,21 @@ CLI_CRASH_POINTS = (
     "lock.before_release",
     "parts.between_commits",
 )
+KINDS = ("kill_worker", "kill_tool", "kill_cli", "restart_db", "scratch_full", "clock_skew",
+         "reseed_replica", "s3_partition")  # fmt: skip
+BUSY = "cannot start: another"  # the host lock's refusal (core/catalog/lock.py)
+UNREACHABLE = "Cannot reach the S3 endpoint"  # core/storage/s3.py, while an endpoint is partitioned
+# Binlog shipping refusing a new history under the old names (core/binlog/ship.py, catalog.py).
+REFUSED_HISTORY = r"binlogs were reset \(RESET MASTER\?\)"
+# The first backup of a re-seeded replica is a full, saying why (core/backup/lineage.py, decide.py).
+RESEED_FULL = r"(does not descend from|the server changed since)"
+# Airflow fails a task whose worker died once its heartbeat is missed
+# ([scheduler] task_instance_heartbeat_timeout, 300 s) and records it in its audit log.
+HEARTBEAT_TIMEOUT = "audit:heartbeat timeout"
+
+
+class NoTarget(Exception):
+    """Every target of this kind is busy with another fault: try another kind."""
 
 
 @dataclass
@@ -42,9 +67,14 @@ class Fault:
     kind: str
     target: str
     t0: float
-    evidence: str | None  # regex that must appear in a task or CLI log written after t0; None: no victim
+    # A regex that must show after t0 ("audit:<event>": Airflow's audit log); None: no victim.
+    evidence: str | None
+    more_evidence: list[str] = field(default_factory=list)  # regexes that must show as well
     bound_s: float = 900
     note: str = ""
+    clusters: list[str] = field(default_factory=list)  # what it can disturb (check alerts it explains)
+    victims: list[list[str]] = field(default_factory=list)  # [dag_id, task_id, run_id] it hit
+    where: str = ""  # the evidence must be in a log whose path holds this (a task run's)
     seen: str | None = None  # where the evidence was found
     t1: float = 0.0
 
@@ -55,8 +85,9 @@ class Fault:
 @dataclass
 class Injector:
     fleet: Fleet
-    rng: random.Random
     log: list[Fault] = field(default_factory=list)
+    busy: set[str] = field(default_factory=set)  # resources a running fault holds
+    mutex: threading.Lock = field(default_factory=threading.Lock)
 
     def env(self, **extra: str) -> dict[str, str]:
         clean = {
@@ -77,114 +108,240 @@ class Injector:
         )
         return proc
 
-    def inject(self) -> Fault:
-        kinds = [self.kill_worker, self.kill_tool, self.kill_cli, self.restart_db, self.scratch_full,
-                 self.clock_skew, self.reseed_replica, self.s3_partition]  # fmt: skip
-        kind = self.rng.choice(kinds)
-        try:
-            fault = kind()
-        except Exception as exc:  # noqa: BLE001 - the harness's own failure: reported, the run goes on
-            fault = Fault(kind.__name__, "-", time.time(), None, note=f"HARNESS ERROR: {exc!r}"[:500])
-        fault.t1 = time.time()
-        self.log.append(fault)
-        with (self.fleet.work / "faults.jsonl").open("a") as fh:
-            import json
+    def cli_backup(
+        self, name: str, cluster: str, *flags: str, patience: float = 480, **env: str
+    ) -> subprocess.CompletedProcess[str]:
+        """A CLI backup of the cluster's host, tried again while a scheduled run holds the host lock
+        or the endpoint is partitioned (another fault): its own fault must reach the product."""
+        deadline = time.time() + patience
+        while True:
+            proc = self.cli(
+                name, "backup", "--cluster", cluster, "--host", BACKUP_HOST, "--no-copies", *flags, **env
+            )
+            if not any(w in proc.stderr for w in (BUSY, UNREACHABLE)) or time.time() > deadline:
+                return proc
+            time.sleep(15)
 
-            fh.write(json.dumps(fault.as_dict()) + "\n")
+    # -- scheduling ---------------------------------------------------------------------------------
+
+    def claim(self, rng: random.Random, options: list[tuple[str, ...]]) -> tuple[str, ...]:
+        """One of `options` (tuples of resources) whose resources are all free, now held."""
+        with self.mutex:
+            free = [o for o in options if not set(o) & self.busy]
+            if not free:
+                raise NoTarget(", ".join("+".join(o) for o in options))
+            chosen = rng.choice(free)
+            self.busy |= set(chosen)
+            return chosen
+
+    def release(self, resources: tuple[str, ...]) -> None:
+        with self.mutex:
+            self.busy -= set(resources)
+
+    def inject(self, kind: str, rng: random.Random) -> Fault:
+        """Run one fault of `kind` to its end (NoTarget: all its targets are busy)."""
+        fn: Callable[[random.Random], Fault] = getattr(self, kind)
+        t0 = time.time()
+        try:
+            fault = fn(rng)
+        except NoTarget:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the harness's own failure: reported, the run goes on
+            fault = Fault(kind, "-", t0, None, note=f"HARNESS ERROR: {exc!r}"[:500])
+        fault.t1 = time.time()
+        with self.mutex:
+            self.log.append(fault)
+            with (self.fleet.work / "faults.jsonl").open("a") as fh:
+                fh.write(json.dumps(fault.as_dict()) + "\n")
         return fault
 
-    def cluster(self) -> str:
-        return self.rng.choice(sorted(self.fleet.clusters))
+    def clusters(self) -> list[str]:
+        return sorted(self.fleet.clusters)
+
+    def running_on(self, host: str) -> list[list[str]]:
+        """[dag_id, task_id, run_id] of the task instances running on the worker of `host` ("c1-r1")."""
+        stack = self.fleet.stack
+        assert stack is not None
+        rows = stack.db("SELECT dag_id, task_id, run_id FROM task_instance WHERE state='running' AND hostname=?",
+                        f"{host}-worker")  # fmt: skip
+        return [list(r) for r in rows]
+
+    def victim_clusters(self, cluster: str, victims: list[list[str]]) -> list[str]:
+        hit = {cluster} | {c for v in victims for c in self.fleet.clusters if v[0].endswith(f"_{c}")}
+        return sorted(hit)
 
     # -- processes ----------------------------------------------------------------------------------
 
-    def kill_worker(self) -> Fault:
-        stack = self.fleet.stack
-        assert stack is not None
-        c = self.cluster()
-        name = f"worker-{c}-{BACKUP_HOST}"
-        t0 = time.time()
-        running = stack.db("SELECT dag_id, task_id FROM task_instance WHERE state='running' AND hostname=?",
-                           f"{c}-{BACKUP_HOST}-worker")  # fmt: skip
-        os.killpg(stack.procs[name].pid, signal.SIGKILL)
-        stack.procs[name].wait()
-        del stack.procs[name]
-        time.sleep(self.rng.uniform(5, 40))
-        stack.start_worker(f"{c}-{BACKUP_HOST}", queue=f"{c}-{BACKUP_HOST}")
-        victims = ", ".join(f"{d}.{t}" for d, t in running)
-        # Airflow fails a task whose worker died once its heartbeat is missed.
-        evidence = (
-            None if not running else r"(heartbeat|zombie|Executor reports|externally|SIGKILL|-9|killed)"
-        )
-        return Fault("kill_worker", name, t0, evidence, note=f"running: {victims or 'nothing'}")
-
-    def kill_tool(self) -> Fault:
-        """SIGKILL a mariabackup or gpg that a worker of the fleet runs, if one is streaming."""
-        t0 = time.time()
-        tools = [(pid, argv) for pid, argv in _processes()
-                 if Path(argv[0]).name in ("mariabackup", "gpg") and self._ours(pid)]  # fmt: skip
-        if not tools:
-            return Fault("kill_tool", "-", t0, None, note="no mariabackup or gpg was running")
-        pid, argv = self.rng.choice(tools)
-        name = Path(argv[0]).name
+    def kill_worker(self, rng: random.Random) -> Fault:
+        held = self.claim(rng, [(f"worker:{c}",) for c in self.clusters()])
         try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            return Fault("kill_tool", name, t0, None, note="it ended first")
-        return Fault("kill_tool", f"{name} pid {pid}", t0, rf"{name}[^\n]{{0,300}}killed by signal 9",
-                     note=" ".join(argv[:4]))  # fmt: skip
+            c = held[0].split(":")[1]
+            stack = self.fleet.stack
+            assert stack is not None
+            name = f"worker-{c}-{BACKUP_HOST}"
+            t0 = time.time()
+            while not (victims := self.running_on(f"{c}-{BACKUP_HOST}")) and time.time() < t0 + 180:
+                time.sleep(2)  # a worker killed while idle shows nothing: wait for a task, a while
+            os.killpg(stack.procs[name].pid, signal.SIGKILL)
+            stack.procs[name].wait()
+            del stack.procs[name]
+            time.sleep(rng.uniform(5, 40))
+            stack.start_worker(f"{c}-{BACKUP_HOST}", queue=f"{c}-{BACKUP_HOST}")
+        finally:
+            self.release(held)
+        names = ", ".join(f"{d}.{t}" for d, t, _ in victims)
+        return Fault("kill_worker", name, t0, HEARTBEAT_TIMEOUT if victims else None, bound_s=600,
+                     note=f"running: {names or 'nothing'}", clusters=self.victim_clusters(c, victims),
+                     victims=victims)  # fmt: skip
 
-    def _ours(self, pid: int) -> bool:
+    def kill_tool(self, rng: random.Random) -> Fault:
+        """SIGKILL a mariabackup or gpg that a worker of the fleet runs mid-stream. None streaming
+        after a minute: a backup run of a cluster is started (mariabackup streams for seconds, the
+        gpg of a binlog segment for less than the scan of the process table)."""
+        held = self.claim(rng, [("tool",)])
+        try:
+            t0 = time.time()
+            triggered = False
+            while not (tools := self._tools()) and time.time() < t0 + 300:
+                if not triggered and time.time() > t0 + 60 and self.fleet.stack:
+                    self.fleet.stack.trigger(f"mysql_backup_{rng.choice(self.clusters())}")
+                    triggered = True
+                time.sleep(0.2)
+            if not tools:
+                return Fault(
+                    "kill_tool", "-", t0, None, note="no mariabackup or gpg was streaming for 5 minutes"
+                )
+            pid, argv, worker = rng.choice(tools)
+            name = Path(argv[0]).name
+            c = worker.split("-")[1]
+            victims = self.running_on(worker.removeprefix("worker-"))
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                return Fault("kill_tool", name, t0, None, note="it ended first")
+        finally:
+            self.release(held)
+        # In the log of the task it ran under (a worker runs one task at a time here).
+        where = f"dag_id={victims[0][0]}/run_id={victims[0][2]}/" if len(victims) == 1 else ""
+        return Fault("kill_tool", f"{name} pid {pid} on {worker}", t0, rf"{name}[^\n]{{0,300}}killed by signal 9",
+                     bound_s=600, note=" ".join(argv[:4]), clusters=self.victim_clusters(c, victims),
+                     victims=victims, where=where)  # fmt: skip
+
+    def _tools(self) -> list[tuple[int, list[str], str]]:
+        """(pid, argv, worker name) of the mariabackup and gpg processes the fleet's workers run."""
+        out = []
+        for pid, argv in _processes():
+            streams = {"mariabackup": ("--backup", "--prepare"), "gpg": ("--encrypt", "--decrypt")}
+            wanted = streams.get(Path(argv[0]).name, ())
+            if any(a in argv for a in wanted) and (worker := self._worker_of(pid)):
+                out.append((pid, argv, worker))
+        return out
+
+    def _worker_of(self, pid: int) -> str | None:
         stack = self.fleet.stack
-        roots = {p.pid for p in stack.procs.values()} if stack else set()
+        roots = (
+            {p.pid: name for name, p in stack.procs.items() if name.startswith("worker-")} if stack else {}
+        )
         for _ in range(20):
             try:
                 pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
             except OSError:
-                return False
+                return None
             if pid in roots:
-                return True
+                return roots[pid]
             if pid <= 1:
-                return False
-        return False
+                return None
+        return None
 
-    def kill_cli(self) -> Fault:
-        c, point = self.cluster(), self.rng.choice(CLI_CRASH_POINTS)
-        t0 = time.time()
-        proc = self.cli(
-            "kill_cli", "backup", "--cluster", c, "--host", BACKUP_HOST, "--no-copies", XBP_CRASH_AT=point
-        )
+    def kill_cli(self, rng: random.Random) -> Fault:
+        held = self.claim(rng, [(f"cli:{c}",) for c in self.clusters()])
+        try:
+            c, point = held[0].split(":")[1], rng.choice(CLI_CRASH_POINTS)
+            t0 = time.time()
+            proc = self.cli_backup("kill_cli", c, XBP_CRASH_AT=point)
+        finally:
+            self.release(held)
         if proc.returncode != -9:
-            # Refused (the scheduled backup held the lock) or it did not reach the point.
-            return Fault(
-                "kill_cli", f"{c} at {point}", t0, None, note=f"exit {proc.returncode}: {proc.stderr[-300:]}"
-            )
+            # Refused (the scheduled runs held the lock throughout) or it did not reach the point.
+            return Fault("kill_cli", f"{c} at {point}", t0, None,
+                         note=f"exit {proc.returncode}: {proc.stderr[-300:]}", clusters=[c])  # fmt: skip
         # Killed holding the host lock: the next run of the host takes it over and says so.
-        return Fault("kill_cli", f"{c} at {point}", t0, r"taking over the stale lock", note="killed")
+        return Fault("kill_cli", f"{c} at {point}", t0, rf"taking over the stale lock \S*/{c}/{BACKUP_HOST}/backup\.lock",
+                     note="killed", clusters=[c])  # fmt: skip
 
     # -- servers ------------------------------------------------------------------------------------
 
-    def restart_db(self) -> Fault:
-        c = self.fleet.clusters[self.cluster()]
-        role = self.rng.choice(["src", "r1", "r2"])
-        server = c.servers()[role]
-        t0 = time.time()
-        (server.kill if self.rng.random() < 0.5 else server.stop)()
-        time.sleep(self.rng.uniform(2, 20))
-        server.start(timeout=300)
-        if role == "src":
-            self.fleet.restart_load(c)
-        # Only the backed-up replica is the product's server; a run talking to it then fails by name.
-        evidence = r"(Lost connection|gone away|Can't connect|2013|2006|2002)" if role == "r1" else None
-        return Fault("restart_db", f"{c.name}-{role}", t0, evidence, bound_s=600,
+    def restart_db(self, rng: random.Random) -> Fault:
+        held = self.claim(rng, [(f"server:{c}-{r}",) for c in self.clusters() for r in ("src", "r1", "r2")])
+        try:
+            name = held[0].split(":")[1]
+            c = self.fleet.clusters[name.split("-")[0]]
+            role = name.split("-")[1]
+            server = c.servers()[role]
+            t0 = time.time()
+            how = "killed" if rng.random() < 0.5 else "stopped"
+            server.kill() if how == "killed" else server.stop()
+            time.sleep(rng.uniform(2, 20))
+            server.start(timeout=300)
+            if role == "src":
+                self.fleet.restart_load(c)
+        finally:
+            self.release(held)
+        # The backed-up replica is the product's server: continuous shipping follows it all the time,
+        # so the shipping task names the lost connection. The others are not the product's.
+        evidence = (
+            r"(Lost connection to|server has gone away|Can't connect to|Connection refused)"
+            if role == "r1"
+            else None
+        )
+        # A source or the other replica down for seconds disturbs nothing the check watches.
+        return Fault("restart_db", f"{c.name}-{role} {how}", t0, evidence, bound_s=600,
+                     clusters=[c.name] if evidence else [],
                      note="" if evidence else "the product does not talk to this server")  # fmt: skip
 
-    def reseed_replica(self) -> Fault:
-        """r1's datadir replaced by a copy of r2's (same server_id, port, path): the next backup of
-        r1 must be a full that says the data does not descend from its parent."""
-        c = self.fleet.clusters[self.cluster()]
+    def reseed_replica(self, rng: random.Random) -> Fault:
+        """r1's datadir replaced by a copy of r2's (same server_id, port, path). Binlog shipping
+        must refuse the new binlogs under the old names (the datadir held none, so they restart at
+        .000001) rather than replace the stored ones. Then the DBA does what that error says: r1
+        gets a server_id of its own (its binlogs go to a directory of their own) and takes a backup
+        with --new-server at once (without it, backups and shipping refuse a server the catalog
+        does not know; a scheduled run may or may not meet that first, so it is no evidence).
+        The next backup is a full that says why: the data does not descend from its parent (a
+        scheduled run before the new server_id) or the server changed since it."""
+        # The cluster's CLI too: until the --new-server backup, every backup of r1 is refused.
+        held = self.claim(rng, [(f"server:{c}-r1", f"server:{c}-r2", f"cli:{c}") for c in self.clusters()])
+        try:
+            c = self.fleet.clusters[held[0].split(":")[1].split("-")[0]]
+            t0 = time.time()
+            self._reseed(c, t0)
+            refused = self._wait_for(REFUSED_HISTORY, t0, 600)
+            r1 = c.replicas["r1"]
+            r1.stop()
+            r1.server_id = self.fleet.new_server_id()
+            r1.start(timeout=300)
+            # Backups and shipping now refuse the server the catalog does not know; the DBA tells a
+            # backup once that it is the host's new server. That run takes a full: the data does
+            # not descend from the chain before.
+            taken = self.cli_backup("reseed_replica", c.name, "--new-server", patience=600)
+        finally:
+            self.release(held)
+        return Fault("reseed_replica", f"{c.name}-r1 from {c.name}-r2", t0, RESEED_FULL,
+                     more_evidence=[REFUSED_HISTORY], bound_s=900, clusters=[c.name],
+                     note=f"r1 now server_id {r1.server_id}; shipping refused the new binlogs: {refused or 'NOT SEEN'}; "
+                          f"backup --new-server: exit {taken.returncode}")  # fmt: skip
+
+    def _wait_for(self, pattern: str, since: float, seconds: float) -> str | None:
+        from evidence import lines  # evidence imports this module
+
+        deadline, regex = time.time() + seconds, re.compile(pattern)
+        while time.time() < deadline:
+            if hit := next((raw for _t, _p, raw in lines(self.fleet.work, since) if regex.search(raw)), None):
+                return hit[:160]
+            time.sleep(20)
+        return None
+
+    def _reseed(self, c: Any, t0: float) -> None:
         r1, r2 = c.replicas["r1"], c.replicas["r2"]
-        t0 = time.time()
         copy = self.fleet.root / f"reseed-{c.name}"
         shutil.rmtree(copy, ignore_errors=True)
         creds = r2.write_client_defaults(self.fleet.work / f"reseed-{c.name}.cnf")
@@ -204,61 +361,86 @@ class Injector:
         r1.query("SET GLOBAL gtid_slave_pos = %s", (gtid,))
         start_replication(c.source, r1, user=f"reseed{int(t0)}")
         wait_caught_up(c.source, r1, timeout=300)
-        return Fault(
-            "reseed_replica", f"{c.name}-r1 from {c.name}-r2", t0, r"does not descend from", bound_s=900
-        )
 
     # -- storage ------------------------------------------------------------------------------------
 
-    def scratch_full(self) -> Fault:
-        """The cluster's restore scratch filesystem filled up while a restore test runs."""
-        c = self.cluster()
-        scratch = self.fleet.scratch[c]
-        t0 = time.time()
-        filler = scratch / "filler"
-        subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=1M"], capture_output=True)  # until ENOSPC
-        stack = self.fleet.stack
-        assert stack is not None
-        stack.trigger(f"mysql_restore_test_{c}", {"host": BACKUP_HOST})
-        time.sleep(self.rng.uniform(60, 180))
-        filler.unlink()
-        return Fault(
-            "scratch_full",
-            f"{c} restore scratch",
-            t0,
-            r"(No space left|Errno 28|ENOSPC|disk is full)",
-            bound_s=900,
+    def scratch_full(self, rng: random.Random) -> Fault:
+        """The cluster's restore scratch filesystem full while a restore test runs: filled, a restore
+        test started, and emptied again once that test has ended."""
+        # The restore test must reach the scratch: the workers (it runs on any: the default queue), the
+        # tools it starts and the primary store are left alone meanwhile.
+        workers = tuple(f"worker:{c}" for c in self.clusters())
+        held = self.claim(
+            rng, [(f"scratch:{c}", *workers, "tool", "endpoint:primary") for c in self.clusters()]
         )
+        try:
+            c = held[0].split(":")[1]
+            scratch = self.fleet.scratch[c]
+            t0 = time.time()
+            filler = scratch / "filler"
+            subprocess.run(
+                ["dd", "if=/dev/zero", f"of={filler}", "bs=1M"], capture_output=True
+            )  # until ENOSPC
+            stack = self.fleet.stack
+            assert stack is not None
+            dag = f"mysql_restore_test_{c}"
+            run = stack.trigger(dag, {"host": BACKUP_HOST})
+            deadline = time.time() + 900
+            while not stack.finished(dag, run) and time.time() < deadline:
+                time.sleep(10)
+            state = stack.run_state(dag, run)
+            filler.unlink()
+        finally:
+            self.release(held)
+        return Fault("scratch_full", f"{c} restore scratch", t0, r"(No space left on device|Errno 28|ENOSPC)",
+                     bound_s=900, clusters=[c], note=f"restore test run {run}: {state}",
+                     where=f"dag_id={dag}/run_id={run}/")  # fmt: skip
 
-    def clock_skew(self) -> Fault:
+    def clock_skew(self, rng: random.Random) -> Fault:
         """A DBA's host whose clock is 20 minutes behind runs a backup (libfaketime, this process only:
         the tools it starts get a scrubbed environment)."""
-        c = self.cluster()
-        t0 = time.time()
-        if not FAKETIME.exists():
-            raise AssertionError(
-                f"{FAKETIME} is missing: `apt-get install libfaketime` (make chaos installs it)"
-            )
-        proc = self.cli("clock_skew", "backup", "--cluster", c, "--host", BACKUP_HOST, "--no-copies",
-                        LD_PRELOAD=str(FAKETIME), FAKETIME="-20m", FAKETIME_DONT_FAKE_MONOTONIC="1")  # fmt: skip
-        return Fault("clock_skew", f"{c} CLI -20m", t0, r"(sync the clocks|another backup of|cannot start)",
-                     bound_s=120, note=f"exit {proc.returncode}")  # fmt: skip
+        held = self.claim(rng, [(f"cli:{c}",) for c in self.clusters()])
+        try:
+            c = held[0].split(":")[1]
+            t0 = time.time()
+            if not FAKETIME.exists():
+                raise AssertionError(
+                    f"{FAKETIME} is missing: `apt-get install libfaketime` (make chaos installs it)"
+                )
+            # The sitecustomize in faketime/ works around libfaketime's broken sleep (its docstring).
+            path = os.pathsep.join([str(HERE / "faketime"), os.environ.get("PYTHONPATH", "")])
+            proc = self.cli_backup("clock_skew", c, LD_PRELOAD=str(FAKETIME), FAKETIME="-20m",
+                                   FAKETIME_DONT_FAKE_MONOTONIC="1", PYTHONPATH=path)  # fmt: skip
+        finally:
+            self.release(held)
+        if BUSY in proc.stderr:
+            return Fault("clock_skew", f"{c} CLI -20m", t0, None, clusters=[c],
+                         note="the scheduled runs held the host lock throughout")  # fmt: skip
+        # 2 minutes from its last try (the tries before met a partitioned endpoint or a busy lock).
+        return Fault("clock_skew", f"{c} CLI -20m", t0, r"sync the clocks", bound_s=time.time() - t0 + 120, clusters=[c],
+                     note=f"exit {proc.returncode}")  # fmt: skip
 
-    def s3_partition(self) -> Fault:
-        name = self.rng.choice(sorted(self.fleet.endpoints))
-        ep = self.fleet.endpoints[name]
-        minutes = self.rng.uniform(1.5, 4)
-        t0 = time.time()
-        ep.control_set(**{**self.fleet.background, "partition_until": t0 + minutes * 60})
-        time.sleep(2)
-        c = self.cluster()
-        extra = ["--target-store", "offsite"] if name == "offsite" else []
-        self.cli(
-            "retention", "retention", "apply", "--confirm", "--cluster", c, "--host", BACKUP_HOST, *extra
-        )
+    def s3_partition(self, rng: random.Random) -> Fault:
+        held = self.claim(rng, [(f"endpoint:{n}",) for n in sorted(self.fleet.endpoints)])
+        try:
+            name = held[0].split(":")[1]
+            ep = self.fleet.endpoints[name]
+            minutes = rng.uniform(1.5, 4)
+            t0 = time.time()
+            ep.control_set(**{**self.fleet.background, "seed": rng.randrange(1 << 30),
+                              "partition_until": t0 + minutes * 60})  # fmt: skip
+            time.sleep(2)
+            c = rng.choice(self.clusters())
+            extra = ["--target-store", "offsite"] if name == "offsite" else []
+            self.cli(
+                "retention", "retention", "apply", "--confirm", "--cluster", c, "--host", BACKUP_HOST, *extra
+            )
+            time.sleep(max(0.0, t0 + minutes * 60 - time.time()))
+        finally:
+            self.release(held)
         return Fault("s3_partition", f"{name} for {minutes:.1f} min", t0,
-                     r"(Could not connect|Connection refused|unreachable|EndpointConnectionError|cannot reach)",
-                     bound_s=minutes * 60 + 300)  # fmt: skip
+                     r"(Could not connect to the endpoint URL|Connection refused|EndpointConnectionError)",
+                     bound_s=minutes * 60 + 300, clusters=self.clusters(), note=name)  # fmt: skip
 
 
 def _processes() -> list[tuple[int, list[str]]]:

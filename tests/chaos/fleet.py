@@ -2,7 +2,8 @@
 first replica), a stopped reference replica per cluster for the checker, sysbench on every source,
 two moto S3 endpoints each behind a fault proxy (tests/chaos/s3chaos.py), and a real Airflow
 (tests/deployment/airflow_stack.py: scheduler, dag-processor, triggerer, api-server, Redis, one
-Celery worker per database host) running the shipped DAGs on short schedules plus a standby DAG.
+Celery worker per database host) running the shipped DAGs on short schedules; the backed-up
+replica's host keeps a standby (its `standby_dir`: the backup DAG refreshes it after each backup).
 """
 
 from __future__ import annotations
@@ -97,10 +98,15 @@ class Fleet:
         self._ids = iter(range(201, 400))
         self.scratch: dict[str, Path] = {}  # cluster -> its restore tests' scratch (a tmpfs that can fill)
         # The proxies' background faults, on all the time.
+        self.retention: dict[str, Any] = {"keep_last_chains": 2, "pitr_days": 0.01, "min_age_days": 0,
+                                          "debris_grace_days": 1 / 24, "confirm": True}  # fmt: skip
         self.background: dict[str, Any] = {"latency_ms": [0, 150], "p_error": 0.01, "p_slowdown": 0.01,
                                            "p_reset": 0.005, "p_truncate": 0.005}  # fmt: skip
 
     # -- servers ------------------------------------------------------------------------------------
+
+    def new_server_id(self) -> int:
+        return next(self._ids)
 
     def server(self, name: str) -> SandboxServer:
         return SandboxServer.create(
@@ -205,8 +211,7 @@ class Fleet:
 
     def fleet_config(self, direct: bool) -> dict[str, Any]:
         p, o = self.endpoints["primary"], self.endpoints["offsite"]
-        retention = {"keep_last_chains": 2, "pitr_days": 0.01, "min_age_days": 0, "debris_grace_days": 1 / 24,
-                     "confirm": True}  # fmt: skip
+        retention = self.retention
         return {
             "storage": {
                 "bucket": p.bucket,
@@ -272,6 +277,10 @@ class Fleet:
                     "queue": f"{c.name}-{BACKUP_HOST}",
                     "socket": str(r1.socket),
                     "defaults_file": str(r1.write_client_defaults(self.work / f"{c.name}-{BACKUP_HOST}.cnf")),
+                    "standby_dir": str(self.root / "standby" / c.name),
+                    # On the backed-up host's worker (this fleet has no recovery host): the kill_worker
+                    # and kill_tool faults reach the standby refresh too.
+                    "standby_queue": f"{c.name}-{BACKUP_HOST}",
                 }
             ],
         }
@@ -279,21 +288,16 @@ class Fleet:
     # -- Airflow ------------------------------------------------------------------------------------
 
     def dags_folder(self) -> Path:
-        """The shipped DAG files (linked, as a user copies them) plus the standby DAG of this run."""
+        """The shipped DAG files, linked, as a user copies them."""
         folder = self.work / "dags"
         folder.mkdir(exist_ok=True)
         for dag in (REPO / "dags").glob("mysql_*.py"):
             (folder / dag.name).symlink_to(dag)
-        shutil.copy(HERE / "standby_dag.py", folder / "chaos_standby.py")
         return folder
 
     def start_airflow(self) -> AirflowStack:
         stack = self.stack = AirflowStack(self.work, dags_folder=self.dags_folder())
-        stack.extra_env = {
-            "XTRABACKUP_FLEET_CONFIG": str(self.config),
-            "XBP_CHAOS_STANDBY_ROOT": str(self.root / "standby"),
-            "XBP_CHAOS_CLUSTERS": ",".join(self.clusters),
-        }
+        stack.extra_env = {"XTRABACKUP_FLEET_CONFIG": str(self.config)}
         migrate = subprocess.run(
             [str(BIN / "airflow"), "db", "migrate"], env=stack.env(), capture_output=True, text=True
         )
@@ -323,7 +327,7 @@ class Fleet:
         out = []
         for c in self.clusters:
             out += [f"mysql_backup_{c}", f"mysql_binlog_shipping_{c}", f"mysql_restore_test_{c}",
-                    f"mysql_backup_check_{c}", f"chaos_standby_{c}"]  # fmt: skip
+                    f"mysql_backup_check_{c}"]  # fmt: skip
         return out
 
     # -- teardown -----------------------------------------------------------------------------------

@@ -5,7 +5,9 @@ the violations it found as lines that name the key or backup; an empty list mean
   its size; every shipped binlog's objects too; binlogs have no hole that no gap marker explains.
 - orphans(): what is stored that no manifest names (debris of killed runs).
 - stale_holds(): a host lock or read lease the store says was last written longer ago than its
-  own lease plus the margin (its holder is gone and no run has taken it over or removed it).
+  own lease plus the margin plus `takeover`: its holder is gone and no run has taken it over or
+  removed it (a dead holder's lock waits for the host's next run, a lease for the next
+  retention run: `takeover` is how long the fleet's schedules let that take).
 """
 
 from __future__ import annotations
@@ -90,8 +92,10 @@ def orphans(view: HostView) -> dict[str, list[str]]:
     return out
 
 
-def stale_holds(reader: StoreReader, view: HostView, margin: timedelta = MARGIN) -> list[str]:
-    """Locks and leases held past their own lease by the store's clock."""
+def stale_holds(
+    reader: StoreReader, view: HostView, margin: timedelta = MARGIN, takeover: timedelta = timedelta(0)
+) -> list[str]:
+    """Locks and leases held past their own lease (+ `takeover`) by the store's clock."""
     assert view.store_now is not None
     out = []
     for key, obj in view.objects.items():
@@ -106,8 +110,13 @@ def stale_holds(reader: StoreReader, view: HostView, margin: timedelta = MARGIN)
         except Exception:  # noqa: BLE001 - deleted meanwhile, or unreadable: the age alone tells
             lease = timedelta(seconds=120)
         age = view.store_now - obj.modified
-        if age > lease + margin:
+        if age > lease + margin + takeover:
             out.append(
                 f"{key} was last written {age.total_seconds():.0f} s ago, past its lease of {lease.total_seconds():.0f} s"
+                + (
+                    f" and {takeover.total_seconds():.0f} s for the next run to take it over"
+                    if takeover
+                    else ""
+                )
             )
     return out

@@ -1,6 +1,13 @@
 """`make chaos`: the fleet (tests/chaos/fleet.py) under random faults (tests/chaos/faults.py) for
 CHAOS_MINUTES (60), seeded by CHAOS_SEED (random, printed), with the checker (tests/chaos/checker.py)
-during the run and at the end; CHAOS_PITR_POINTS (10) random PITR points per cluster at the end.
+in its own thread during the run and again at the end.
+
+Faults start every CHAOS_FAULT_EVERY seconds on average (45; each gap uniform in 0.5x..1.5x),
+each in its own thread, so long ones (a re-seed, a partition) overlap the next ones. The kinds
+come from a shuffled bag of every kind (CHAOS_FAULTS=kind,kind narrows it): each bag is used up
+before the next is drawn, so a 10-minute run meets every kind and an hour meets each several
+times. CHAOS_PITR_POINTS (10) random PITR points per window.
+
 Exits 1 on any violated invariant, fault that did not show within its bound, or false alert;
 the last line is the summary.
 """
@@ -10,48 +17,66 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 
 from checker import Checker
-from evidence import alerts, find
+from evidence import Alert, ProxyFault, alerts, explain, find
 from fleet import Fleet
 
-from faults import Fault, Injector
+from faults import KINDS, Fault, Injector, NoTarget
 
-FAULT_EVERY = (60, 180)  # seconds between two faults
-CHECK_EVERY = 300
+CHECK_EVERY = 120  # seconds between two sweeps of the invariants during the run
 WARMUP_TIMEOUT = 1500
 FINAL_TIMEOUT = 1200
-EXPLAINS = 1200  # a check alert within this long after a fault is that fault's
+BACKUP_EVERY = 4 * 60  # the fleet's backup schedule (fleet.py): a dead holder's lock waits for the next run
+TAKEOVER = timedelta(seconds=2 * BACKUP_EVERY + 120)
+
+
+def _stop(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)  # in the main thread: the fleet is stopped on the way out
 
 
 def main() -> int:
+    # A run started in the background ignores SIGINT; SIGTERM and SIGINT both stop the fleet.
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
     minutes = float(os.environ.get("CHAOS_MINUTES") or 60)
     seed = int(os.environ.get("CHAOS_SEED") or random.SystemRandom().randrange(1 << 31))
     points = int(os.environ.get("CHAOS_PITR_POINTS") or 10)
+    every = float(os.environ.get("CHAOS_FAULT_EVERY") or 45)
+    kinds = [k for k in (os.environ.get("CHAOS_FAULTS") or ",".join(KINDS)).split(",") if k]
+    unknown = sorted(set(kinds) - set(KINDS))
+    if unknown:
+        print(f"error: CHAOS_FAULTS names {unknown}: the kinds are {', '.join(KINDS)}", file=sys.stderr)
+        return 2
     work = Path(os.environ.get("CHAOS_DIR") or tempfile.mkdtemp(prefix="xbp-chaos-", dir="/var/tmp"))
     work.mkdir(parents=True, exist_ok=True)
     print(
-        f"chaos: seed {seed} (CHAOS_SEED={seed} replays it), {minutes:g} minutes of faults, logs in {work}",
+        f"chaos: seed {seed} (CHAOS_SEED={seed} replays it), {minutes:g} minutes of faults "
+        f"({', '.join(kinds)}; one every {every:g} s on average), logs in {work}",
         flush=True,
     )
     rng = random.Random(seed)
     fleet = Fleet(work, minutes)
-    injector = Injector(fleet, random.Random(rng.random()))
-    checker = Checker(fleet, random.Random(rng.random()))
+    injector = Injector(fleet)
+    checker = Checker(fleet, random.Random(rng.random()), points=points, takeover=TAKEOVER,
+                      pitr_window=timedelta(days=fleet.retention["pitr_days"]))  # fmt: skip
     try:
-        started = start(fleet)
-        faults_phase(fleet, injector, checker, rng, minutes)
-        return finish(fleet, injector, checker, points, started)
+        started = start(fleet, checker)
+        faults_phase(fleet, injector, checker, rng, minutes, kinds, every)
+        return finish(fleet, injector, checker, started)
     finally:
         fleet.close()
 
 
-def start(fleet: Fleet) -> float:
+def start(fleet: Fleet, checker: Checker) -> float:
     fleet.start_s3()
     fleet.start_servers()
     fleet.mount_scratch()
@@ -66,7 +91,6 @@ def start(fleet: Fleet) -> float:
     for dag in sorted(dags):
         stack.unpause(dag)
     print("chaos: fleet up, DAGs unpaused; waiting for each cluster's first backup", flush=True)
-    checker = Checker(fleet, random.Random(0))
     stack.wait("a first backup of each cluster",
                lambda: all(v.manifests for (s, _), (_, v) in checker.views().items() if s == "primary"),
                WARMUP_TIMEOUT, interval=15)  # fmt: skip
@@ -75,58 +99,98 @@ def start(fleet: Fleet) -> float:
     return time.time()
 
 
-def faults_phase(
-    fleet: Fleet, injector: Injector, checker: Checker, rng: random.Random, minutes: float
-) -> None:
+def faults_phase(fleet: Fleet, injector: Injector, checker: Checker, rng: random.Random, minutes: float,
+                 kinds: list[str], every: float) -> None:  # fmt: skip
     end = time.time() + minutes * 60
-    next_fault = time.time() + rng.uniform(*FAULT_EVERY) / 2
-    next_check = time.time() + CHECK_EVERY
+    stop = threading.Event()
+    watcher = threading.Thread(target=check_loop, args=(checker, stop), name="checker", daemon=True)
+    watcher.start()
+    running: list[threading.Thread] = []
+    postponed: list[str] = []  # kinds whose every target was busy: tried first next time
+    bag: list[str] = []
+    next_fault = time.time() + rng.uniform(0.5, 1.5) * every / 2
     while time.time() < end:
         if time.time() >= next_fault:
-            fault = injector.inject()
-            print(f"fault {len(injector.log)}: {fault.kind} {fault.target} {fault.note[:120]}", flush=True)
-            next_fault = time.time() + rng.uniform(*FAULT_EVERY)
-        if rng.random() < 0.05:
+            if not bag:
+                bag = rng.sample(kinds, len(kinds))
+            kind = postponed.pop(0) if postponed else bag.pop(0)
+            fault_rng = random.Random(rng.random())
+            thread = threading.Thread(target=one_fault, args=(injector, kind, fault_rng, postponed),
+                                      name=kind, daemon=True)  # fmt: skip
+            thread.start()
+            running.append(thread)
+            next_fault = time.time() + rng.uniform(0.5, 1.5) * every
+        if rng.random() < 0.02:
             print(f"ddl: {fleet.ddl(rng)}", flush=True)
-        if time.time() >= next_check:
+        time.sleep(2)
+    print(
+        f"chaos: fault phase over; waiting for {sum(t.is_alive() for t in running)} running fault(s)",
+        flush=True,
+    )
+    for thread in running:
+        thread.join(FINAL_TIMEOUT)
+    stop.set()
+    watcher.join()
+
+
+def one_fault(injector: Injector, kind: str, rng: random.Random, postponed: list[str]) -> None:
+    try:
+        fault = injector.inject(kind, rng)
+    except NoTarget as busy:
+        postponed.append(kind)
+        print(f"fault {kind} postponed: its targets are busy ({busy})", flush=True)
+        return
+    at = time.strftime("%H:%M:%S", time.localtime(fault.t0))
+    print(f"fault {len(injector.log)} at {at} ({fault.t1 - fault.t0:.0f} s): {fault.kind} {fault.target} "
+          f"{fault.note[:120]}", flush=True)  # fmt: skip
+
+
+def check_loop(checker: Checker, stop: threading.Event) -> None:
+    """During the run: the invariants every CHECK_EVERY seconds, and between two sweeps the targets
+    that became checkable (closed chains and PITR windows), in GTID order."""
+    while not stop.is_set():
+        sweep_at = time.time()
+        try:
             checker.sweep(final=False)
-            checker.restore_backups(limit=1)
-            next_check = time.time() + CHECK_EVERY
-        time.sleep(5)
+            checker.plan(final=False)
+            checker.work(until=sweep_at + CHECK_EVERY)
+        except Exception as exc:  # noqa: BLE001 - the checker's own failure is a harness error
+            checker.violation(f"harness: the checker failed: {exc!r}"[:600])
+        stop.wait(max(0.0, sweep_at + CHECK_EVERY - time.time()))
 
 
-def finish(fleet: Fleet, injector: Injector, checker: Checker, points: int, started: float) -> int:
+def finish(fleet: Fleet, injector: Injector, checker: Checker, started: float) -> int:
     for ep in fleet.endpoints.values():
         ep.control_set(seed=0)  # faults over: the final runs and checks see healthy endpoints
     pending = [f for f in injector.log if f.evidence]
     deadline = time.time() + min(FINAL_TIMEOUT, max([f.t0 + f.bound_s - time.time() for f in pending] or [0]))
-    while time.time() < deadline and any(find(fleet.work, f) is None for f in pending):
+    while time.time() < deadline and any(find(fleet.work, f, fleet.stack) is None for f in pending):
         time.sleep(20)
     for f in injector.log:
-        f.seen = find(fleet.work, f)
+        f.seen = find(fleet.work, f, fleet.stack)
     final_backups(fleet)
     checker.sweep(final=True)
-    checker.final(points)
+    checker.plan(final=True)
+    checker.work(until=float("inf"))
     proxy = proxy_faults(fleet)
-    false = false_alerts(fleet, injector.log, started)
-    undetected = [f for f in injector.log if f.seen is None]
+    false = false_alerts(fleet, injector.log, proxy, started)
     for f in injector.log:
         if f.note.startswith("HARNESS ERROR"):
-            checker.violation(f"the harness could not inject {f.kind}: {f.note}")
-    for f in undetected:
-        checker.violation(
-            f"fault {f.kind} {f.target} at {time.strftime('%H:%M:%S', time.localtime(f.t0))} did not show within {f.bound_s:.0f} s"
-        )
-    kinds = Counter(f.kind for f in injector.log) + proxy
+            checker.violation(f"harness: could not inject {f.kind}: {f.note}")
+        elif f.seen is None:
+            checker.violation(f"fault {f.kind} {f.target} at {time.strftime('%H:%M:%S', time.localtime(f.t0))} "
+                              f"did not show within {f.bound_s:.0f} s")  # fmt: skip
+    kinds = Counter(f.kind for f in injector.log) + Counter(f"s3 {p.fault}" for p in proxy)
     summary = {
         "faults": dict(kinds), "restores": checker.restores, "pitr_points": checker.pitr_points,
-        "skipped_targets": checker.skipped, "violations": checker.violations, "false_alerts": false,
-        "faults_log": [f.as_dict() for f in injector.log],
+        "pitr_windows": checker.windows, "skipped_targets": checker.skipped, "violations": checker.violations,
+        "false_alerts": false, "faults_log": [f.as_dict() for f in injector.log],
     }  # fmt: skip
     (fleet.work / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    lost = sum(1 for v in checker.violations if "did not show" not in v and "harness" not in v)
+    lost = sum(1 for v in checker.violations if "did not show" not in v and not v.startswith("harness"))
     print(
-        f"faults by kind: {dict(kinds)}; violations: {len(checker.violations)}; details in {fleet.work}/summary.json"
+        f"faults by kind: {dict(kinds)}; PITR windows: {checker.windows}; targets skipped: {checker.skipped}; "
+        f"violations: {len(checker.violations)}; details in {fleet.work}/summary.json"
     )
     print(
         f"chaos: {sum(kinds.values())} faults injected, {checker.restores} restores checked, "
@@ -149,32 +213,38 @@ def final_backups(fleet: Fleet) -> None:
             print(stack.explain(f"mysql_backup_{c}", run), flush=True)
 
 
-def proxy_faults(fleet: Fleet) -> Counter[str]:
-    out: Counter[str] = Counter()
-    for ep in fleet.endpoints.values():
+def proxy_faults(fleet: Fleet) -> list[ProxyFault]:
+    out = []
+    for name, ep in fleet.endpoints.items():
         if ep.log.exists():
             for line in ep.log.read_text().splitlines():
-                fault = json.loads(line)["fault"]
-                if fault != "healed":
-                    out[f"s3 {fault}"] += 1
+                event = json.loads(line)
+                if event["fault"] != "healed":
+                    out.append(ProxyFault(float(event["t"]), name, str(event["fault"])))
     return out
 
 
-def false_alerts(fleet: Fleet, faults: list[Fault], started: float) -> list[str]:
-    """Check lines (WARNING / CRITICAL) that no fault of the last EXPLAINS seconds explains, once the
-    host had been OK (before that, a new fleet has no backup or restore test yet: true alerts)."""
+def false_alerts(fleet: Fleet, faults: list[Fault], proxy: list[ProxyFault], started: float) -> list[str]:
+    """Check alerts (WARNING / CRITICAL) with a finding no fault explains (evidence.explain), once
+    the host had been OK (before that, a new fleet has no backup or restore test yet: true alerts)."""
     ok_since: dict[str, float] = {}
     out = []
-    for t, status, cluster, line in sorted(alerts(fleet.work, started)):
-        if status == "OK":
-            ok_since.setdefault(cluster, t)
+    for alert in alerts(fleet.work, started):
+        if alert.status == "OK":
+            ok_since.setdefault(alert.cluster, alert.t)
             continue
-        if cluster not in ok_since:
+        if alert.cluster not in ok_since:
             continue
-        if not any(f.t0 <= t <= f.t1 + EXPLAINS for f in faults):
-            out.append(line)
-            print(f"FALSE ALERT: {line}", flush=True)
+        why = explain(alert, faults, proxy)
+        print(f"alert {_hms(alert)} {alert.line[:160]}: {'; '.join(why)}", flush=True)
+        if any("UNEXPLAINED" in w for w in why):
+            out.append(f"{_hms(alert)} {alert.line} ({'; '.join(why)})")
+            print(f"FALSE ALERT: {alert.line}", flush=True)
     return out
+
+
+def _hms(alert: Alert) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(alert.t))
 
 
 if __name__ == "__main__":

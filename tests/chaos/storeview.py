@@ -34,6 +34,7 @@ class HostView:
     objects: dict[str, Obj]
     manifests: dict[str, dict[str, Any]] = field(default_factory=dict)  # backup id -> manifest
     binlogs: dict[str, dict[str, Any]] = field(default_factory=dict)  # "<uuid>/<name>" -> manifest
+    partials: dict[str, dict[str, Any]] = field(default_factory=dict)  # the open binlogs' partial manifests
     unreadable: list[str] = field(default_factory=list)
     store_now: datetime | None = None  # the store's clock (Date header) when it was listed
 
@@ -115,16 +116,12 @@ class StoreReader:
                 ):
                     m = self.get_json(key)
                     view.manifests[key[len(backups) :].split("/")[0]] = m
-                elif key.startswith(binlogs) and key.endswith(".json") and _binlog_manifest(key):
+                elif key.startswith(binlogs) and key.endswith(".json") and "/gaps/" not in key:
                     m = self.get_json(key)
-                    view.binlogs[f"{m['server_uuid']}/{m['name']}"] = m
+                    into = view.partials if key.endswith(".partial.json") else view.binlogs
+                    into[f"{m['server_uuid']}/{m['name']}"] = m
             except self.client.exceptions.NoSuchKey:
                 continue  # deleted between the listing and the read (retention is running)
             except (ValueError, KeyError, AssertionError) as exc:
                 view.unreadable.append(f"{key}: {exc}")
         return view
-
-
-def _binlog_manifest(key: str) -> bool:
-    """A closed binlog's manifest (not the open binlog's partial one, not a gap marker)."""
-    return "/gaps/" not in key and not key.endswith(".partial.json")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from crashbed import CLUSTER, HOST, Bed, check_invariants, check_restores, run_python
+from invariants import orphans
 
 from helpers import add_orders
 from xtrabackup_provider.core.common.crashpoints import POINTS
@@ -42,19 +43,38 @@ def took_over(output: str) -> bool:
     return "taking over the stale lock" in output
 
 
+def plant_debris(bed: Bed) -> str:
+    """An older run's leftovers (a directory without a manifest that no dead holder is proven to
+    have written): only retention may remove them, after debris_grace_days."""
+    old = "20200101T000000Z-full"
+    bed.s3.client().put_object(
+        Bucket=bed.primary, Key=f"backups/{CLUSTER}/{HOST}/backups/{old}/part-0.xbstream.zst.gpg", Body=b"x"
+    )
+    return old
+
+
+def removed_attempt(bed: Bed, output: str, old: str) -> None:
+    """The next run removed the killed run's attempt (its process is gone from this machine) at
+    once, and only that: the older debris waits for retention."""
+    assert "removed the abandoned attempt" in output, output
+    assert set(orphans(check_invariants(bed))) == {old}
+
+
 # -- backup registration ---------------------------------------------------------------------------
 
 
 def crash_backup_after_objects(bed: Bed) -> None:
     expected = bed.checksums()
+    old = plant_debris(bed)
     backup(bed, "--kind", "full", crash="backup.after_objects")
     view = bed.view()
-    assert view.manifests == {} and len({k.split("/")[4] for k in view.objects if "/backups/" in k}) == 1
+    assert (
+        view.manifests == {} and len({k.split("/")[4] for k in view.objects if "/backups/" in k} - {old}) == 1
+    )
     out = bed.ok("backup", "--no-copies")
     assert took_over(out), out
-    full = out.split("\t")[0]
-    check_invariants(bed)  # the killed run's objects: debris retention names
-    check_restores(bed, full, expected)
+    removed_attempt(bed, out, old)
+    check_restores(bed, out.split("\t")[0], expected)
 
 
 def crash_backup_after_manifest(bed: Bed) -> None:
@@ -84,13 +104,30 @@ def crash_lock_before_release(bed: Bed) -> None:
 def crash_parts_between_commits(bed: Bed) -> None:
     bed.policy = {"max_parts": 2, "part_min_gib": 0}
     expected = bed.checksums()
+    old = plant_debris(bed)
     backup(bed, "--kind", "full", crash="parts.between_commits")
     assert bed.view().manifests == {}  # one part committed, the others open uploads or nothing
-    full = backup(bed)
+    out = bed.ok("backup", "--no-copies")
+    full = out.split("\t")[0]
     assert open_uploads(bed.s3.client(), bed.primary) == []  # aborted by the next run of the host
     assert bed.view().manifests[full]["format_version"] == 2
-    check_invariants(bed)
+    removed_attempt(bed, out, old)  # the committed part too
     check_restores(bed, full, expected)
+
+
+def test_a_run_that_takes_over_and_then_fails_has_still_removed_the_killed_attempt(bed):
+    """The run that takes the dead holder's lock is the only one that can prove it dead: if it then
+    fails (here its server is down; in the chaos run a clock behind), the cleanup must be done."""
+    bed.policy = {"max_parts": 2, "part_min_gib": 0}
+    old = plant_debris(bed)
+    backup(bed, "--kind", "full", crash="parts.between_commits")
+    bed.server.stop()
+    try:
+        refused = bed.cli("backup", "--no-copies")
+    finally:
+        bed.server.start()
+    assert refused.returncode != 0 and took_over(refused.stderr), refused.stderr[-2000:]
+    removed_attempt(bed, refused.stderr, old)
 
 
 # -- binlog registration ---------------------------------------------------------------------------
@@ -157,16 +194,41 @@ def _copy_crash(point: str) -> Callable[[Bed], None]:
 # -- read leases -----------------------------------------------------------------------------------
 
 
-def crash_lease_before_release(bed: Bed) -> None:
+def killed_reader(bed: Bed) -> tuple[str, str]:
+    """A full backup, a restore of it killed holding its read lease, a newer full: (the first
+    full, the lease's key)."""
     first = backup(bed, "--kind", "full")
     target = bed.tmp / "restored" / "data"
     target.parent.mkdir()
     bed.killed("restore", "--target-datadir", str(target), crash="lease.before_release")
+    (lease,) = [k for k in bed.view().objects if "/leases/" in k]
     add_orders(bed.server, bed.db, 50)
     backup(bed, "--kind", "full")
+    return first, lease
+
+
+def planned(bed: Bed, backup_id: str) -> dict[str, str]:
     plan = json.loads(bed.ok("retention", "plan", "--json").split("\nWARNING")[0])
-    kept = {i["name"]: i for i in plan["items"]}[first]
-    # The killed reader's lease keeps what it read, named, until the lease runs out (10 minutes).
+    return {i["name"]: i for i in plan["items"]}[backup_id]
+
+
+def crash_lease_before_release(bed: Bed) -> None:
+    first, lease = killed_reader(bed)
+    # Its process is gone from this machine: the lease holds nothing (keep_last_chains: 1).
+    assert planned(bed, first)["action"] == "delete", planned(bed, first)
+    out = bed.ok("retention", "apply", "--confirm")
+    assert "removed 1 read lease(s) of readers that are gone" in out, out
+    view = check_invariants(bed)
+    assert lease not in view.objects and first not in view.manifests
+
+
+def test_a_dead_reader_on_another_machine_keeps_its_lease_until_it_runs_out(bed):
+    first, lease = killed_reader(bed)
+    body = json.loads(bed.reader().get_bytes(lease))
+    body["machine"] = "another-host/0f1e2d3c/pid:[4026531836]"  # nothing here can prove it dead
+    bed.s3.client().put_object(Bucket=bed.primary, Key=lease, Body=json.dumps(body).encode())
+    kept = planned(bed, first)
+    # Its lease keeps what it read, named, until the lease runs out (10 minutes).
     assert kept["action"] == "keep" and "under a read lease of a running restore" in kept["reason"], kept
     check_invariants(bed)
 
@@ -250,10 +312,10 @@ def _promote_crash(point: str) -> Callable[[Bed], None]:
 
 # point -> (protocol, what the next run does, the scenario). docs/RELIABILITY.md shows the same rows.
 TABLE: dict[str, tuple[str, str, Callable[..., None]]] = {
-    "backup.after_objects": ("backup registration", "takes over the lock, registers its own backup; the killed run's objects are debris retention names", crash_backup_after_objects),
+    "backup.after_objects": ("backup registration", "takes over the lock (its process is gone), removes the killed run's objects, registers its own backup", crash_backup_after_objects),
     "backup.after_manifest": ("backup registration", "takes over the lock; the registered backup restores and the next is an incremental onto it", crash_backup_after_manifest),
     "lock.before_release": ("host lock release", "takes over the lock (its process is gone) at once", crash_lock_before_release),
-    "parts.between_commits": ("K-part commit", "aborts the parts' open uploads, registers its own backup; the committed part is debris retention names", crash_parts_between_commits),
+    "parts.between_commits": ("K-part commit", "aborts the parts' open uploads and removes the committed part (its process is gone), registers its own backup", crash_parts_between_commits),
     "binlog.after_object": ("binlog registration", "ships the binlog again and registers it: no object without a manifest, no hole", crash_binlog_after_object),
     "retention.between_rounds": ("retention delete round", "takes over the lock and finishes the plan; meanwhile every chain left resolves", _retention_crash("retention.between_rounds")),
     "retention.before_data": ("retention delete round", "finds nothing left to delete: the data of the deleted manifests is debris retention names; the next backup takes over the lock", _retention_crash("retention.before_data")),
@@ -264,7 +326,7 @@ TABLE: dict[str, tuple[str, str, Callable[..., None]]] = {
     "promote.after_reset_master": ("promote's timeline record", "promotes again (RESET MASTER repeated): the server's GTID state is the record's", _promote_crash("promote.after_reset_master")),
     "standby.mid_step": ("standby update", "rebuilds the standby ('an update was interrupted during apply ...'); a restore from it equals the source", _standby_crash("standby.mid_step")),
     "standby.after_step": ("standby update", "rebuilds the standby; a restore from it equals the source", _standby_crash("standby.after_step")),
-    "lease.before_release": ("read lease release", "retention keeps what the killed reader read and names its lease until the lease (10 min) runs out", crash_lease_before_release),
+    "lease.before_release": ("read lease release", "retention on the reader's machine frees what it read at once (its process is gone) and removes the lease; elsewhere the lease keeps it named for 10 min", crash_lease_before_release),
 }  # fmt: skip
 
 

@@ -15,7 +15,7 @@ from faultkit import S3Proxy, s3_catalog, target
 
 from helpers import restore_with, restored_checksums
 from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
-from xtrabackup_provider.core.binlog.catalog import leased_manifest_key
+from xtrabackup_provider.core.binlog.catalog import leased_manifest_keys
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.catalog.lease import LeaseError, ReadLease
 from xtrabackup_provider.core.catalog.manifest import CatalogError
@@ -70,15 +70,19 @@ def test_an_unwritable_read_lease_stops_the_restore_before_any_download(
 def test_a_lease_check_names_a_binlog_deleted_before_the_lease_was_written(tmp_path):
     catalog = Catalog(LocalStore(tmp_path / "store"), "backups", "c1", "db1")
     kept, gone = "0-uuid-a/mariadb-bin.000007", "0-uuid-a/mariadb-bin.000008"
-    catalog.store.put_bytes(leased_manifest_key(catalog, kept), b"{}")
+    open_one = "0-uuid-a/mariadb-bin.000009"  # the open binlog: only its partial manifest is stored
+    catalog.store.put_bytes(leased_manifest_keys(catalog, kept)[0], b"{}")
+    catalog.store.put_bytes(leased_manifest_keys(catalog, open_one)[1], b"{}")
     lease = ReadLease(
         catalog,
         "point-in-time restore",
         (),
-        [kept, gone],
-        binlog_manifest=lambda n: leased_manifest_key(catalog, n),
+        [kept, gone, open_one],
+        binlog_manifest=lambda n: leased_manifest_keys(catalog, n),
     )
     with lease, pytest.raises(CatalogError) as excinfo:
         lease.check()
     print("error:", excinfo.value)
-    assert gone in str(excinfo.value) and kept not in str(excinfo.value)
+    assert (
+        gone in str(excinfo.value) and kept not in str(excinfo.value) and open_one not in str(excinfo.value)
+    )

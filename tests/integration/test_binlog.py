@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 import threading
+import time
 
 import pytest
 import zstandard
@@ -13,13 +16,22 @@ import zstandard
 from helpers import gpg_home, run_gpg, unique_name, wait_for
 from xtrabackup_provider.cli import main as cli_main
 from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
-from xtrabackup_provider.core.binlog.catalog import BinlogCatalog, BinlogGapError
+from xtrabackup_provider.core.binlog.catalog import BinlogCatalog, BinlogError, BinlogGapError
+from xtrabackup_provider.core.binlog.events import event_frames, summarize
 from xtrabackup_provider.core.binlog.follow import ship_continuous
-from xtrabackup_provider.core.binlog.ship import ShipRequest, is_shipped, lag_target, ship_binlogs
+from xtrabackup_provider.core.binlog.listing import XID_EVENT
+from xtrabackup_provider.core.binlog.ship import (
+    BinlogShipper,
+    ShipRequest,
+    is_shipped,
+    lag_target,
+    ship_binlogs,
+)
 from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.db.sandbox import SandboxServer
 from xtrabackup_provider.core.db.server import MySQLTarget, server_facts
 from xtrabackup_provider.core.pitr.plan import PitrError, PitrTarget, make_plan
-from xtrabackup_provider.core.pitr.recover import PitrRequest, fetch_binlogs
+from xtrabackup_provider.core.pitr.recover import PitrRequest, fetch_binlogs, point_in_time_restore
 from xtrabackup_provider.core.retention.apply import retention_items
 from xtrabackup_provider.core.storage.s3 import S3Store, make_s3_client
 
@@ -164,6 +176,28 @@ def test_purged_binlog_is_detected_recorded_and_pitr_refuses_to_cross_it(
     assert missing[0] in str(pitr.value)
 
 
+def test_the_binlog_a_crashed_server_was_writing_ships_once_it_is_back(mariadb, s3_server, bucket, gpg_keys):
+    """A server killed (SIGKILL, an OOM kill) leaves the binlog it was writing without a rotate or
+    stop event; restarted, it lists that binlog closed at its size. It ships as it is, and a
+    point-in-time recovery reaches through it (found by the chaos run: shipping refused it forever)."""
+    db = _table(mariadb)
+    catalog = _catalog(s3_server, bucket)
+    run_backup(BackupRequest(catalog=catalog, target=_target(mariadb), allow_unencrypted=True, kind="full"))
+    before_crash = _write(mariadb, db, 5)
+    crashed = str(mariadb.query("SHOW MASTER STATUS")[0][0])
+    mariadb.kill()
+    mariadb.start()
+    after_crash = _write(mariadb, db, 3, flush=True)
+
+    report = ship_binlogs(_request(mariadb, catalog, gpg_keys))
+    assert crashed in report.shipped
+    index = BinlogCatalog(catalog, server_facts(_target(mariadb)).server_uuid).index()
+    assert index.complete[crashed].gtid_last == before_crash
+    assert index.complete[crashed].size == (mariadb.datadir / crashed).stat().st_size
+    plan = make_plan(catalog, PitrTarget.at_gtid(after_crash))
+    assert crashed in [m.name for m in plan.binlogs] and plan.binlogs[-1].gtid_last == after_crash
+
+
 def test_continuous_mode_ships_the_open_binlog_within_seconds_and_resumes(
     mariadb, s3_server, bucket, gpg_keys, tmp_path
 ):
@@ -239,6 +273,116 @@ def test_continuous_mode_ships_the_open_binlog_within_seconds_and_resumes(
     assert fetched[:21] + fetched[22:] == original[:21] + original[22:]
 
 
+def test_a_point_in_time_restore_reaches_into_the_open_binlog_continuous_shipping_stored(
+    mariadb, s3_server, bucket, gpg_keys, tmp_path
+):
+    """Continuous shipping stores the open binlog as segments under a partial manifest: a point in
+    time inside it is restorable (found by the chaos run: the read lease's check took that binlog
+    for deleted by retention, since it has no complete manifest yet)."""
+    db = _table(mariadb)
+    catalog = _catalog(s3_server, bucket)
+    run_backup(BackupRequest(catalog=catalog, target=_target(mariadb), allow_unencrypted=True, kind="full"))
+    _write(mariadb, db, 3)
+    gtid = _write(mariadb, db, 2)
+    _write(mariadb, db, 4)  # after the target: not restored
+    ship_continuous(_request(mariadb, catalog, gpg_keys), duration=1.5, progress_interval=0.2)
+    open_name = str(mariadb.query("SHOW MASTER STATUS")[0][0])
+    index = BinlogCatalog(catalog, server_facts(_target(mariadb)).server_uuid).index()
+    assert open_name in index.partial and open_name not in index.complete
+
+    datadir = tmp_path / "restored" / "data"
+    report = point_in_time_restore(
+        PitrRequest(
+            catalog,
+            datadir,
+            PitrTarget.at_gtid(gtid),
+            private_key=gpg_keys.private_key,
+            passphrase=gpg_keys.passphrase,
+        )  # fmt: skip
+    )
+    assert report.reached_gtid == gtid
+    with SandboxServer.on_datadir(datadir, tmp_path / "sb", server_id=977) as restored:
+        restored.start()
+        assert restored.query(f"SELECT COUNT(*) FROM `{db}`.t")[0][0] == 5
+
+
+def test_a_gtid_the_open_binlog_holds_only_in_part_is_refused_not_restored_short(
+    mariadb, s3_server, bucket, gpg_keys, tmp_path
+):
+    """Continuous shipping stores the open binlog as the server sends it, so its partial manifest
+    can end inside a transaction (its GTID event stored, its commit not yet): a point-in-time
+    restore to that GTID must say so, not stop quietly before it."""
+    db = _table(mariadb)
+    catalog = _catalog(s3_server, bucket)
+    run_backup(BackupRequest(catalog=catalog, target=_target(mariadb), allow_unencrypted=True, kind="full"))
+    _write(mariadb, db, 2)
+    target = _write(mariadb, db, 1)
+    name = str(mariadb.query("SHOW MASTER STATUS")[0][0])
+    copy = tmp_path / name
+    shutil.copyfile(mariadb.datadir / name, copy)
+    with open(copy, "rb") as fh:
+        frames = list(event_frames(fh, 0, str(copy), {}))
+    last_commit = max(i for i, frame in enumerate(frames) if frame[3] == XID_EVENT)
+    os.truncate(copy, frames[last_commit][0])  # the target's transaction without its commit
+    with BinlogShipper(_request(mariadb, catalog, gpg_keys)) as shipper:
+        partial = shipper.ship_progress(copy, name, summarize(copy), None, None)
+    assert partial.gtid_last == target and not partial.complete
+
+    datadir = tmp_path / "restored" / "data"
+    with pytest.raises(PitrError) as info:
+        point_in_time_restore(
+            PitrRequest(
+                catalog,
+                datadir,
+                PitrTarget.at_gtid(target),
+                private_key=gpg_keys.private_key,
+                passphrase=gpg_keys.passphrase,
+            )  # fmt: skip
+        )
+    assert target in str(info.value) and name in str(info.value), info.value
+    assert not datadir.exists() or not any(datadir.iterdir())
+
+
+def _reset_history(server, db: str) -> None:
+    """The server starts a new binlog history under the old names (RESET MASTER here; in the chaos
+    run a replica re-seeded from another one's backup, whose datadir holds no binlogs)."""
+    time.sleep(1.1)  # a file created in another second: its format event's time differs
+    server.query("RESET MASTER")
+    for _ in range(3):
+        _write(server, db, 40)
+
+
+@pytest.mark.parametrize("mode", ["continuous", "batch"])
+def test_a_new_binlog_history_under_the_old_names_is_refused_and_the_stored_one_kept(
+    mariadb, s3_server, bucket, gpg_keys, mode
+):
+    """The open binlog of the old history is stored as a partial manifest; the server then writes
+    another mysql-bin.000001. Shipping it would overwrite the old history that earlier backups'
+    point-in-time recovery reads (found by the chaos run: after a re-seed, PITR to a point before
+    it failed with 'Could not parse relay log event entry')."""
+    db = _table(mariadb)
+    catalog = _catalog(s3_server, bucket)
+    _write(mariadb, db, 5)
+    ship_continuous(_request(mariadb, catalog, gpg_keys), duration=1.5, progress_interval=0.2)
+    bcat = BinlogCatalog(catalog, server_facts(_target(mariadb)).server_uuid)
+    (name,) = bcat.index().partial
+    stored = catalog.store.get_bytes(bcat.manifest_key(name, partial=True))
+    _reset_history(mariadb, db)
+    if mode == "batch":
+        mariadb.query("FLUSH BINARY LOGS")  # the new mysql-bin.000001 is closed: batch ships closed ones
+
+    with pytest.raises(BinlogError, match="reset") as info:
+        if mode == "batch":
+            ship_binlogs(_request(mariadb, catalog, gpg_keys))
+        else:
+            ship_continuous(_request(mariadb, catalog, gpg_keys), duration=3, progress_interval=0.2)
+    assert name in str(info.value), info.value
+    assert catalog.store.get_bytes(bcat.manifest_key(name, partial=True)) == stored
+    assert name not in bcat.index().complete
+    for seg in bcat.index().partial[name].segments:
+        assert catalog.store.head(seg.object.key) is not None, "a segment of the old history was deleted"
+
+
 def test_cli_ships_and_lists_binlogs_without_airflow(mariadb, tmp_path, capsys):
     db = _table(mariadb)
     _write(mariadb, db, 2, flush=True)
@@ -252,3 +396,65 @@ def test_cli_ships_and_lists_binlogs_without_airflow(mariadb, tmp_path, capsys):
     names = [b["name"] for s in listing["servers"] for b in s["binlogs"]]
     assert names == [r[0] for r in mariadb.query("SHOW BINARY LOGS")][:-1]
     assert all(b["complete"] for s in listing["servers"] for b in s["binlogs"])
+
+
+def test_after_a_server_id_change_the_binlogs_the_old_id_wrote_are_skipped_and_the_new_ones_shipped(
+    mariadb, s3_server, bucket, gpg_keys, caplog
+):
+    """The DBA gives a server a server_id of its own (as the refusal of a new binlog history says):
+    its binlog list still starts with files the old server_id wrote and this one never shipped.
+    They are that server's history, not this one's: skipped with a warning naming them, and the
+    new server's own binlogs shipped (found by the chaos run: after a re-seed and a new server_id,
+    shipping refused 'the copy of mysql-bin.000001 was written by server_id 202' on every run,
+    never shipped a binlog of the new server, and point-in-time restores from its backups failed
+    with 'mysql-bin.000002 is not shipped')."""
+    db = _table(mariadb)
+    catalog = _catalog(s3_server, bucket)
+    _write(mariadb, db, 5)  # written by the old server_id, never shipped
+    old_id = mariadb.server_id
+    mariadb.stop()
+    mariadb.server_id = old_id + 1000
+    mariadb.start()  # a new binlog, written by the new server_id
+    gtid = _write(mariadb, db, 5, flush=True)
+
+    with caplog.at_level("WARNING"):
+        report = ship_binlogs(_request(mariadb, catalog, gpg_keys, accept_new_server=True))
+    old_logs = [name for name, *_ in mariadb.query("SHOW BINARY LOGS")[: len(report.not_ours)]]
+    assert report.not_ours and report.not_ours == old_logs, report
+    assert report.shipped, "no binlog of the new server was shipped"
+    assert any(
+        name in r.getMessage() and str(old_id) in r.getMessage() for r in caplog.records for name in old_logs
+    )
+    index = BinlogCatalog(catalog, server_facts(_target(mariadb)).server_uuid).index()
+    assert set(index.complete) == set(report.shipped) and not set(index.complete) & set(report.not_ours)
+    assert any(m.gtid_last == gtid for m in index.complete.values()), (
+        "the new server's writes are not shipped"
+    )
+
+
+def test_a_reset_below_the_binlog_shipped_in_part_is_refused(mariadb, s3_server, bucket, gpg_keys):
+    """Continuous shipping stored the open mysql-bin.000002 in part (nothing complete: the server had
+    purged .000001); the server's binlogs then restart at .000001 (RESET MASTER, a re-seeded
+    datadir). The new .000001 is not the next binlog of the stored history: shipping it beside the
+    old .000002 would let a point-in-time recovery run from one history into the other. Found by
+    the chaos run: a replica re-seeded a second time shipped its new history beside the old one."""
+    db = _table(mariadb)
+    catalog = _catalog(s3_server, bucket)
+    _write(mariadb, db, 5, flush=True)
+    (first, *_rest, last) = [r[0] for r in mariadb.query("SHOW BINARY LOGS")]
+
+    def purged() -> bool:  # MariaDB keeps a binlog until its binlog checkpoint has passed it
+        mariadb.query(f"PURGE BINARY LOGS TO '{last}'")
+        return [r[0] for r in mariadb.query("SHOW BINARY LOGS")] == [last]
+
+    wait_for(purged, timeout=60, interval=0.5, what=f"the purge of the binlogs before {last}")
+    _write(mariadb, db, 5)
+    ship_continuous(_request(mariadb, catalog, gpg_keys), duration=1.5, progress_interval=0.2)
+    bcat = BinlogCatalog(catalog, server_facts(_target(mariadb)).server_uuid)
+    assert list(bcat.index().partial) == [last] and list(bcat.index().complete) == []
+    _reset_history(mariadb, db)
+
+    with pytest.raises(BinlogError, match="reset") as info:
+        ship_continuous(_request(mariadb, catalog, gpg_keys), duration=3, progress_interval=0.2)
+    assert last in str(info.value) and first in str(info.value), info.value
+    assert list(bcat.index().partial) == [last], "the new history was stored beside the old one"

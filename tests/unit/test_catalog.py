@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from manifest_factory import CLUSTER, HOST, PREFIX, SHA, make_manifest  # shared with the retention tests
+from xtrabackup_provider.core.backup.abandoned import remove_abandoned
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.catalog.chain import resolve_chain, validate_chain
+from xtrabackup_provider.core.catalog.lock import Holder, this_process
 from xtrabackup_provider.core.catalog.manifest import (
     MAX_MANIFEST_BYTES,
     CatalogError,
@@ -569,3 +574,43 @@ def test_a_segmented_object_names_every_segment_and_its_sizes_must_add_up():
     obj["segments"] = obj["segments"][:1]
     with pytest.raises(CatalogError, match="segments"):
         parse(data)
+
+
+# ---------------------------------------------------------------------------------------------
+# a killed run's attempt, removed by the run that took its lock
+
+
+def _holder(**over: object) -> Holder:
+    fields: dict[str, object] = {"token": "t", "owner": "o", "hostname": "h", "pid": 1, "acquired_at": T0.isoformat(),
+                                 "expires_at": T0.isoformat(), **this_process()}  # fmt: skip
+    return Holder(**{**fields, **over})  # type: ignore[arg-type]
+
+
+def test_a_holder_is_proven_dead_only_by_its_own_machine_s_process_table():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    started = Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    alive = _holder(pid=child.pid, pid_start=int(started))
+    assert not alive.gone()
+    child.kill()
+    child.wait()
+    assert alive.gone()
+    assert not _holder(pid=child.pid, pid_start=int(started), machine="another-host/boot/pid:[1]").gone()
+    assert not _holder(pid=child.pid, pid_start=None).gone()  # a lock of an older release proves nothing
+    assert not _holder().gone()  # this process
+
+
+def test_the_dead_holder_s_attempt_is_removed_and_nothing_else(tmp_path):
+    catalog = Catalog(LocalStore(tmp_path), PREFIX, CLUSTER, HOST)
+    older = "20261101T102959Z-full"  # before the holder took the lock: not proven to be its attempt
+    registered = "20261101T103000Z-full"
+    attempt = "20261101T103005Z-inc"
+    for bid, names in ((older, ["backup.xbstream.zst.gpg"]), (registered, ["backup.xbstream.zst.gpg", "manifest.json"]),
+                       (attempt, ["part-0.xbstream.zst.gpg", "option-files.tar.zst.gpg"])):  # fmt: skip
+        for name in names:
+            catalog.store.put_bytes(catalog.object_key(bid, name), b"x")
+    dead = _holder(pid_start=None)
+    assert remove_abandoned(catalog, None) == []
+    assert remove_abandoned(catalog, _holder(purpose="retention")) == []
+    assert remove_abandoned(catalog, dead) == [attempt]
+    left = sorted(i.key.split("/")[-2] for i in catalog.store.list(catalog.host_prefix + "/backups/"))
+    assert left == [older, registered, registered]

@@ -11,6 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from xtrabackup_provider.core.common import children
+from xtrabackup_provider.core.engine.argv import PrepareStep, PrepareTuning
+from xtrabackup_provider.core.engine.tools import ToolVersion
+from xtrabackup_provider.core.restore.prepare import PrepareError, run_step
 
 SECRETS = {
     "XTRABACKUP_GPG_PASSPHRASE": "pp-secret",
@@ -181,3 +184,19 @@ def test_a_tail_starts_at_a_line_and_a_message_without_error_words_keeps_its_las
 def test_any_stderr_gives_one_printable_bounded_line(data):
     summary = children.summarize_stderr(data, 300)
     assert len(summary) <= 300 and summary.isprintable()
+
+
+def test_a_tool_killed_by_a_signal_is_named_with_the_signal(tmp_path):
+    """What a user reads when the OOM killer (or a kill -9) stops mariabackup --prepare in a
+    restore: the tool and the signal, not "prepare of ... failed (exit -9)" (found by the chaos
+    run's kill_tool, whose evidence is "mariabackup ... killed by signal 9")."""
+    tool_binary = tmp_path / "mariabackup"  # a process killed by SIGKILL, as the fault does it
+    tool_binary.write_text("#!/bin/sh\nkill -9 $$\n")
+    tool_binary.chmod(0o755)
+    tool = ToolVersion("mariabackup", (10, 11, 6, 0), binary=str(tool_binary))
+    with pytest.raises(PrepareError) as info:
+        run_step(tool, PrepareStep(str(tmp_path / "base"), None, False), PrepareTuning())
+    assert str(info.value).startswith(
+        f"mariabackup --prepare of {tmp_path / 'base'} failed (killed by signal 9)"
+    )
+    assert children.how_ended(1) == "exit status 1"

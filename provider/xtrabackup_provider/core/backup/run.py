@@ -56,6 +56,7 @@ from ..pipeline.split import PartPlan, plan_parts
 from ..pipeline.to_parts import stream_to_parts
 from ..pipeline.to_store import StreamResult, stream_to_store
 from ..storage.base import ARCHIVE_TAGGING, ObjectWriter, PutOptions
+from .abandoned import remove_abandoned
 from .decide import ChainPolicy, Decision, decide
 from .impact import AppliedImpact, ImpactSettings, LockWatch, apply_settings
 from .lineage import ServerLineage, describe_break, lineage_problems
@@ -170,6 +171,9 @@ def _start_after_newest(catalog: Catalog) -> datetime:
 
 
 def _run_locked(req: BackupRequest, now: datetime | None, lock: HostLock) -> Manifest:
+    # First: a run refused below (a clock behind, a server down) has still cleaned up after the
+    # run whose lock it took, which the next run, finding the lock free, could not prove dead.
+    remove_abandoned(req.catalog, lock.dead_holder)
     started = _start_after_newest(req.catalog)
     tool = detect_tool(req.flavour, req.binary)
     facts = server_facts(req.target)

@@ -402,10 +402,12 @@ class BinlogCatalog:
         self.store.delete([s.object.key for s in partial.segments])
 
 
-def leased_manifest_key(catalog: Catalog, item: str) -> str:
-    """The manifest key of a binlog named as leases and retention name it: `<server_uuid>/<binlog>`."""
+def leased_manifest_keys(catalog: Catalog, item: str) -> tuple[str, str]:
+    """The manifest keys of a binlog named as leases and retention name it (`<server_uuid>/<binlog>`):
+    the complete binlog's and the open one's partial manifest; either shows it is stored."""
     server_uuid, _, name = item.partition("/")
-    return BinlogCatalog(catalog, server_uuid).manifest_key(name)
+    bcat = BinlogCatalog(catalog, server_uuid)
+    return bcat.manifest_key(name), bcat.manifest_key(name, partial=True)
 
 
 def _is_binlog_name(name: str) -> bool:
@@ -456,6 +458,10 @@ def check_not_reset(index: BinlogIndex, server_logs: list[tuple[str, int]], wher
     if not server_logs:
         return
     base, open_number = binlog_number(server_logs[-1][0])
+    in_part = [binlog_number(n)[1] for n in index.partial if binlog_number(n)[0] == base]
+    if in_part and open_number < max(in_part):  # numbered below the binlog being followed
+        found = f"the server is writing {server_logs[-1][0]}, but {binlog_name(base, max(in_part))} was shipped in part"
+        raise BinlogError(f"{where}: {found} (server {index.server_uuid}); {_RESET_ADVICE}")
     last = index.last_complete(base)
     if last is None:
         return
@@ -469,12 +475,15 @@ def check_not_reset(index: BinlogIndex, server_logs: list[tuple[str, int]], wher
         )
     else:
         return
-    raise BinlogError(
-        f"{where}: {found} (server {index.server_uuid}); the server's binlogs were reset (RESET MASTER?) "
-        "or another server reports the same identity (a server restored into the old one's place needs a "
-        "server_id of its own and `xtrabackup-provider promote`, then a full backup). Point-in-time recovery "
-        "across this is impossible: take a new full backup and move the old binlogs aside"
-    )
+    raise BinlogError(f"{where}: {found} (server {index.server_uuid}); {_RESET_ADVICE}")
+
+
+_RESET_ADVICE = (
+    "the server's binlogs were reset (RESET MASTER?) or another server reports the same identity (a server "
+    "restored into the old one's place needs a server_id of its own and `xtrabackup-provider promote`, then a "
+    "full backup). Point-in-time recovery across this is impossible: take a new full backup and move the old "
+    "binlogs aside"
+)
 
 
 def binlogs_needed(index: BinlogIndex, backup: Manifest) -> list[str]:

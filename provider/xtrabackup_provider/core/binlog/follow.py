@@ -30,7 +30,15 @@ from ..common.values import binlog_number
 from ..db.server import defaults_file
 from .catalog import BinlogError, BinlogManifest
 from .events import BinlogSummary, summarize
-from .ship import BinlogShipper, ShipReport, ShipRequest, download_argv, master_position, server_binlogs
+from .ship import (
+    BinlogShipper,
+    ShipReport,
+    ShipRequest,
+    check_same_file,
+    download_argv,
+    master_position,
+    server_binlogs,
+)
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +86,8 @@ class _Follower:
             log.warning("%s has a successor but no rotate event; leaving it to the next run", path.name)
             return
         known = self.partial if path.name == self.current else self.shipper.index().partial.get(path.name)
+        if known is not None and known is not self.partial:
+            check_same_file(self.shipper.where, known, summary)  # stored by an earlier run: not adopted
         self.shipper.ship_complete(path, path.name, summary, known)
         path.unlink()
         if path.name == self.current:
@@ -108,6 +118,7 @@ class _Follower:
         """Continue a partial stored by an earlier run once the copy is long enough to check it."""
         pending = self.pending
         assert pending is not None
+        check_same_file(self.shipper.where, pending, self.summary)  # never store another history over it
         if self.summary.size < pending.size:
             return False  # the fresh copy has not caught up with what is stored yet
         same = all(sha256_range(path, s.offset, s.raw_size) == s.raw_sha256 for s in pending.segments)
@@ -135,7 +146,9 @@ def ship_continuous(
         shipper.run_batch()
         index = shipper.index()
         logs = [name for name, _ in server_binlogs(req.target)]
-        first = next((n for n in logs if n not in index.complete), logs[-1])
+        first = next(
+            (n for n in logs if n not in index.complete and n not in shipper.report.not_ours), logs[-1]
+        )
         directory = Path(tempfile.mkdtemp(prefix="stream-", dir=shipper.scratch))
         follower = _Follower(shipper, directory, progress_interval)
         replica_id = req.replica_server_id or default_replica_server_id(req.catalog.cluster, req.catalog.host)
@@ -155,7 +168,8 @@ def ship_continuous(
                 stderr.seek(0)
                 tail = children.summarize_stderr(stderr.read())
                 raise BinlogError(
-                    f"{shipper.binary} stopped following {shipper.where} (exit {died}): {tail or '(no stderr)'}; "
+                    f"{shipper.binary} stopped following {shipper.where} ({children.how_ended(died)}): "
+                    f"{tail or '(no stderr)'}; "
                     "what it received was shipped, and the next run resumes from there"
                 )
         shipper.report.open_binlog = follower.current

@@ -91,6 +91,8 @@ class ShipReport:
     raw_bytes: int = 0
     stored_bytes: int = 0
     open_binlog: str | None = None
+    # Binlogs another server_id wrote before this server wrote any shipped one: not shipped here.
+    not_ours: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         """Small metadata for XCom and the CLI (names are capped: a first run can ship hundreds)."""
@@ -105,6 +107,7 @@ class ShipReport:
             "raw_bytes": self.raw_bytes,
             "stored_bytes": self.stored_bytes,
             "open_binlog": self.open_binlog,
+            "not_ours": self.not_ours[:20],
         }
 
 
@@ -177,6 +180,24 @@ def _when(epoch: int | None) -> datetime | None:
     return datetime.fromtimestamp(epoch, UTC) if epoch is not None else None
 
 
+def check_same_file(where: str, stored: BinlogManifest, summary: BinlogSummary) -> None:
+    """The server's binlog must be the file stored under its name: its first event (the format
+    event, stamped when the server created the file) must carry the same time. A file created
+    later under an old name starts a new history (RESET MASTER, a datadir re-seeded from another
+    server's backup holds no binlogs, so they restart at .000001): storing it would replace the
+    binlogs that earlier backups' point-in-time recovery reads, so it is refused, naming both."""
+    created = _when(summary.first_time)
+    if created is None or stored.first_event_time is None or created == stored.first_event_time:
+        return
+    raise BinlogError(
+        f"{where}: the server's {stored.name} was created at {created:%Y-%m-%d %H:%M:%S} UTC, the {stored.name} "
+        f"stored for it at {stored.first_event_time:%Y-%m-%d %H:%M:%S} UTC: the server's binlogs were reset "
+        "(RESET MASTER?) or its datadir was replaced (re-seeded), and the stored history is kept for the "
+        "point-in-time recovery of earlier backups. Give the server a server_id of its own (its binlogs then "
+        "go to a directory of their own) and take a full backup"
+    )
+
+
 class BinlogShipper:
     """One shipping run against one server: its identity, the storage index, the encryption keys."""
 
@@ -233,17 +254,55 @@ class BinlogShipper:
                 continue
             path = self.download(name)
             summary = summarize(path)
-            if not summary.closed or summary.size != size:
-                raise BinlogError(
-                    f"{self.where}: the copy of {name} is {summary.size} bytes ending with event type "
-                    f"{summary.last_type}; the server lists {size} bytes and the binlog is closed. Not shipping it"
-                )
-            self.ship_complete(path, name, summary, index.partial.get(name))
+            self.check_closed(name, summary, size)
+            partial = index.partial.get(name)
+            if partial is not None:
+                check_same_file(self.where, partial, summary)
+            if self.not_ours(name, summary, index):
+                path.unlink()
+                continue
+            self.ship_complete(path, name, summary, partial)
             path.unlink()
         self.report.open_binlog = logs[-1][0] if logs else None
         if gap is not None:
             raise self.gap_error(gap)
         return self.report
+
+    def not_ours(self, name: str, summary: BinlogSummary, index: BinlogIndex) -> bool:
+        """A binlog another server_id wrote before this server has any shipped binlog: the server_id
+        changed (a re-seeded or restored server given one of its own), and the files before the
+        change are the old server's history. Skipped, not refused: refusing them would ship none of
+        this server's binlogs, ever. After this server's own binlogs, another server_id is refused
+        (check_origin): the connection reached another server."""
+        if summary.server_id in (None, self.identity.server_id) or index.complete or self.report.shipped:
+            return False
+        log.warning(
+            "%s was written by server_id %s, before this server (%s) wrote any binlog shipped here: it "
+            "is that server's history, not shipped as this one's; a point-in-time recovery of that "
+            "server's backups ends at its last shipped binlog",
+            name,
+            summary.server_id,
+            self.identity.describe(),
+        )
+        self.report.not_ours.append(name)
+        return True
+
+    def check_closed(self, name: str, summary: BinlogSummary, size: int) -> None:
+        """A closed binlog's copy must hold every byte the server lists for it. It ends with a rotate
+        or stop event, unless the server died while writing it (a kill, an OOM kill): then it ends
+        with its last complete event, and the server, restarted, lists exactly those bytes."""
+        if summary.size != size:
+            raise BinlogError(
+                f"{self.where}: the copy of {name} is {summary.size} bytes ending with event type "
+                f"{summary.last_type}; the server lists {size} bytes and the binlog is closed. Not shipping it"
+            )
+        if not summary.closed:
+            log.warning(
+                "%s ends without a rotate or stop event: the server stopped without closing it (a crash); "
+                "shipping its %d bytes, which the restarted server lists as the whole binlog",
+                name,
+                size,
+            )
 
     def index(self) -> BinlogIndex:
         index = self.bcat.index()
@@ -277,7 +336,7 @@ class BinlogShipper:
         path = self.scratch / name
         if proc.returncode != 0 or not path.is_file():
             raise BinlogError(
-                f"{self.binary} could not copy {name} from {self.where} (exit {proc.returncode}): "
+                f"{self.binary} could not copy {name} from {self.where} ({children.how_ended(proc.returncode)}): "
                 f"{children.summarize_stderr(proc.stderr) or '(no stderr)'}. The user needs REPLICATION SLAVE and "
                 "BINLOG MONITOR (REPLICATION CLIENT); if the server purged it meanwhile, the next run records the gap"
             )

@@ -6,7 +6,10 @@ A lease is `<prefix>/<cluster>/<host>/leases/<token>.json` naming backup ids and
 holder rewrites it every third of the lease while it runs and deletes it when done; a lease the
 store says was last written longer ago than its lease plus STORE_CLOCK_MARGIN is dead (the
 store's own clock, as for the host lock), so a killed restore blocks retention for one lease at
-most. Any number of readers may hold leases at once; they never block a backup.
+most. So is, at once, a lease whose holder ran on this machine and whose process is gone (the
+host lock's rule, core/catalog/lock.py `process_gone`): a retention run or `retention apply` on
+the reader's machine frees what a killed restore held without waiting for its lease. Any number
+of readers may hold leases at once; they never block a backup.
 
 The race with retention is closed by order, not by a lock: the reader writes its lease and then
 checks that every manifest it read still exists (`ReadLease.check`: the backups' and the
@@ -29,7 +32,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -37,7 +40,7 @@ from typing import Any
 from ..common.crashpoints import crash_point
 from ..storage.base import StorageError
 from .backups import Catalog
-from .lock import STORE_CLOCK_MARGIN
+from .lock import STORE_CLOCK_MARGIN, process_gone, this_process
 from .manifest import CatalogError
 
 log = logging.getLogger(__name__)
@@ -66,8 +69,9 @@ class LeaseError(CatalogError):
 @dataclass
 class ReadLease:
     """`with ReadLease(catalog, "restore", backups=[...]):` while the chain is read. Binlogs are
-    named `<server_uuid>/<binlog>`; `binlog_manifest` maps such a name to its manifest's key (the
-    binlog layer's, core/binlog/catalog.py), for `check`."""
+    named `<server_uuid>/<binlog>`; `binlog_manifest` maps such a name to the keys of its manifests
+    (the binlog layer's, core/binlog/catalog.py: complete, or the open binlog's partial one; any
+    of them shows it is stored), for `check`."""
 
     catalog: Catalog
     purpose: str  # "restore", "point-in-time restore", "standby update"
@@ -76,7 +80,7 @@ class ReadLease:
     lease: timedelta = DEFAULT_READ_LEASE
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
     unleased_ok: bool = False  # go on without a lease when it cannot be written (logged)
-    binlog_manifest: Callable[[str], str] | None = None
+    binlog_manifest: Callable[[str], Sequence[str]] | None = None
 
     def __post_init__(self) -> None:
         self.backups, self.binlogs = tuple(self.backups), tuple(self.binlogs)
@@ -92,6 +96,7 @@ class ReadLease:
             "binlogs": list(self.binlogs),
             "lease_seconds": self.lease.total_seconds(),
             "written": datetime.now(UTC).isoformat(timespec="seconds"),
+            **this_process(),
         }
         return json.dumps(body, indent=2).encode()
 
@@ -132,7 +137,7 @@ class ReadLease:
             raise ValueError("a lease naming binlogs needs binlog_manifest to check them")
         for name in self.binlogs:
             assert self.binlog_manifest is not None
-            if self.catalog.store.head(self.binlog_manifest(name)) is None:
+            if all(self.catalog.store.head(key) is None for key in self.binlog_manifest(name)):
                 raise CatalogError(
                     f"binlog {name} was deleted (retention) while this {self.purpose} started; nothing was "
                     "downloaded: choose a later point in time, or a backup whose binlogs are still stored"
@@ -164,7 +169,8 @@ def live_leases(catalog: Catalog) -> list[LeaseInfo]:
 
 def scan_leases(catalog: Catalog) -> tuple[list[LeaseInfo], list[str]]:
     """(the live leases, the keys of dead ones): a lease not renewed for longer than its length
-    plus STORE_CLOCK_MARGIN (the store's clock) belongs to a reader that is gone."""
+    plus STORE_CLOCK_MARGIN (the store's clock), or whose holder's process is gone from this
+    machine, belongs to a reader that is gone."""
     prefix = f"{catalog.host_prefix}/{LEASES_DIR}/"
     live, dead = [], []
     for info in catalog.store.list(prefix):
@@ -177,7 +183,8 @@ def scan_leases(catalog: Catalog) -> tuple[list[LeaseInfo], list[str]]:
         except (ValueError, TypeError, OverflowError):
             log.warning("ignoring the unreadable read lease %s", info.key)
             continue
-        if current.age is not None and current.age > lease + STORE_CLOCK_MARGIN:
+        expired = current.age is not None and current.age > lease + STORE_CLOCK_MARGIN
+        if expired or process_gone(raw.get("machine"), raw.get("pid"), raw.get("pid_start")):
             dead.append(info.key)  # its holder is gone
             continue
         with contextlib.suppress(TypeError, ValueError):
@@ -200,7 +207,7 @@ def remove_dead_leases(catalog: Catalog) -> list[str]:
     dead = scan_leases(catalog)[1]
     if dead:
         catalog.store.delete(dead)
-        log.info("removed %d expired read lease(s) of readers that are gone", len(dead))
+        log.info("removed %d read lease(s) of readers that are gone", len(dead))
     return dead
 
 

@@ -10,7 +10,9 @@ chain and double the load on the server. The first run creates
 `<prefix>/<cluster>/<host>/backup.lock` with a create-only write (S3 `If-None-Match`); a second
 run finds it and fails, naming the holder. The holder renews its lease while it runs. A lock
 whose lease ran out, or whose process is gone from this machine, is taken over with a
-compare-and-swap on its ETag, so a killed worker does not block its host for long.
+compare-and-swap on its ETag, so a killed worker does not block its host for long. A holder
+whose process is gone from this machine is proven dead (`dead_holder`): it will never write
+again, so the run that took its lock may remove what it left (core/backup/run.py).
 
 Fencing: a run that lost its lock (taken over after its lease ran out, or its renewals failed for
 longer than the lease) must not act as the holder. The renewal thread records the loss, and
@@ -118,6 +120,20 @@ def _start_ticks(pid: int) -> int | None:
         return None
 
 
+def this_process() -> dict[str, Any]:
+    """Who writes a lock or lease, as `process_gone` reads it back: machine, pid, start time."""
+    return {"machine": _machine(), "pid": os.getpid(), "pid_start": _start_ticks(os.getpid())}
+
+
+def process_gone(machine: Any, pid: Any, pid_start: Any) -> bool:
+    """Proven dead: the process ran on this machine (and PID namespace) and no process with its
+    pid and start time exists any more. Anything else (another machine, an older record without
+    the start time) proves nothing."""
+    if not machine or machine != _machine() or not isinstance(pid, int) or not isinstance(pid_start, int):
+        return False
+    return _start_ticks(pid) != pid_start
+
+
 @dataclass(frozen=True)
 class Holder:
     token: str
@@ -160,6 +176,11 @@ class Holder:
         except (ValueError, TypeError):  # not a time, or one without a zone: nothing to honour
             return False
 
+    def gone(self) -> bool:
+        """Proven dead: it ran on this machine and its process is gone. A lease that ran out proves
+        nothing of the kind (a stalled holder elsewhere may still write objects)."""
+        return self.token not in _HELD and process_gone(self.machine, self.pid, self.pid_start)
+
     def describe(self) -> str:
         return f"{self.owner} on {self.hostname} (pid {self.pid}) since {self.acquired_at}"
 
@@ -179,6 +200,7 @@ class HostLock:
         self.token = uuid.uuid4().hex
         self.etag: str | None = None
         self.lost: str | None = None  # why this run no longer holds the lock (sticky)
+        self.dead_holder: Holder | None = None  # the holder this run took the lock from, proven dead
         self._mutex = threading.Lock()  # one conditional write of the lock at a time
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
@@ -245,6 +267,8 @@ class HostLock:
                 holder.describe() if holder else "an unreadable holder",
             )
             etag = self.store.put_new(self.key, body, if_match=current_etag)
+            if etag is not None and holder is not None and holder.gone():
+                self.dead_holder = holder
         if etag is None:
             raced = self.store.get_versioned(self.key)
             if raced is None and (etag := self.store.put_new(self.key, body)) is not None:

@@ -218,6 +218,12 @@ def popen(
     return subprocess.Popen(argv, env=child_env(extra_env), **kwargs)
 
 
+def how_ended(returncode: int) -> str:
+    """How a child ended, as a user reads it: `killed by signal 9` (an OOM kill, a kill -9), not
+    the negative exit code subprocess reports ("exit -9")."""
+    return f"killed by signal {-returncode}" if returncode < 0 else f"exit status {returncode}"
+
+
 # -- what a failed child's stderr says ------------------------------------------------------------------
 
 # The tools' own error lines: mariabackup / xtrabackup ("[ERROR] InnoDB: ...", "Error number 24

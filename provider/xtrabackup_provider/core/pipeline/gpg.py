@@ -31,6 +31,16 @@ def _run_gpg(home: Path, args: list[str], stdin: bytes | None = None) -> subproc
     return children.run(argv, input=stdin, capture_output=True, timeout=120)
 
 
+def _raise_if_killed(proc: subprocess.CompletedProcess[bytes], what: str) -> None:
+    """A gpg killed by a signal (the OOM killer, a kill -9) says nothing of the key or the
+    passphrase: name that, not a wrong passphrase."""
+    if proc.returncode < 0:
+        raise GpgError(
+            f"gpg {what} failed ({children.how_ended(proc.returncode)}): {_tail(proc.stderr)}; "
+            "nothing was downloaded yet, run it again"
+        )
+
+
 # gpg-agent's lowest S2K iteration count (its default is calibrated to ~100 ms of hashing).
 AGENT_S2K_COUNT = 65536
 
@@ -98,6 +108,7 @@ class GpgHome:
             ["--trust-model", "always", "--encrypt", *[a for f in fprs for a in ("-r", f)], "--output", "-"],
             b"probe",
         )
+        _raise_if_killed(probe, "--encrypt of the passphrase probe")
         if probe.returncode != 0:
             raise GpgError(
                 f"private key {', '.join(fprs)} has no usable encryption key: {_tail(probe.stderr)}"
@@ -114,6 +125,7 @@ class GpgHome:
         finally:
             if fd is not None:
                 os.close(fd)
+        _raise_if_killed(proc, "--decrypt of the passphrase probe")
         if (proc.returncode != 0 or proc.stdout != b"probe") and self.passphrase is None:
             raise PassphraseRequired(
                 f"private key {', '.join(fprs)} is protected by a passphrase and none was given"

@@ -87,7 +87,7 @@ class Proc:
     def check(self) -> None:
         rc = self.wait()
         if rc != 0:
-            how = f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}"
+            how = children.how_ended(rc)
             raise PipelineError(f"{self.name} failed ({how}): {self.stderr_summary() or '(no stderr)'}")
 
     def close(self) -> None:

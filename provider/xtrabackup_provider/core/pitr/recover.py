@@ -43,7 +43,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ..binlog.catalog import BinlogCatalog, BinlogError, BinlogManifest, BinlogSegment, leased_manifest_key
+from ..binlog.catalog import BinlogCatalog, BinlogError, BinlogManifest, BinlogSegment, leased_manifest_keys
 from ..binlog.events import replay_end
 from ..catalog.backups import Catalog
 from ..catalog.lease import ReadLease
@@ -153,7 +153,7 @@ def read_lease(
         backups,
         binlogs,
         unleased_ok=req.without_read_lease,
-        binlog_manifest=partial(leased_manifest_key, catalog),
+        binlog_manifest=partial(leased_manifest_keys, catalog),
     )
 
 
@@ -225,7 +225,8 @@ def recover(
             report.chain, timings = restore_base(req, plan, scratch / "restore")
             report.timings.update(timings)
         t0 = time.monotonic()
-        if not where_replay_stops(plan, files, report):
+        replaying = where_replay_stops(plan, files, report)
+        if not replaying:
             log.info("backup %s is already at %s: nothing to replay", backup.backup_id, report.target)
         # Also with nothing to replay: it leaves gtid_slave_pos at the GTID reached (promote's fork).
         stop = replay_binlogs(
@@ -241,6 +242,8 @@ def recover(
         if stop.transactions:
             report.replay, report.transactions = req.replay, stop.transactions
             report.reached_gtid = stop.gtid or report.reached_gtid
+        if replaying:  # the replay must have reached an (inclusive) GTID target, not stopped short
+            _check_reached(plan, report.reached_gtid if stop.transactions else plan.backup.gtid or "")
         report.timings["replay"] = time.monotonic() - t0
     except BaseException:
         if req.target_datadir.exists() and any(req.target_datadir.iterdir()):
@@ -288,6 +291,21 @@ def _base_and_binlogs(
             raise
         report.timings.update(timings)
         return fetching.result()
+
+
+def _check_reached(plan: PitrPlan, reached: str) -> None:
+    """A GTID target is inclusive: a replay that stopped before it (the open binlog is stored as
+    the server sent it, so it can end inside the target's transaction) is an error, not a
+    restore to some earlier point."""
+    target = plan.target
+    if target.kind != "gtid" or gtid_reached(parse_gtid_pos(reached), target.gtid_pos()):
+        return
+    last = plan.binlogs[-1]
+    raise PitrError(
+        f"the shipped binlogs hold {target.describe()} only in part: {last.name} is stored up to byte "
+        f"{last.size}, inside that transaction, so the replay stopped at {reached or '-'}. Retry once "
+        "binlog shipping has stored more of it, or name an earlier GTID"
+    )
 
 
 def where_replay_stops(plan: PitrPlan, files: list[Path], report: PitrReport) -> bool:

@@ -420,7 +420,8 @@ def copy_back(tool: ToolVersion, prepared: Path, target: Path, *, move: bool) ->
     if proc.returncode != 0:
         empty_dir(target, remove=created)
         raise RestoreError(
-            f"{'move' if move else 'copy'}-back into {target} failed (exit {proc.returncode}); the target was "
+            f"{'move' if move else 'copy'}-back into {target} failed ({children.how_ended(proc.returncode)}); "
+            "the target was "
             f"emptied again: {children.summarize_stderr(proc.stderr)}"
         )
 

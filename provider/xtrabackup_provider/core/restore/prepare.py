@@ -101,13 +101,15 @@ def run_step(tool: ToolVersion, step: PrepareStep, tuning: PrepareTuning) -> Pre
 
     check_step_safe(tool, step)
     argv = prepare_argv(tool, step, tuning)
-    what = f"prepare of {step.target_dir}" + (f" with {step.incremental_dir}" if step.incremental_dir else "")
+    what = f"{Path(argv[0]).name} --prepare of {step.target_dir}" + (
+        f" with {step.incremental_dir}" if step.incremental_dir else ""
+    )
     log.info("running %s", " ".join(argv))
     t0 = time.monotonic()
     proc = children.run(argv, capture_output=True, text=True)
     if proc.returncode != 0:
         raise PrepareError(
-            f"{what} failed (exit {proc.returncode}): {children.summarize_stderr(proc.stderr)}"
+            f"{what} failed ({children.how_ended(proc.returncode)}): {children.summarize_stderr(proc.stderr)}"
         )
     return PrepareReport(argv, time.monotonic() - t0)
 

@@ -14,6 +14,7 @@ import hashlib
 import io
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 log = logging.getLogger(__name__)
+READ_ATTEMPTS = 4  # GETs whose answer was cut short, read again (S3Store._get)
 
 _CREDENTIAL_CODES = frozenset(
     {
@@ -157,8 +159,7 @@ class S3Store:
         self.ensure_retention(key, options)
 
     def get_bytes(self, key: str) -> bytes:
-        resp = self._call("get", key, self.client.get_object, Bucket=self.bucket, Key=check_key(key))
-        return bytes(resp["Body"].read())
+        return self._get("get", key, Key=check_key(key))[1]
 
     def read_chunks(self, key: str) -> Iterator[bytes]:
         """Ordered chunks from parallel ranged GETs; at most `read_parallel` chunks in memory."""
@@ -179,10 +180,27 @@ class S3Store:
                 yield pending.popleft().result()
 
     def _get_range(self, key: str, start: int, end: int) -> bytes:
-        resp = self._call(
-            "get", key, self.client.get_object, Bucket=self.bucket, Key=key, Range=f"bytes={start}-{end}"
-        )
-        return bytes(resp["Body"].read())
+        return self._get("get", key, Key=key, Range=f"bytes={start}-{end}")[1]
+
+    def _get(self, what: str, key: str, **kwargs: Any) -> tuple[dict[str, Any], bytes]:
+        """GetObject and its body. botocore retries a request that fails, not the reading of its
+        body: an answer the network cuts short (a reset, a proxy that closes mid-body) is asked
+        for again, READ_ATTEMPTS times in all, before it is an error naming the key."""
+        from botocore.exceptions import HTTPClientError, IncompleteReadError
+
+        for attempt in range(1, READ_ATTEMPTS + 1):
+            resp = self._call(what, key, self.client.get_object, Bucket=self.bucket, **kwargs)
+            try:
+                return resp, bytes(resp["Body"].read())
+            except (HTTPClientError, IncompleteReadError) as exc:
+                if attempt == READ_ATTEMPTS:
+                    raise self.failure(what, key, exc) from exc
+                log.warning(
+                    "%s/%s: the answer was cut short (%s); asking again (%d of %d)",
+                    self.location, key, exc, attempt + 1, READ_ATTEMPTS,
+                )  # fmt: skip
+                time.sleep(min(0.2 * 2**attempt, 5.0))
+        raise AssertionError("unreachable")
 
     def _head(self, key: str) -> dict[str, Any] | None:
         """HEAD's response, or None when there is no such object."""
@@ -333,7 +351,7 @@ class S3Store:
         """The object, its ETag and its age by the store's clock (the response's Date header less
         the object's LastModified, both written by the store), or None if it does not exist."""
         try:
-            resp = self._call("get", key, self.client.get_object, Bucket=self.bucket, Key=check_key(key))
+            resp, data = self._get("get", key, Key=check_key(key))
         except StorageError as exc:
             if "no object" in str(exc):
                 return None
@@ -346,7 +364,7 @@ class S3Store:
 
             with contextlib.suppress(TypeError, ValueError):
                 age = max(timedelta(0), parsedate_to_datetime(date) - modified)
-        return Versioned(bytes(resp["Body"].read()), str(resp["ETag"]), age)
+        return Versioned(data, str(resp["ETag"]), age)
 
     def open_multipart_uploads(self, prefix: str = "") -> builtins.list[str]:
         resp = self._call(
