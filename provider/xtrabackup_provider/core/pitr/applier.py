@@ -39,10 +39,11 @@ import logging
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from ..binlog.events import ROTATE_EVENT, summarize
 from ..binlog.listing import complete_groups
 from ..common.progress import ProgressLogger
 from ..common.tempdirs import private_dir
@@ -72,6 +73,7 @@ class Stop:
     position: int  # the end of its last event (UNTIL MASTER_LOG_POS), or the start position
     gtid: str  # the GTID state then (the backup's, updated by every transaction applied)
     transactions: int  # how many are applied
+    method: str = ""  # the replay method that applied them
 
     @property
     def coordinates(self) -> str:
@@ -146,6 +148,14 @@ def replay_binlogs(
         )
         leave_gtid_slave_pos(datadir, stop.gtid, server_args)
         return stop
+    if method == "applier" and (closed := restarted_in(files, stop)):
+        log.info(
+            "%s ends without a Rotate event (its server restarted there) and the applier cannot "
+            "follow into the next binlog: replaying with the pipe",
+            closed,
+        )
+        method = "pipe"
+    stop = replace(stop, method=method)
     if method == "pipe":
         replay(
             datadir,
@@ -167,6 +177,21 @@ def replay_binlogs(
         progress_seconds=progress_seconds,
     )
     return stop
+
+
+def restarted_in(files: list[Path], stop: Stop) -> str | None:
+    """The first binlog before the stop's that a server restart closed, if any.
+
+    The SQL thread learns the next binlog's name only from the Rotate event that ends a file; one
+    a restart closed ends with a Stop event (a shutdown) or with nothing (a crash), and the thread
+    read on into the next relay log under the old name: it never reached the planned stop, or
+    could have passed a position of the same number in the wrong file (found by the chaos run)."""
+    for path in files:
+        if path.name == stop.file:
+            return None
+        if summarize(path).last_type != ROTATE_EVENT:
+            return path.name
+    return None
 
 
 def apply_relay(
@@ -271,7 +296,7 @@ def _run_sql_thread(
             stop.coordinates,
             stop.gtid or "-",
         )
-        status = _wait(server, cur, names, sizes, pos, progress)
+        status = _wait(server, cur, names, sizes, pos, progress, (stop.file, stop.position))
         if (status.get("Relay_Master_Log_File"), int(status.get("Exec_Master_Log_Pos") or 0)) != (
             stop.file,
             stop.position,
@@ -297,6 +322,7 @@ def _wait(
     sizes: dict[str, int],
     pos: int,
     progress: ProgressLogger,
+    until: tuple[str, int],
 ) -> dict[str, Any]:
     """Poll SHOW SLAVE STATUS until the SQL thread stops; its error is the ReplayError."""
     seen, since = (None, -1), time.monotonic()
@@ -319,15 +345,19 @@ def _wait(
                 f"error {status['Last_SQL_Errno']}: {status.get('Last_SQL_Error')}"
             )
         at = (status.get("Relay_Master_Log_File"), int(status.get("Exec_Master_Log_Pos") or 0))
+        idle = "read all relay log" in str(status.get("Slave_SQL_Running_State"))
         if status.get("Slave_SQL_Running") == "No":
+            return status
+        if idle and at == until:
+            # UNTIL is checked as the next event is read: with none after the stop (the last
+            # shipped file ends there) the thread waits at the stop instead of stopping.
+            cur.execute("STOP SLAVE SQL_THREAD")
             return status
         if at[0] in sizes:
             progress(_offset(names, sizes, at[0], at[1]) - pos)
         if at != seen:
             seen, since = at, time.monotonic()
-        elif "read all relay log" in str(status.get("Slave_SQL_Running_State")) and (
-            time.monotonic() - since > _STALL_SECONDS
-        ):
+        elif idle and (time.monotonic() - since > _STALL_SECONDS):
             raise ReplayError(
                 f"the applier read all relay logs but stands at {at[0]}:{at[1]} since {_STALL_SECONDS:.0f}s, "
                 "before the planned end; the binlogs end early"

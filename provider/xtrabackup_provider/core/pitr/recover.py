@@ -240,7 +240,7 @@ def recover(
             server_args=req.replay_server_args,
         )
         if stop.transactions:
-            report.replay, report.transactions = req.replay, stop.transactions
+            report.replay, report.transactions = stop.method or req.replay, stop.transactions
             report.reached_gtid = stop.gtid or report.reached_gtid
         if replaying:  # the replay must have reached an (inclusive) GTID target, not stopped short
             _check_reached(plan, report.reached_gtid if stop.transactions else plan.backup.gtid or "")
