@@ -125,8 +125,10 @@ class S3Proxy:
     """Forwards real HTTP to `upstream`. `rule(operation, path)` may answer instead: an int status
     (500 InternalError, 503 SlowDown), "reset" (the connection is reset before any answer),
     "truncate" (the real answer's headers, half its body, then the connection closes) or "stop"
-    (the proxy stops listening and drops every connection, like a dead endpoint);
-    it may also just wait before answering None (a slow endpoint). `drop_headers` are removed
+    (the proxy stops listening and drops every connection, like a dead endpoint), "stall" (the
+    real answer's headers and half its body, the rest once `released` is set or the proxy stops:
+    a download that hangs mid-object); it may also just wait before answering None (a slow
+    endpoint). `drop_headers` are removed
     from every request (an S3-compatible store that ignores them, e.g. If-None-Match / If-Match;
     boto3 signs them, but moto does not check signatures)."""
 
@@ -146,6 +148,7 @@ class S3Proxy:
         self._conns: set[socket.socket] = set()
         self._lock = threading.Lock()
         self.on_stop: Callable[[], None] | None = None
+        self.released = threading.Event()
 
     @property
     def endpoint_url(self) -> str:
@@ -201,6 +204,16 @@ class S3Proxy:
                     return
                 status, headers, payload = proxy._forward(self.command, self.path, self.headers, body)
                 proxy._record(op, self.path, status)
+                if verdict == "stall" and len(payload) > 1:
+                    half = len(payload) // 2
+                    headers = {k: v for k, v in headers.items() if k.lower() != "content-length"}
+                    headers["Content-Length"] = str(len(payload))
+                    self._reply(status, headers, payload[:half])
+                    with contextlib.suppress(OSError):
+                        self.wfile.flush()
+                        proxy.released.wait(120)
+                        self.wfile.write(payload[half:])
+                    return
                 if verdict == "truncate" and len(payload) > 1:
                     # The full Content-Length, half the body, then the connection closes.
                     self.close_connection = True
@@ -242,6 +255,7 @@ class S3Proxy:
 
     def stop(self) -> None:
         """Stop listening and cut every open connection: clients see resets and refused connects."""
+        self.released.set()
         server, self._server = self._server, None
         if server is None:
             return
