@@ -279,3 +279,85 @@ def test_an_io_error_that_persists_during_catch_up_fails_naming_it_and_stops_the
         rotate.join(5)
         host.destroy()
         mariadb_factory.discard(source)
+
+
+def _serves(server) -> bool:
+    """The server still answers (SHUTDOWN was not sent to it)."""
+    try:
+        return server.query("SELECT 1")[0][0] == 1
+    except Exception:  # noqa: BLE001 - any error: it no longer serves
+        return False
+
+
+@pytest.mark.parametrize("occupant", ["source", "old-replica"])
+def test_a_replica_connection_that_reaches_a_running_server_is_refused_and_that_server_is_never_stopped(
+    mariadb_factory, tmp_path, occupant
+):
+    """The new host's connection reaches a server that is already running: the source itself (a
+    socket copied from its config by mistake) or the old replica still running on the host while
+    the replica is rebuilt into a new datadir. Refused before the restore in one line naming it,
+    and nothing is stopped (on main: the backup restored and started, then `clean_up` sent
+    SHUTDOWN to whatever answered at the replica's address: the source, or the old replica)."""
+    source, replication, admin, catalog = _backed_up_source(mariadb_factory, tmp_path, f"prov-{occupant}")
+    old = source if occupant == "source" else mariadb_factory("prov-old", root_password=source.root_password)
+    host = NewHost(new_host_dir(), server_id=7307)
+    try:
+        request = replace(
+            _request(catalog, host, source, replication, admin),
+            replica=MySQLTarget(socket=str(old.socket), user="root", password=source.root_password),
+            start_timeout=30,
+        )
+        with pytest.raises(ProvisionError) as err:
+            provision_replica(request)
+        message = str(err.value)
+        print(message)
+        assert _serves(old), f"the {occupant} still runs"
+        assert _serves(source), "the source still runs"
+        assert str(old.socket) in message and "Nothing was restored" in message
+        if occupant == "source":
+            assert "the source" in message
+        assert list(host.datadir.iterdir()) == [], "nothing was restored"
+        assert not host.pid_file.exists(), "no server was started"
+    finally:
+        host.destroy()
+        if old is not source:
+            mariadb_factory.discard(old)
+        mariadb_factory.discard(source)
+
+
+def test_a_server_the_start_command_started_elsewhere_is_not_stopped_and_the_message_says_what_is_left(
+    mariadb_factory, tmp_path
+):
+    """The start command starts a server, but on another datadir (the host's old one), at the new
+    server's address: this run did not prove it is the restored server, so it stops nothing and
+    says what runs where (on main: SHUTDOWN sent to it, `It stopped the new server`)."""
+    source, replication, admin, catalog = _backed_up_source(mariadb_factory, tmp_path, "prov-elsewhere")
+    host = NewHost(new_host_dir(), server_id=7308)
+    old = mariadb_factory("prov-old-dir", root_password=source.root_password)
+    old.stop()
+    try:
+        # The host's start command starts the old server (its own datadir) on the new host's socket.
+        other_cnf = host.basedir / "old.cnf"
+        other_cnf.write_text(
+            host.cnf.read_text().replace(f"datadir={host.datadir}", f"datadir={old.datadir}")
+        )
+        request = replace(
+            _request(catalog, host, source, replication, admin),
+            start_command=[
+                "sh",
+                "-c",
+                f"setsid mariadbd --defaults-file={other_cnf} </dev/null >/dev/null 2>&1 &",
+            ],
+            start_timeout=60,
+        )
+        with pytest.raises(ProvisionError) as err:
+            provision_replica(request)
+        message = str(err.value)
+        print(message)
+        assert _alive(host.pid_file), "the server it did not prove its own still runs"
+        assert f"runs on {old.datadir}" in message and "stopped no server" in message
+        assert any(host.datadir.iterdir()) and str(host.datadir) in message
+    finally:
+        host.destroy()
+        mariadb_factory.discard(old)
+        mariadb_factory.discard(source)

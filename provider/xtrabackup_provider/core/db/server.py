@@ -193,6 +193,18 @@ def connect(target: MySQLTarget) -> Any:
         ) from exc
 
 
+# Client errors that mean nothing listens at the address: a missing socket, a refused or unroutable
+# port, an unknown host. Any other error came from something that answered.
+NOTHING_THERE = (2002, 2003, 2005)
+
+
+def answered(exc: ServerError) -> bool:
+    """Whether a failed connect reached a server (an access denied, a dropped handshake)."""
+    cause = exc.__cause__
+    code = cause.args[0] if cause is not None and cause.args else None
+    return code not in NOTHING_THERE
+
+
 def query(target: MySQLTarget, sql: str, args: tuple[Any, ...] | None = None) -> list[tuple[Any, ...]]:
     conn = connect(target)
     try:

@@ -8,15 +8,20 @@ MariaDB one, a replication account that cannot log in to the source from this ho
 new server's IO thread will connect from) or may not read its binlogs, a new server's account
 (it comes with the restored data: the source's accounts) without the privileges provisioning
 uses on it, and a source that has purged binlogs the backup's position needs (the error names
-the first missing binlog and asks for a newer backup). The new server is started with the
-host's own command (its init system: `systemctl start mariadb`), so it outlives this process;
-it must come up on this datadir with a server_id of its own (both are checked).
+the first missing binlog and asks for a newer backup), and a server that already answers at the
+new server's address (the source, or the old replica still running: the new one is not started
+yet). The new server is started with the host's own command (its init system: `systemctl start
+mariadb`), so it outlives this process; it must come up on this datadir with a server_id of its
+own (both are checked).
 
 Once replication starts, the replica's threads are watched (core/db/replica.py): an IO or SQL
 error that persists for `grace_seconds` fails the run naming Last_IO_Errno / Last_SQL_Errno,
 even without waiting for the catch-up. On any failure after the restore, the server it started
 is stopped (SHUTDOWN through the new server's account) and the message says what is left;
-`clean_on_failure` also empties the datadir, which held nothing before the run.
+`clean_on_failure` also empties the datadir, which held nothing before the run. Only a server this
+run proved its own is ever stopped: one that answered on the restored datadir, and still does, with
+the same server_id and pid file, on the connection that sends the SHUTDOWN. Any other is left
+running and the message says where it runs.
 """
 
 from __future__ import annotations
@@ -59,7 +64,7 @@ from ..db.replica import (
     read_state,
     wait_running,
 )
-from ..db.server import MySQLTarget, ServerError, connect, server_facts
+from ..db.server import MySQLTarget, ServerError, ServerFacts, answered, connect, server_facts
 from .chain import RestoreRequest, check_target, empty_dir, read_chain, restore
 
 log = logging.getLogger(__name__)
@@ -142,6 +147,7 @@ def provision_replica(req: ProvisionRequest) -> ProvisionReport:
         check_source_login(req.source, req.source_admin, binary=req.binlog_binary, what="the new replica")
     except ReplicationError as exc:
         raise ReplicationError(f"{exc}. Nothing was restored") from None
+    refuse_occupied(req.replica, source_facts)
     check_replica_account(req.source_admin, req.replica, source_facts.version)
     # A backup of the source itself records the source's own binlog: the first one the replica needs.
     first_needed = backup.binlog_file if backup.server_uuid == source_facts.server_uuid else None
@@ -166,10 +172,11 @@ def provision_replica(req: ProvisionRequest) -> ProvisionReport:
         targets,
     )
     report.timings.update({k: v for k, v in restored.timings.items() if k != "scratch_cleanup"})
+    started = _Started()
     try:
-        _bring_up(req, backup, source_facts.server_id, report)
+        _bring_up(req, backup, source_facts.server_id, report, started)
     except BaseException as exc:
-        left = clean_up(req)
+        left = clean_up(req, started.proven)
         if not isinstance(exc, Exception):
             log.error("provisioning interrupted: %s", left)
             raise
@@ -184,14 +191,31 @@ def provision_replica(req: ProvisionRequest) -> ProvisionReport:
     return report
 
 
-def _bring_up(req: ProvisionRequest, backup: Manifest, source_id: int, report: ProvisionReport) -> None:
+@dataclass(frozen=True)
+class NewServer:
+    """What proves a server is the one this run started: it runs on the restored datadir."""
+
+    datadir: str
+    server_id: int
+    pid_file: str
+
+
+@dataclass
+class _Started:
+    proven: NewServer | None = None  # set once the server at the replica's address is proven ours
+
+
+def _bring_up(
+    req: ProvisionRequest, backup: Manifest, source_id: int, report: ProvisionReport, started: _Started
+) -> None:
     """Start the restored server, make it a replica, watch it start, wait and check (as asked)."""
     if req.owner:
         _chown(req.target_datadir, req.owner)
     t0 = time.monotonic()
     start_server(req.start_command, req.replica, req.start_timeout)
     report.timings["start"] = time.monotonic() - t0
-    report.server_id = _check_new_server(req, backup, source_id)
+    started.proven = _prove_new_server(req)
+    report.server_id = _check_server_id(req, backup, source_id, started.proven)
     conn = connect(req.replica)
     try:
         attach(conn, req.source, report.gtid_start)
@@ -279,11 +303,18 @@ def check_replica_account(source_admin: MySQLTarget, replica: MySQLTarget, versi
     )
 
 
-def clean_up(req: ProvisionRequest) -> str:
-    """After a failure past the restore: stop the server this run started (SHUTDOWN through its
-    account) and, with clean_on_failure, empty the datadir. Returns what was done and what is left."""
+def clean_up(req: ProvisionRequest, proven: NewServer | None) -> str:
+    """After a failure past the restore: stop the server this run started and proved its own
+    (SHUTDOWN through its account) and, with clean_on_failure, empty the datadir. Any other server
+    is left as it is. Returns what was done and what is left."""
     datadir = req.target_datadir
-    stopped = stop_server(req.replica, req.start_timeout)
+    if proven is None:
+        return (
+            f"It stopped no server (none at {req.replica.address} was proven to run on {datadir}); {datadir} "
+            "holds the restored backup: if the start command started a server on it, stop that with the host's "
+            f"own command (e.g. systemctl stop mariadb), then empty {datadir} before provisioning again"
+        )
+    stopped = stop_server(req.replica, proven, req.start_timeout)
     if stopped is not None:
         return (
             f"Could not stop the new server at {req.replica.address} ({stopped}): stop it with the host's own "
@@ -299,27 +330,72 @@ def clean_up(req: ProvisionRequest) -> str:
     )
 
 
-def stop_server(replica: MySQLTarget, timeout: float) -> str | None:
-    """SHUTDOWN the server and wait until its pid file is gone; None once stopped, else why not."""
+def stop_server(replica: MySQLTarget, proven: NewServer, timeout: float) -> str | None:
+    """SHUTDOWN the server this run proved its own, on a connection that proves it again (the same
+    datadir, server_id and pid file), and wait until its pid file is gone; None once stopped, else
+    why not. Whatever else answers at the address is left running."""
     try:
         conn = connect(replica)
     except ServerError as exc:
         return str(exc)
     try:
         cur = conn.cursor()
-        cur.execute("SELECT @@pid_file")
-        pid_file = Path(str(cur.fetchone()[0]))
+        cur.execute("SELECT @@datadir, @@server_id, @@pid_file")
+        now = _new_server(*cur.fetchone())
+        if now != proven:
+            return (
+                f"the server answering there now runs on {now.datadir} with server_id {now.server_id}, not the one "
+                f"this run started on {proven.datadir} (server_id {proven.server_id}): it was left running"
+            )
         cur.execute("SHUTDOWN")
     except Exception as exc:  # noqa: BLE001 - MySQLdb: no SHUTDOWN privilege, a dropped connection
         return f"SHUTDOWN failed: {exc}"
     finally:
         conn.close()
+    pid_file = Path(proven.pid_file)
     deadline = time.monotonic() + timeout
     while pid_file.exists():
         if time.monotonic() > deadline:
             return f"it still runs {timeout:.0f}s after SHUTDOWN ({pid_file} is there)"
         time.sleep(0.2)
     return None
+
+
+def _new_server(datadir: Any, server_id: Any, pid_file: Any) -> NewServer:
+    real = os.path.realpath(str(datadir))
+    pid = Path(str(pid_file))
+    return NewServer(real, int(server_id), str(pid if pid.is_absolute() else Path(real) / pid))
+
+
+def refuse_occupied(replica: MySQLTarget, source: ServerFacts) -> None:
+    """The new server is not started yet: a server answering at its address is another one (the
+    source reached by mistake, or the old replica still running). Refused before the restore, so
+    that nothing this run does can touch it."""
+    try:
+        conn = connect(replica)
+    except ServerError as exc:
+        if not answered(exc):
+            return
+        raise ProvisionError(
+            f"a server already answers at {replica.address} ({exc.__cause__}), where the new server is to be "
+            "started: stop it (the new host's server must be stopped and its datadir empty) or point the new "
+            "host's connection at the new server's address. Nothing was restored"
+        ) from None
+    try:
+        cur = conn.cursor()
+        cur.execute("SELECT @@datadir, @@server_id, @@version")
+        datadir, server_id, version = cur.fetchone()
+    finally:
+        conn.close()
+    it = f"server {version} on {datadir} with server_id {server_id}"
+    same_dir = os.path.realpath(str(datadir)) == os.path.realpath(source.datadir)
+    if int(server_id) == source.server_id and same_dir:
+        it = f"the source ({it})"
+    raise ProvisionError(
+        f"a server already answers at {replica.address}: {it}. The new server is started by this run and must "
+        "not be running yet: point the new host's connection at the new server's address, or stop the old "
+        "server on the new host first. Nothing was restored"
+    )
 
 
 def wait_for_replica(req: ProvisionRequest) -> CatchUp:
@@ -392,26 +468,32 @@ def start_server(argv: list[str], replica: MySQLTarget, timeout: float) -> None:
         time.sleep(0.5)
 
 
-def _check_new_server(req: ProvisionRequest, backup: Manifest, source_id: int) -> int:
+def _prove_new_server(req: ProvisionRequest) -> NewServer:
+    """The server now answering at the replica's address runs on the restored datadir: the one
+    this run started. Anything else is not ours (nothing will stop it)."""
     conn = connect(req.replica)
     try:
         cur = conn.cursor()
-        cur.execute("SELECT @@datadir, @@server_id")
-        datadir, server_id = cur.fetchone()
+        cur.execute("SELECT @@datadir, @@server_id, @@pid_file")
+        found = _new_server(*cur.fetchone())
     finally:
         conn.close()
-    if os.path.realpath(str(datadir)) != os.path.realpath(req.target_datadir):
+    if found.datadir != os.path.realpath(req.target_datadir):
         raise ProvisionError(
-            f"the server at {req.replica.address} runs on {datadir}, not on the restored {req.target_datadir}: "
+            f"the server at {req.replica.address} runs on {found.datadir}, not on the restored {req.target_datadir}: "
             "its start command or configuration points elsewhere"
         )
+    return found
+
+
+def _check_server_id(req: ProvisionRequest, backup: Manifest, source_id: int, new: NewServer) -> int:
     taken = {source_id: "the source's", backup.server_id: f"that of {backup.host}, whose backup this is"}
-    if int(server_id) in taken:
+    if new.server_id in taken:
         raise ProvisionError(
-            f"the new server's server_id {server_id} is {taken[int(server_id)]}: a replica ignores events with its "
-            "own server_id. Give it a server_id of its own in its configuration and start again"
+            f"the new server's server_id {new.server_id} is {taken[new.server_id]}: a replica ignores events with "
+            "its own server_id. Give it a server_id of its own in its configuration and start again"
         )
-    return int(server_id)
+    return new.server_id
 
 
 def _chown(root: Path, owner: str) -> None:
