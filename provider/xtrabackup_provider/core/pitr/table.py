@@ -53,7 +53,7 @@ from ..catalog.backups import Catalog
 from ..catalog.manifest import Manifest
 from ..catalog.targets import Source, Targets
 from ..common.tempdirs import private_dir
-from ..db.sandbox import SANDBOX_REDO_BYTES, SandboxServer, stop_orphans
+from ..db.sandbox import SANDBOX_REDO_BYTES, SandboxServer, quote_ident, stop_orphans
 from ..db.server import MySQLTarget, connect
 from ..restore.chain import RestoreRequest, plan_chain, read_chain, restore
 from .moments import MomentFilter, MomentsRequest, list_moments
@@ -141,7 +141,7 @@ class _Export:
     columns: list[str]
     digest: str
     partitions: list[str]
-    files: dict[str, Path]  # "" / "#P#p0" + ".ibd" / ".cfg" -> staged copy
+    files: dict[str, dict[str, Path]]  # partition name ("" for none) -> ".ibd" / ".cfg" -> staged copy
 
 
 def restore_tables(req: TableRestoreRequest) -> TableRestoreReport:
@@ -490,13 +490,19 @@ def _describe(cur: Any, source: TableName, new: TableName) -> _Export:
 
 
 def _stage(cur: Any, datadir: Path, stage: Path, ex: _Export) -> None:
-    prefix = f"{ex.source.schema}/{ex.source.table}"
+    """Copy the exported `.ibd` + `.cfg` of the table, or of each of its partitions, into `stage`."""
+    prefix = _tablespace_name(cur, ex.source)
+    wanted = {prefix.lower(): ""} if not ex.partitions else {}
+    for part in ex.partitions:
+        wanted[f"{prefix}#p#{_filename(cur, part)}".lower()] = part
     cur.execute(
         "SELECT name, filename FROM information_schema.innodb_sys_tablespaces WHERE name = %s OR name LIKE %s",
         (prefix, f"{prefix}#P#%"),
     )
     for name, filename in cur.fetchall():
-        suffix = name[len(prefix) :].lower()  # "" or "#p#p0"
+        if name.lower() not in wanted:
+            continue  # another table whose name the LIKE matched too (`_` is a wildcard there)
+        part = wanted[name.lower()]
         src = (datadir / filename).resolve()
         for ext in (".ibd", ".cfg"):
             path = src.with_suffix(ext)
@@ -504,7 +510,28 @@ def _stage(cur: Any, datadir: Path, stage: Path, ex: _Export) -> None:
                 raise TableRestoreError(f"{path} is missing after FLUSH TABLES {ex.source} FOR EXPORT")
             staged = stage / f"{len(list(stage.iterdir()))}{ext}"
             shutil.copyfile(path, staged)
-            ex.files[suffix + ext] = staged
+            ex.files.setdefault(part, {})[ext] = staged
+    missing = [part for part in wanted.values() if part not in ex.files]
+    if missing:
+        what = (
+            ", ".join(f"partition {quote_ident(p)}" for p in missing) if ex.partitions else "its tablespace"
+        )
+        raise TableRestoreError(
+            f"{ex.source} in the restored copy has no tablespace file for {what}; copy it with mariadb-dump from a "
+            "restored scratch datadir"
+        )
+
+
+def _tablespace_name(cur: Any, table: TableName) -> str:
+    """InnoDB's name of `table`'s tablespace (`schema/table`, each in the file-name encoding)."""
+    return f"{_filename(cur, table.schema)}/{_filename(cur, table.table)}"
+
+
+def _filename(cur: Any, name: str) -> str:
+    """`name` as the server writes it into file and tablespace names (`p 1` -> `p@00201`, `$` ->
+    `@0024`): asked of the server, which owns that encoding."""
+    cur.execute("SELECT CONVERT(CONVERT(%s USING filename) USING binary)", (name,))
+    return bytes(cur.fetchone()[0]).decode("ascii")
 
 
 def copy_ddl(ddl: str, new: TableName, row_format: str | None) -> str:
@@ -566,15 +593,14 @@ def _import(target: MySQLTarget, live: _Live, exports: list[_Export]) -> list[Re
                     cur.execute(f"CREATE TABLE {plain.sql()} LIKE {ex.new.sql()}")
                     created.append(plain)
                     cur.execute(f"ALTER TABLE {plain.sql()} REMOVE PARTITIONING")
-                    files = {k[-4:]: v for k, v in ex.files.items() if k[:-4] == f"#p#{part.lower()}"}
-                    _import_into(cur, live, plain, files, owner, placed)
+                    _import_into(cur, live, plain, ex.files[part], owner, placed)
                     cur.execute(
-                        f"ALTER TABLE {ex.new.sql()} EXCHANGE PARTITION `{part}` WITH TABLE {plain.sql()}"
+                        f"ALTER TABLE {ex.new.sql()} EXCHANGE PARTITION {quote_ident(part)} WITH TABLE {plain.sql()}"
                     )
                     cur.execute(f"DROP TABLE {plain.sql()}")
                     created.remove(plain)
             else:
-                _import_into(cur, live, ex.new, {k[-4:]: v for k, v in ex.files.items()}, owner, placed)
+                _import_into(cur, live, ex.new, ex.files[""], owner, placed)
             digest = content_digest(cur, ex.new, ex.columns)
             if digest != ex.digest:
                 raise TableRestoreError(
@@ -629,7 +655,7 @@ def _import_into(
 ) -> None:
     cur.execute(
         "SELECT filename FROM information_schema.innodb_sys_tablespaces WHERE name = %s",
-        (f"{name.schema}/{name.table}",),
+        (_tablespace_name(cur, name),),
     )
     row = cur.fetchone()
     if row is None:
