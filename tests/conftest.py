@@ -65,14 +65,16 @@ class MariaDBFactory:
     ``kw`` goes to :meth:`SandboxServer.create` (``root_password``, ``log_bin``, ``extra_args``...).
     """
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, family: str = "mariadb"):
         self.root = root
+        self.family = family
         self.servers: list[SandboxServer] = []
-        self._ids = itertools.count(101)
+        self._ids = itertools.count(101 if family == "mariadb" else 901)
 
     def __call__(self, name: str, **kw: Any) -> SandboxServer:
         server_id = next(self._ids)
         safe = re.sub(r"[^A-Za-z0-9_-]", "_", name)[:24]
+        kw.setdefault("family", self.family)
         server = SandboxServer.create(self.root / f"{safe}-{server_id}", server_id=server_id, **kw)
         self.servers.append(server)
         return server
@@ -109,6 +111,35 @@ def mariadb_factory(sandbox_root: Path) -> Iterator[MariaDBFactory]:
         yield factory
     finally:
         factory.close()
+
+
+def _programs_of(family: str, program: str) -> None:
+    """The suites of another server run with that server's programs first on PATH (make
+    test-mysql, make test-mariadb-11.8): refuse to start a MariaDB mysqld in a MySQL test."""
+    out = subprocess.run([program, "--version"], capture_output=True, text=True).stdout
+    if ("MariaDB" in out) != (family == "mariadb"):
+        pytest.fail(
+            f"`{program} --version` on PATH says {out.strip()!r}, not {family}'s: run these tests with `make "
+            "test-mysql` (it builds the MySQL 9.7 root with scripts/server-roots.sh and puts its bin first on PATH)",
+            pytrace=False,
+        )
+
+
+@pytest.fixture(scope="session")
+def mysql_factory(sandbox_root: Path) -> Iterator[MariaDBFactory]:
+    """MySQL servers (mysqld on PATH must be MySQL's: `make test-mysql`), as mariadb_factory's."""
+    _programs_of("mysql", "mysqld")
+    factory = MariaDBFactory(sandbox_root, family="mysql")
+    try:
+        yield factory
+    finally:
+        factory.close()
+
+
+@pytest.fixture(scope="session")
+def mysql_source(mysql_factory: MariaDBFactory) -> SandboxServer:
+    """Session-wide MySQL source: root password, binlog, GTID mode ON. Use your own schema."""
+    return mysql_factory("my-source", root_password=secrets.token_urlsafe(16))
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,8 @@
-"""Throwaway MariaDB servers on a private directory (restore tests, the demo and the test suite).
+"""Throwaway MariaDB and MySQL servers on a private directory (restore tests, the demo and the test
+suite).
 
-Airflow-free. A :class:`SandboxServer` owns one ``mariadbd`` child process started on a datadir;
+Airflow-free. A :class:`SandboxServer` owns one ``mariadbd`` (``family="mysql"``: ``mysqld``) child
+process started on a datadir;
 everything else it creates (socket, pid file, error log, client option files) lives in ``basedir``.
 Secrets never appear in any argv: passwords go over the connection or into 0600 option files.
 """
@@ -95,10 +97,15 @@ class SandboxServer:
     skip_grant_tables: bool = False
     log_bin: bool = True
     extra_args: list[str] = field(default_factory=list)
-    mariadbd: str = "mariadbd"
+    mariadbd: str = "mariadbd"  # the server program (mysqld for family "mysql")
+    family: str = "mariadb"  # "mariadb" or "mysql": the server's options and its client program
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        if self.family not in ("mariadb", "mysql"):
+            raise ValueError(f"family must be mariadb or mysql, not {self.family!r}")
+        if self.family == "mysql" and self.mariadbd == "mariadbd":
+            self.mariadbd = "mysqld"
         self.basedir = Path(self.basedir).absolute()
         self.datadir = Path(self.datadir).absolute()
         if len(os.fsencode(self.socket)) >= MAX_SOCKET_PATH:
@@ -143,7 +150,7 @@ class SandboxServer:
         server_id: int,
         port: int | None = None,
         root_password: str | None = None,
-        install_db: str = "mariadb-install-db",
+        install_db: str | None = None,
         **kw: Any,
     ) -> SandboxServer:
         """Initialize a new datadir (``basedir/data`` unless ``datadir=`` is given), start the server
@@ -153,23 +160,13 @@ class SandboxServer:
         server = cls(basedir, datadir, port or free_port(), server_id, **kw)
         basedir.mkdir(parents=True, exist_ok=True)
         server.tmpdir.mkdir(exist_ok=True)
-        argv = [
-            install_db,
-            "--no-defaults",
-            f"--datadir={datadir}",
-            # A private tmpdir: many servers sharing /tmp collided on temporary table names.
-            f"--tmpdir={server.tmpdir}",
-            "--user=root",
-            "--auth-root-authentication-method=normal",
-            "--skip-test-db",
-            # Same redo size as start() so the first start does not resize the log.
-            f"--innodb-log-file-size={SANDBOX_REDO_BYTES}",
-        ]
+        argv = server.install_args(install_db)
         proc = children.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True)
         if proc.returncode != 0:
             raise SandboxError(
-                f"{install_db} exited {proc.returncode}: {children.summarize_stderr(proc.stderr or proc.stdout)}",
+                f"{argv[0]} exited {proc.returncode}: {children.summarize_stderr(proc.stderr or proc.stdout)}",
                 datadir,
+                server.error_log if server.family == "mysql" else None,
             )
         server.start()
         if root_password:
@@ -202,9 +199,37 @@ class SandboxServer:
             **kw,
         )
 
+    def install_args(self, install_db: str | None = None) -> list[str]:
+        """The argv that initializes an empty datadir: mariadb-install-db, or mysqld --initialize."""
+        if self.family == "mysql":
+            return [
+                install_db or self.mariadbd,
+                "--no-defaults",
+                "--initialize-insecure",  # root@localhost without a password: set_root_password follows
+                f"--datadir={self.datadir}",
+                f"--tmpdir={self.tmpdir}",
+                f"--log-error={self.error_log}",
+                "--user=root",
+                f"--innodb-redo-log-capacity={2 * SANDBOX_REDO_BYTES}",
+            ]
+        return [
+            install_db or "mariadb-install-db",
+            "--no-defaults",
+            f"--datadir={self.datadir}",
+            # A private tmpdir: many servers sharing /tmp collided on temporary table names.
+            f"--tmpdir={self.tmpdir}",
+            "--user=root",
+            "--auth-root-authentication-method=normal",
+            "--skip-test-db",
+            # Same redo size as start() so the first start does not resize the log.
+            f"--innodb-log-file-size={SANDBOX_REDO_BYTES}",
+        ]
+
     # -- process control -----------------------------------------------------------------------
     def server_args(self) -> list[str]:
-        """The full ``mariadbd`` argv (never holds a secret)."""
+        """The full ``mariadbd`` / ``mysqld`` argv (never holds a secret)."""
+        if self.family == "mysql":
+            return self._mysqld_args()
         args = [
             self.mariadbd,
             "--no-defaults",
@@ -234,6 +259,34 @@ class SandboxServer:
             # Restored data is untrusted: no auth means no TCP, and file import/export is
             # confined to a private directory (no INTO OUTFILE into the host's filesystem).
             args += ["--skip-grant-tables", "--skip-networking", f"--secure-file-priv={self.tmpdir}"]
+        return args + list(self.extra_args)
+
+    def _mysqld_args(self) -> list[str]:
+        args = [
+            self.mariadbd,
+            "--no-defaults",
+            f"--datadir={self.datadir}",
+            f"--socket={self.socket}",
+            f"--port={self.port}",
+            "--bind-address=127.0.0.1",
+            "--user=root",
+            f"--server-id={self.server_id}",
+            f"--pid-file={self.pid_file}",
+            f"--log-error={self.error_log}",
+            "--skip-name-resolve",
+            "--relay-log=relay-bin",
+            "--innodb-buffer-pool-size=64M",
+            f"--innodb-redo-log-capacity={2 * SANDBOX_REDO_BYTES}",
+            f"--tmpdir={self.tmpdir}",
+            "--mysqlx=OFF",  # no second listener on a fixed port
+            f"--secure-file-priv={self.tmpdir}",
+            "--gtid-mode=ON",
+            "--enforce-gtid-consistency=ON",
+        ]
+        # MySQL logs binlogs by default: off unless asked for.
+        args += ["--log-bin=mysql-bin", "--log-replica-updates"] if self.log_bin else ["--skip-log-bin"]
+        if self.skip_grant_tables:
+            args.append("--skip-grant-tables")  # MySQL 8+ then listens on the socket only
         return args + list(self.extra_args)
 
     def start(self, timeout: float = 90) -> None:
@@ -337,13 +390,13 @@ class SandboxServer:
     def execute_script(self, sql: str, database: str | None = None) -> None:
         """Run many statements through the ``mariadb`` client (stdin); raise with its stderr on failure."""
         defaults = self.write_client_defaults(self.basedir / "client.cnf")
-        argv = ["mariadb", f"--defaults-file={defaults}", "--batch"]
+        argv = ["mysql" if self.family == "mysql" else "mariadb", f"--defaults-file={defaults}", "--batch"]
         if database:
             argv.append(f"--database={database}")
         proc = children.run(argv, input=sql, capture_output=True, text=True)
         if proc.returncode != 0:
             raise SandboxError(
-                f"mariadb client exited {proc.returncode}: {children.summarize_stderr(proc.stderr)}",
+                f"{argv[0]} client exited {proc.returncode}: {children.summarize_stderr(proc.stderr)}",
                 self.datadir,
             )
 
@@ -361,6 +414,12 @@ class SandboxServer:
         try:
             cur = conn.cursor()
             cur.execute("SET SESSION sql_log_bin = 0")
+            if self.family == "mysql":  # --initialize-insecure made root@localhost alone
+                cur.execute("ALTER USER 'root'@'localhost' IDENTIFIED BY %s", (password,))
+                cur.execute("CREATE USER 'root'@'127.0.0.1' IDENTIFIED BY %s", (password,))
+                cur.execute("GRANT ALL ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION")
+                self.root_password = password
+                return
             # mariadb-install-db also creates root@<hostname>, which --skip-name-resolve ignores:
             # drop it rather than leave a passwordless root behind.
             cur.execute(

@@ -1,0 +1,244 @@
+"""What differs between the servers the product speaks to, in one place: MySQL 8.0 / 8.4 / 9.x and
+MariaDB 10.6 - 11.8. A verb asks the :class:`Dialect` of the server it talks to (chosen once from its
+version string) for a statement, a variable or a tool, instead of branching on the family itself; a
+new server version is one row of the tables below.
+
+The differences it knows (each checked against the server's own documentation):
+- binlog status: MySQL 8.2 renamed `SHOW MASTER STATUS` to `SHOW BINARY LOG STATUS`, and 8.4
+  removed the old words; MariaDB keeps `SHOW MASTER STATUS` (and accepts `SHOW BINLOG STATUS`
+  from 10.5.2).
+- replicas: MySQL 8.0.22 added `START/STOP REPLICA` and `SHOW REPLICA STATUS` (its columns renamed
+  `Slave_*` / `*Master*` to `Replica_*` / `*Source*`), 8.0.23 `CHANGE REPLICATION SOURCE TO ...
+  SOURCE_*`; 8.4 removed the old ones. MariaDB accepts `START/STOP REPLICA` and `SHOW REPLICA
+  STATUS` (10.5.1+) but keeps its column names and `CHANGE MASTER TO ... MASTER_USE_GTID`.
+- GTIDs: MySQL's `uuid:1-5` sets in `gtid_executed` / `gtid_purged` (a restored copy becomes a
+  replica through `SET GLOBAL gtid_purged`, then `SOURCE_AUTO_POSITION=1`); MariaDB's
+  `domain-server-seq` positions in `gtid_binlog_pos` / `gtid_current_pos` / `gtid_slave_pos`.
+- tools: each family's own binlog client (`mysqlbinlog` refuses MariaDB's binlogs and MariaDB's
+  `mariadb-binlog` refuses a MySQL server), client and server programs; mariadb-backup 11.1+
+  writes `mariadb_backup_*` metadata files instead of `xtrabackup_*`.
+"""
+
+from __future__ import annotations
+
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Family = Literal["mariadb", "mysql"]
+
+# SHOW REPLICA STATUS / SHOW SLAVE STATUS: the product's name for a column -> (MySQL 8.0.22+ name,
+# the older name MySQL before 8.0.22 and every MariaDB use).
+_STATUS_COLUMNS = {
+    "io_running": ("Replica_IO_Running", "Slave_IO_Running"),
+    "sql_running": ("Replica_SQL_Running", "Slave_SQL_Running"),
+    "sql_running_state": ("Replica_SQL_Running_State", "Slave_SQL_Running_State"),
+    "io_state": ("Replica_IO_State", "Slave_IO_State"),
+    "last_io_errno": ("Last_IO_Errno", "Last_IO_Errno"),
+    "last_io_error": ("Last_IO_Error", "Last_IO_Error"),
+    "last_sql_errno": ("Last_SQL_Errno", "Last_SQL_Errno"),
+    "last_sql_error": ("Last_SQL_Error", "Last_SQL_Error"),
+    "seconds_behind": ("Seconds_Behind_Source", "Seconds_Behind_Master"),
+    "source_host": ("Source_Host", "Master_Host"),
+    "source_port": ("Source_Port", "Master_Port"),
+    "source_log_file": ("Source_Log_File", "Master_Log_File"),
+    "read_source_log_pos": ("Read_Source_Log_Pos", "Read_Master_Log_Pos"),
+    "relay_source_log_file": ("Relay_Source_Log_File", "Relay_Master_Log_File"),
+    "exec_source_log_pos": ("Exec_Source_Log_Pos", "Exec_Master_Log_Pos"),
+    "sql_delay": ("SQL_Delay", "SQL_Delay"),
+    "sql_remaining_delay": ("SQL_Remaining_Delay", "SQL_Remaining_Delay"),
+    "source_server_id": ("Source_Server_Id", "Master_Server_Id"),
+    # MySQL: the GTID sets received and applied; MariaDB: the GTID mode and the IO thread's position.
+    "retrieved_gtid_set": ("Retrieved_Gtid_Set", "Retrieved_Gtid_Set"),
+    "executed_gtid_set": ("Executed_Gtid_Set", "Executed_Gtid_Set"),
+    "auto_position": ("Auto_Position", "Auto_Position"),
+    "using_gtid": ("Using_Gtid", "Using_Gtid"),
+    "gtid_io_pos": ("Gtid_IO_Pos", "Gtid_IO_Pos"),
+    "gtid_slave_pos": ("Gtid_Slave_Pos", "Gtid_Slave_Pos"),
+}
+
+
+def parse_version(version: str) -> tuple[int, int, int]:
+    """`9.7.4-2`, `11.8.9-MariaDB-0+deb13u1-log`, `5.5.5-10.11.6-MariaDB` -> (major, minor, patch)."""
+    text = str(version)
+    # MariaDB before 11 may prefix 5.5.5- for old clients (the replication protocol's version).
+    text = re.sub(r"^5\.5\.5-", "", text)
+    match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
+    if not match:
+        raise ValueError(f"not a server version: {version!r}")
+    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How to speak to one server version. Built by :func:`dialect_for`; never by hand."""
+
+    family: Family
+    version: tuple[int, int, int]
+    version_text: str = ""
+
+    # -- identity ----------------------------------------------------------------------------------
+    @property
+    def is_mariadb(self) -> bool:
+        return self.family == "mariadb"
+
+    @property
+    def name(self) -> str:
+        major, minor, patch = self.version
+        return f"{'MariaDB' if self.is_mariadb else 'MySQL'} {major}.{minor}.{patch}"
+
+    def at_least(self, major: int, minor: int = 0, patch: int = 0) -> bool:
+        return self.version >= (major, minor, patch)
+
+    @property
+    def _new_replica_words(self) -> bool:
+        """MySQL 8.0.22+: REPLICA / SOURCE words and column names."""
+        return not self.is_mariadb and self.at_least(8, 0, 22)
+
+    # -- statements --------------------------------------------------------------------------------
+    @property
+    def binlog_status(self) -> str:
+        """The statement whose first row is (File, Position, ...) of the binlog being written."""
+        if not self.is_mariadb and self.at_least(8, 2):
+            return "SHOW BINARY LOG STATUS"
+        return "SHOW MASTER STATUS"
+
+    @property
+    def replica_status(self) -> str:
+        return "SHOW REPLICA STATUS" if self._new_replica_words else "SHOW SLAVE STATUS"
+
+    @property
+    def start_replica(self) -> str:
+        return "START REPLICA" if self._new_replica_words else "START SLAVE"
+
+    @property
+    def stop_replica(self) -> str:
+        return "STOP REPLICA" if self._new_replica_words else "STOP SLAVE"
+
+    @property
+    def reset_replica_all(self) -> str:
+        return "RESET REPLICA ALL" if self._new_replica_words else "RESET SLAVE ALL"
+
+    def start_sql_thread_until(
+        self,
+        *,
+        after_gtids: str | None = None,
+        before_gtids: str | None = None,
+        file: str | None = None,
+        position: int | None = None,
+    ) -> tuple[str, tuple[Any, ...]]:
+        """Start only the applier, stopping at a GTID set (MySQL) or a relay position."""
+        start = "START REPLICA SQL_THREAD" if self._new_replica_words else "START SLAVE SQL_THREAD"
+        if after_gtids is not None or before_gtids is not None:
+            if self.is_mariadb:
+                raise ValueError("MariaDB's applier stops at a master_gtid_pos, not SQL_BEFORE/AFTER_GTIDS")
+            key = "SQL_AFTER_GTIDS" if after_gtids is not None else "SQL_BEFORE_GTIDS"
+            return f"{start} UNTIL {key} = %s", (after_gtids if after_gtids is not None else before_gtids,)
+        if file is not None and position is not None:
+            words = ("RELAY_LOG_FILE", "RELAY_LOG_POS")
+            return f"{start} UNTIL {words[0]} = %s, {words[1]} = %s", (file, position)
+        return start, ()
+
+    def change_source(
+        self,
+        *,
+        host: str,
+        port: int,
+        user: str,
+        password: str | None,
+        ssl: bool = False,
+        connect_retry: int | None = None,
+        delay: int | None = None,
+        gtid_start: str | None = None,
+    ) -> list[tuple[str, tuple[Any, ...]]]:
+        """The statements that point a replica at its source from a GTID start: MariaDB's
+        `SET GLOBAL gtid_slave_pos` + `CHANGE MASTER TO ... MASTER_USE_GTID=slave_pos`, MySQL's
+        `SET GLOBAL gtid_purged` (on a replica with no GTID history of its own) + `CHANGE
+        REPLICATION SOURCE TO ... SOURCE_AUTO_POSITION=1`. The password is an argument, never
+        text of the statement."""
+        if self.is_mariadb:
+            prefix, word, auto = "CHANGE MASTER TO", "MASTER", "MASTER_USE_GTID = slave_pos"
+        elif self.at_least(8, 0, 23):
+            prefix, word, auto = "CHANGE REPLICATION SOURCE TO", "SOURCE", "SOURCE_AUTO_POSITION = 1"
+        else:
+            prefix, word, auto = "CHANGE MASTER TO", "MASTER", "MASTER_AUTO_POSITION = 1"
+        options = [f"{word}_HOST = %s", f"{word}_PORT = %s", f"{word}_USER = %s", f"{word}_PASSWORD = %s"]
+        args: list[Any] = [host, int(port), user, password or ""]
+        if connect_retry is not None:
+            options.append(f"{word}_CONNECT_RETRY = {int(connect_retry)}")
+        if ssl:
+            options.append(f"{word}_SSL = 1")
+        if delay is not None:
+            options.append(f"{word}_DELAY = {int(delay)}")
+        if not self.is_mariadb and self.at_least(8, 0, 23):
+            # MySQL 8.0.27+ refuses a source whose public key it cannot get over a plain connection
+            # for caching_sha2_password accounts: ask the source for it.
+            options.append("GET_SOURCE_PUBLIC_KEY = 1")
+        options.append(auto)
+        statements: list[tuple[str, tuple[Any, ...]]] = []
+        if gtid_start is not None:
+            statements.append((f"SET GLOBAL {self.gtid_start_variable} = %s", (gtid_start,)))
+        statements.append((f"{prefix} " + ", ".join(options), tuple(args)))
+        return statements
+
+    # -- GTIDs -------------------------------------------------------------------------------------
+    @property
+    def gtid_executed_variable(self) -> str:
+        """Every GTID this server's data holds (what a backup records)."""
+        return "@@global.gtid_executed" if not self.is_mariadb else "@@gtid_current_pos"
+
+    @property
+    def gtid_binlog_variable(self) -> str:
+        """The GTIDs in this server's own binlogs."""
+        return "@@global.gtid_executed" if not self.is_mariadb else "@@gtid_binlog_pos"
+
+    @property
+    def gtid_start_variable(self) -> str:
+        """What a restored copy is told it already holds before it replicates."""
+        return "gtid_purged" if not self.is_mariadb else "gtid_slave_pos"
+
+    @property
+    def gtid_applied_variable(self) -> str:
+        """What a replica has applied."""
+        return "@@global.gtid_executed" if not self.is_mariadb else "@@gtid_slave_pos"
+
+    # -- replica status ------------------------------------------------------------------------------
+    def status(self, row: Mapping[str, Any] | None) -> dict[str, Any]:
+        """A SHOW REPLICA/SLAVE STATUS row (a dict by column name) under the product's own names
+        (see _STATUS_COLUMNS); {} for no row (not a replica)."""
+        if not row:
+            return {}
+        which = 0 if self._new_replica_words else 1
+        return {key: row.get(names[which]) for key, names in _STATUS_COLUMNS.items()}
+
+    # -- programs ----------------------------------------------------------------------------------
+    @property
+    def binlog_client(self) -> str:
+        """The binlog reader of this family: the other family's refuses this server."""
+        return "mariadb-binlog" if self.is_mariadb else "mysqlbinlog"
+
+    @property
+    def client(self) -> str:
+        return "mariadb" if self.is_mariadb else "mysql"
+
+    @property
+    def server_program(self) -> str:
+        return "mariadbd" if self.is_mariadb else "mysqld"
+
+    @property
+    def client_family(self) -> Family:
+        """Whose client options the family's tools read (the TLS spelling differs)."""
+        return self.family
+
+    @property
+    def backup_metadata_prefix(self) -> str:
+        """mariadb-backup 11.1+ writes mariadb_backup_checkpoints / _binlog_info / _info."""
+        return "mariadb_backup_" if self.is_mariadb and self.at_least(11, 1) else "xtrabackup_"
+
+
+def dialect_for(version: str) -> Dialect:
+    """The dialect of a server from its `SELECT @@version` (MariaDB's says MariaDB)."""
+    family: Family = "mariadb" if "mariadb" in str(version).lower() else "mysql"
+    return Dialect(family, parse_version(version), str(version))
