@@ -8,7 +8,8 @@ DEB_PACKAGES := mariadb-server mariadb-backup mariadb-client percona-toolkit gnu
                 libmariadb-dev pkg-config procps sysbench strace redis-server chromium
 
 .PHONY: setup deps test unit lint docs demo bench clean lock soak chaos chaos-smoke test-wheel envs ci \
-        test-airflow-3.1 lock-airflow-3.1 test-airflow-3.2 lock-airflow-3.2
+        test-airflow-3.1 lock-airflow-3.1 test-airflow-3.2 lock-airflow-3.2 server-roots test-mysql \
+        test-mariadb-11.8
 
 setup: deps $(STAMP)
 	@# Our own modules too (PYTHONDONTWRITEBYTECODE may be set): each CLI call and DAG parse imports them.
@@ -40,7 +41,7 @@ docs: setup
 # Every suite but the `slow` soak (`make soak`); the Celery deployment test runs from the built
 # wheel (test-wheel). CI runs the same, and the other Airflow minors' suites, through scripts/ci.sh.
 test: setup lint docs
-	@scripts/run-pytest.sh -m "not slow" --ignore=tests/deployment $(PYTEST_ARGS)
+	@scripts/run-pytest.sh -m "not slow and not mysql" --ignore=tests/deployment $(PYTEST_ARGS)
 	@scripts/test-wheel.sh
 
 # The deployment test from the wheel `uv build` makes, installed outside the checkout.
@@ -50,6 +51,22 @@ test-wheel: setup
 # What .ci/run runs: lint and docs, then the suites of every Airflow minor side by side.
 ci:
 	@scripts/ci.sh
+
+# The other servers' programs, each from a minimal Debian root of the suite that packages it (MySQL
+# 9.7 from sid, MariaDB 11.8 from trixie), built once and kept (scripts/server-roots.sh).
+ROOTS ?= $(or $(XBP_SERVER_ROOTS),/var/lib/xtrabackup-provider/roots)
+server-roots:
+	@scripts/server-roots.sh $(ROOTS)
+
+# The MySQL suites (tests marked `mysql`) against a real MySQL 9.7, its programs first on PATH.
+test-mysql: setup server-roots
+	@PATH=$(ROOTS)/mysql-9.7/bin:$$PATH scripts/run-pytest.sh -m "mysql and not slow" tests $(PYTEST_ARGS)
+
+# The MariaDB suites again with MariaDB 11.8's server and tools first on PATH.
+MARIADB_11_8_TESTS ?= tests/integration
+test-mariadb-11.8: setup server-roots
+	@PATH=$(ROOTS)/mariadb-11.8/bin:$$PATH scripts/run-pytest.sh -m "not mysql and not slow" \
+		$(MARIADB_11_8_TESTS) $(PYTEST_ARGS)
 
 # The oldest Airflow minor pyproject.toml admits: the unit and DAG suites on Airflow 3.1.8 with a
 # resolution dated by its release (Airflow's own constraint files are not reachable from CI).

@@ -38,7 +38,7 @@ run() {
 pytest_run() {
     local name=$1 venv=$2 tmp=$3
     shift 3
-    run "$name" env PYTEST="$venv/bin/pytest" scripts/run-pytest.sh -m "not slow" -p no:cacheprovider \
+    run "$name" env PYTEST="$venv/bin/pytest" scripts/run-pytest.sh -m "not slow and not mysql" -p no:cacheprovider \
         --basetemp="$logs/$tmp" "$@"
 }
 # Airflow 3.3: tests/integration halved by scripts/shard.py, faults + unit + the crash points, dags; the deployment
