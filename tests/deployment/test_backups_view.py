@@ -165,7 +165,7 @@ def test_auth_on_each_user_sees_the_clusters_whose_backup_dag_they_may_read(view
 
     _status, alice = get(view, "/xtrabackup/api/fleet", token(view, "alice"))
     assert (alice["clusters"], {r["cluster"] for r in alice["hosts"]}) == (["alpha"], {"alpha"})
-    assert get(view, "/xtrabackup/api/hosts/beta/db3", token(view, "alice"))[0] == 403
+    assert get(view, "/xtrabackup/api/hosts/beta/db3", token(view, "alice"))[0] == 404
     assert get(view, "/xtrabackup/api/hosts/alpha/db1", token(view, "alice"))[0] == 200
     _status, bob = get(view, "/xtrabackup/api/fleet", token(view, "bob"))
     assert (bob["clusters"], bob["hosts"]) == ([], [])
@@ -179,6 +179,26 @@ def test_auth_on_each_user_sees_the_clusters_whose_backup_dag_they_may_read(view
     _status, plugins = get(view, "/api/v2/plugins", token(view, "ops"))
     views = [v for p in plugins["plugins"] for v in p["external_views"] if v.get("url_route") == "backups"]
     assert views == [views[0]] and views[0]["href"] == "xtrabackup/", views
+
+
+def test_a_user_cannot_tell_the_hosts_of_a_cluster_they_may_not_read_from_hosts_that_do_not_exist(view):
+    """On main alice (alpha only) got 403 for beta/db3 and 404 for beta/nosuch and nosuch/db3: the
+    answers told her beta and its db3 exist. Now each is the same 404, its body naming only what
+    she asked for."""
+    if "api-server" not in view.procs:
+        auth_on(view)
+    alice = token(view, "alice")
+
+    def answer(cluster: str, host: str) -> tuple[int, str]:
+        status, body = get(view, f"/xtrabackup/api/hosts/{cluster}/{host}", alice)
+        said = body.decode().replace(f"{cluster}/{host}", "<cluster>/<host>")
+        return status, said.replace(f"mysql_backup_{cluster}", "mysql_backup_<cluster>")
+
+    existing = answer("beta", "db3")
+    assert existing == answer("beta", "nosuch") == answer("nosuch", "db3") == answer("other", "other")
+    assert existing == answer("alpha", "nosuch"), "a readable cluster's unknown host: the same answer"
+    assert existing[0] == 404 and "<cluster>/<host>" in existing[1], existing
+    assert get(view, "/xtrabackup/api/hosts/alpha/db1", alice)[0] == 200
 
 
 def test_host_detail_has_chains_proofs_gaps_and_the_runs_that_made_them(view):

@@ -7,8 +7,9 @@ reads, and the page itself (static/).
 Airflow authenticates its own API, not a plugin's: every JSON route here depends on the core API's
 own `get_user` (the `Authorization: Bearer` JWT or the UI's `_token` cookie, checked by the auth
 manager; none: 401, a bad token: 403), and a cluster is shown only to users the auth manager lets
-read its backup DAG `mysql_backup_<cluster>` (`is_authorized_dag`, GET). The page's HTML and
-script are public: they hold no data.
+read its backup DAG `mysql_backup_<cluster>` (`is_authorized_dag`, GET); a host page of any other
+cluster answers exactly as one of a host that does not exist (404). The page's HTML and script are
+public: they hold no data.
 
 What is served comes from manifests and restore reports (no secrets: no keys, no connection
 fields). The fleet config comes from $XTRABACKUP_FLEET_CONFIG as for the DAGs; the stores from
@@ -119,11 +120,16 @@ def create_app() -> FastAPI:
     @app.get("/api/hosts/{cluster}/{host}")
     def host_detail(cluster: str, host: str, user: User) -> dict[str, Any]:
         config = load_config()
-        if not any(c.name == cluster and any(h.name == host for h in c.hosts) for c in config.clusters):
-            raise HTTPException(404, f"no host {cluster}/{host} in the fleet config")
-        if cluster not in readable_clusters(user, config):
+        # Authorized first, and one answer for a host that does not exist and one the user may not
+        # read: else the answers tell which clusters and hosts exist where the user may not look.
+        readable = cluster in readable_clusters(user, config)
+        if not readable or not any(
+            c.name == cluster and any(h.name == host for h in c.hosts) for c in config.clusters
+        ):
             raise HTTPException(
-                403, f"you may not read DAG {backup_dag_id(cluster)}, so not cluster {cluster}"
+                404,
+                f"no host {cluster}/{host} that you may read: it is not in the fleet config, or the auth "
+                f"manager does not let you read DAG {backup_dag_id(cluster)}",
             )
         (view,), _now = fleet.views(config, [cluster], host)
         return fleet.cache.detail(view)

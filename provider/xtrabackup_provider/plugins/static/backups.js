@@ -55,7 +55,7 @@ function showMessage(text, link) {
 
 async function getJSON(path) {
   const resp = await fetch(path, { credentials: "same-origin", headers: { Accept: "application/json" } });
-  if (resp.status === 401 || resp.status === 403) {
+  if (resp.status === 401 || resp.status === 403 || resp.status === 404) {
     const body = await resp.json().catch(() => ({}));
     showMessage((body.detail || "Not allowed") + ".", resp.status === 401);
     return null;
