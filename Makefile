@@ -1,15 +1,21 @@
-# `make demo` and `make test` do all set-up on a fresh Debian 12 machine; both are
-# idempotent and quick once everything is present.
+# `make demo` and `make test` do all set-up on a fresh Debian 12 or 13 machine (or Ubuntu 24.04); both
+# are idempotent and quick once everything is present.
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-DEB_PACKAGES := mariadb-server mariadb-backup mariadb-client percona-toolkit gnupg zstd \
-                libmariadb-dev pkg-config procps sysbench strace redis-server chromium
+DEMO_STAMP := $(VENV)/.installed-demo
+# What the demo needs: its servers and tools, and what the venv builds (mysqlclient compiles against
+# libmariadb with gcc and the Python headers; Debian's python3 makes a venv only with python3-venv).
+DEMO_PACKAGES := mariadb-server mariadb-backup mariadb-client gnupg zstd procps \
+                 python3-venv gcc libc6-dev python3-dev libmariadb-dev pkg-config
+# ...and what the suites need besides (debootstrap: the MySQL 9.7 and MariaDB 11.8 roots).
+DEB_PACKAGES := $(DEMO_PACKAGES) percona-toolkit sysbench strace redis-server chromium debootstrap \
+                debian-archive-keyring git
 
-.PHONY: setup deps test unit lint docs demo bench clean lock soak chaos chaos-smoke test-wheel envs ci \
+.PHONY: setup deps demo-deps test unit lint docs demo bench clean lock soak chaos chaos-smoke test-wheel envs ci \
         test-airflow-3.1 lock-airflow-3.1 test-airflow-3.2 lock-airflow-3.2 server-roots test-mysql \
-        test-mariadb-11.8
+        test-mariadb-11.8 test-fresh-debian
 
 setup: deps $(STAMP)
 	@# Our own modules too (PYTHONDONTWRITEBYTECODE may be set): each CLI call and DAG parse imports them.
@@ -18,13 +24,32 @@ setup: deps $(STAMP)
 deps:
 	@scripts/install-debian-deps.sh $(DEB_PACKAGES)
 
-# constraints.txt pins the whole dependency tree so CI installs what we tested.
+demo-deps:
+	@scripts/install-debian-deps.sh $(DEMO_PACKAGES)
+
+# An editable install's build leaves a second copy of our metadata in provider/ (on sys.path), and
+# Airflow then loads the Backups view plugin twice ("already registered, skipping"): removed.
+DROP_EGG_INFO := rm -rf provider/*.egg-info
+
+# constraints.txt pins the whole dependency tree so CI installs what we tested; it is resolved for
+# Python 3.11.2 (Debian 12's), the oldest Python the project supports.
 $(STAMP): pyproject.toml constraints.txt
-	@$(MAKE) --no-print-directory deps
-	@test -x $(PY) || python3 -m venv $(VENV)
+	@$(MAKE) --no-print-directory demo-deps
+	@test -x $(PY) || "$$(scripts/find-python.sh 3)" -m venv $(VENV)
 	@$(VENV)/bin/pip install -q uv
 	$(VENV)/bin/uv pip install -q --python $(PY) -c constraints.txt -e '.[test,docs]'
+	@$(DROP_EGG_INFO)
 	@# Byte-compile once: with PYTHONDONTWRITEBYTECODE set, every process would recompile Airflow.
+	@$(PY) -m compileall -q -j0 $(VENV)/lib > /dev/null || true
+	@touch $@ $(DEMO_STAMP)
+
+# The demo's venv: Airflow, the provider and moto's S3 server (the `demo` extra), nothing for the
+# suites or the docs.
+$(DEMO_STAMP): pyproject.toml constraints.txt
+	@test -x $(PY) || "$$(scripts/find-python.sh 3)" -m venv $(VENV)
+	@$(VENV)/bin/pip install -q uv
+	$(VENV)/bin/uv pip install -q --python $(PY) -c constraints.txt -e '.[demo]'
+	@$(DROP_EGG_INFO)
 	@$(PY) -m compileall -q -j0 $(VENV)/lib > /dev/null || true
 	@touch $@
 
@@ -78,6 +103,7 @@ $(AF31)/.installed: pyproject.toml constraints-airflow-3.1.txt $(STAMP)
 	@test -x $(AF31)/bin/python || python3 -m venv --without-pip $(AF31)
 	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(AF31)/bin/python \
 		-c constraints-airflow-3.1.txt -e '.[test]'
+	@$(DROP_EGG_INFO)
 	@# Our own modules for this interpreter too (PYTHONDONTWRITEBYTECODE may be set).
 	@$(AF31)/bin/python -m compileall -q provider dags scripts > /dev/null
 	@touch $@
@@ -96,6 +122,7 @@ $(AF32)/.installed: pyproject.toml constraints-airflow-3.2-py3.13.txt $(STAMP)
 	@test -x $(AF32)/bin/python || "$$(scripts/find-python.sh 3.13)" -m venv --without-pip $(AF32)
 	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(AF32)/bin/python \
 		-c constraints-airflow-3.2-py3.13.txt -e '.[test]'
+	@$(DROP_EGG_INFO)
 	@# Our own modules for this interpreter too (PYTHONDONTWRITEBYTECODE may be set).
 	@$(AF32)/bin/python -m compileall -q provider dags scripts > /dev/null
 	@touch $@
@@ -126,14 +153,16 @@ chaos-smoke:
 unit: setup
 	$(VENV)/bin/pytest -q tests/unit
 
-demo: setup
+demo: demo-deps $(DEMO_STAMP)
+	@$(PY) -m compileall -q provider dags scripts > /dev/null
 	$(PY) scripts/demo.py
 
 bench: setup
 	$(PY) bench/backup_throughput.py
 
 lock:
-	$(VENV)/bin/uv pip compile -q --python $(PY) --extra test --extra docs pyproject.toml -o constraints.txt
+	$(VENV)/bin/uv pip compile -q --python-version 3.11.2 --extra test --extra docs --extra demo \
+		pyproject.toml -o constraints.txt
 
 clean:
 	rm -rf $(VENV) $(AF31) $(AF32) site .pytest_cache .mypy_cache .ruff_cache

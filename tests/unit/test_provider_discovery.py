@@ -13,3 +13,15 @@ def test_airflow_lists_the_provider_and_imports_its_derived_module_name():
     # The example-DAG discovery derives the import name from the distribution name (no error logged).
     module = importlib.import_module("airflow-provider-xtrabackup".replace("-", "_"))
     assert module.__doc__
+
+
+def test_the_backups_view_plugin_is_found_once():
+    """Airflow loads entry-point plugins from every distribution it finds: an editable install's
+    build left a second copy of our metadata (provider/*.egg-info) on sys.path, and every Airflow
+    command warned `Plugin 'xtrabackup_backups_view' already registered, skipping` (make setup now
+    removes it)."""
+    from airflow import plugins_manager
+
+    plugins, errors = plugins_manager._load_entrypoint_plugins()
+    assert [p.name for p in plugins].count("xtrabackup_backups_view") == 1
+    assert not errors
