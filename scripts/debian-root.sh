@@ -12,7 +12,8 @@ shift 2
 packages=("$@")
 stamp="$dir/.xbp-root"
 want="suite=$suite packages=${packages[*]}"
-if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+ready() { [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; }
+if ready; then
     exit 0
 fi
 case "$dir" in
@@ -21,6 +22,13 @@ esac
 if [[ $(id -u) -ne 0 ]]; then
     echo "debian-root: building $dir needs root (debootstrap, chroot): run it as root or with sudo" >&2
     exit 2
+fi
+# One builder per root: another run building it meanwhile is waited for, then its root is used.
+mkdir -p "$(dirname "$dir")"
+exec 9> "$dir.lock"
+flock 9
+if ready; then
+    exit 0
 fi
 here=$(dirname "$0")
 "$here/install-debian-deps.sh" debootstrap debian-archive-keyring
@@ -32,7 +40,6 @@ mirror=${mirror:-http://deb.debian.org/debian}
 
 echo "debian-root: building $suite in $dir from $mirror${packages:+ with ${packages[*]}}"
 rm -rf "$dir"
-mkdir -p "$(dirname "$dir")"
 log="$dir.log"
 if ! debootstrap --variant=minbase --keyring=/usr/share/keyrings/debian-archive-keyring.gpg \
         "$suite" "$dir" "$mirror" > "$log" 2>&1; then
