@@ -15,7 +15,7 @@ DEB_PACKAGES := $(DEMO_PACKAGES) percona-toolkit sysbench strace redis-server ch
 
 .PHONY: setup deps demo-deps test unit lint docs demo bench clean lock soak chaos chaos-smoke test-wheel envs ci \
         test-airflow-3.1 lock-airflow-3.1 test-airflow-3.2 lock-airflow-3.2 server-roots test-mysql \
-        test-mariadb-11.8 test-fresh-debian
+        test-mariadb-11.8 test-fresh-debian test-quick
 
 setup: deps $(STAMP)
 	@# Our own modules too (PYTHONDONTWRITEBYTECODE may be set): each CLI call and DAG parse imports them.
@@ -63,19 +63,21 @@ lint: setup
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -d site
 
-# Every suite but the `slow` soak (`make soak`); the Celery deployment test runs from the built
-# wheel (test-wheel). CI runs the same, and the other Airflow minors' suites, through scripts/ci.sh.
-test: setup lint docs
+# Lint, the docs build and every suite but the `slow` soak (scripts/ci.sh): on Airflow 3.3, 3.1 and
+# 3.2 (Python 3.13), the deployment test from the wheel, MySQL 9.7 and MariaDB 11.8, and `make demo`
+# in fresh Debian 12 and 13 roots. .ci/run runs exactly this.
+test: setup
+	@scripts/ci.sh
+
+# The Airflow 3.3 suites alone, serially (quicker to read; no other server, minor or fresh root).
+test-quick: setup lint
 	@scripts/run-pytest.sh -m "not slow and not mysql" --ignore=tests/deployment $(PYTEST_ARGS)
-	@scripts/test-wheel.sh
 
 # The deployment test from the wheel `uv build` makes, installed outside the checkout.
 test-wheel: setup
 	@scripts/test-wheel.sh $(PYTEST_ARGS)
 
-# What .ci/run runs: lint and docs, then the suites of every Airflow minor side by side.
-ci:
-	@scripts/ci.sh
+ci: test
 
 # The other servers' programs, each from a minimal Debian root of the suite that packages it (MySQL
 # 9.7 from sid, MariaDB 11.8 from trixie), built once and kept (scripts/server-roots.sh).
@@ -92,6 +94,10 @@ MARIADB_11_8_TESTS ?= tests/integration
 test-mariadb-11.8: setup server-roots
 	@PATH=$(ROOTS)/mariadb-11.8/bin:$$PATH scripts/run-pytest.sh -m "not mysql and not slow" \
 		$(MARIADB_11_8_TESTS) $(PYTEST_ARGS)
+
+# The README's `make demo` in fresh minimal Debian 12 and 13 roots (scripts/fresh-debian-demo.sh).
+test-fresh-debian:
+	@scripts/fresh-debian-demo.sh bookworm trixie
 
 # The oldest Airflow minor pyproject.toml admits: the unit and DAG suites on Airflow 3.1.8 with a
 # resolution dated by its release (Airflow's own constraint files are not reachable from CI).

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# What .ci/run runs (2 cores, 30 minutes): the set-up, lint and the docs build while the other
-# Airflow minors' environments install; then nine runs side by side, each logging to its own
-# file: every suite on Airflow 3.3 but the deployment test (in four shards), the deployment test
-# from the built wheel, and the unit and DAG suites on Airflow 3.1 and on 3.2 with Python 3.13.
+# `make test` (and so .ci/run; 2 cores): the set-up, lint and the docs build while the other Airflow
+# minors' environments install and the other servers' roots are built; then the runs side by side,
+# each logging to its own file: every suite on Airflow 3.3 but the deployment test (in four shards),
+# the deployment test from the built wheel, the unit and DAG suites on Airflow 3.1 and on 3.2 with
+# Python 3.13, the MySQL 9.7 suite, the MariaDB 11.8 suite, and the README's `make demo` in fresh
+# minimal Debian 12 and 13 roots.
 # The suites spend most of their time waiting for servers, tools and Airflow's own loops (a run of
 # the 3.3 suite alone used a quarter of one core), so they share 2 cores well. Each log is printed
 # whole once all have ended; the exit status is 1 if any failed.
@@ -13,7 +15,7 @@ start=$SECONDS
 stamp() { printf 'ci: %4ds %s\n' $((SECONDS - start)) "$*"; }
 
 make --no-print-directory setup || exit 1
-make --no-print-directory envs > "$logs/envs.log" 2>&1 &
+( make --no-print-directory envs && make --no-print-directory server-roots ) > "$logs/envs.log" 2>&1 &
 envs=$!
 make --no-print-directory lint docs
 checks=$?
@@ -27,7 +29,8 @@ if [[ $checks -ne 0 || $built -ne 0 ]]; then
     exit 1
 fi
 
-suites=(integration-1 integration-2 faults-unit dags wheel unit-3.1 dags-3.1 unit-3.2-py3.13 dags-3.2-py3.13)
+suites=(integration-1 integration-2 faults-unit dags wheel unit-3.1 dags-3.1 unit-3.2-py3.13 dags-3.2-py3.13
+        mysql-9.7 mariadb-11.8 fresh-debian)
 run() {
     local name=$1
     shift
@@ -54,6 +57,11 @@ pytest_run unit-3.1 .venv-airflow-3.1 u31 tests/unit
 pytest_run dags-3.1 .venv-airflow-3.1 d31 tests/dags
 pytest_run unit-3.2-py3.13 .venv-airflow-3.2-py3.13 u32 tests/unit
 pytest_run dags-3.2-py3.13 .venv-airflow-3.2-py3.13 d32 tests/dags
+# The other servers: their suites as the Makefile defines them, with their programs first on PATH.
+run mysql-9.7 make --no-print-directory test-mysql PYTEST_ARGS="-p no:cacheprovider --basetemp=$logs/my"
+run mariadb-11.8 make --no-print-directory test-mariadb-11.8 PYTEST_ARGS="-p no:cacheprovider --basetemp=$logs/m118"
+# The README's `make demo` on fresh minimal Debian 12 and 13 roots (not this machine and its extras).
+run fresh-debian scripts/fresh-debian-demo.sh bookworm trixie
 wait
 
 status=0

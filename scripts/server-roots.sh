@@ -16,10 +16,9 @@ build() {
     shift 2
     "$here/debian-root.sh" "$suite" "$dir/$name/root" "$@"
     # The wrappers carry their own copy of in-root: the checkout that built the root may be gone.
-    local bin="$dir/$name/bin"
-    rm -rf "$bin.new"
-    mkdir -p "$bin.new"
-    cp "$here/in-root" "$bin.new/in-root"
+    local bin="$dir/$name/bin" new
+    new=$(mktemp -d "$bin.new.XXXXXX")
+    cp "$here/in-root" "$new/in-root"
     local path prog
     for path in "$dir/$name/root"/usr/bin/* "$dir/$name/root"/usr/sbin/*; do
         prog=$(basename "$path")
@@ -28,11 +27,17 @@ build() {
             *) continue ;;
         esac
         printf '#!/bin/sh\nexec "%s/in-root" "%s" "%s" "$@"\n' "$bin" "$dir/$name/root" "${path#"$dir/$name/root"}" \
-            > "$bin.new/$prog"
-        chmod +x "$bin.new/$prog"
+            > "$new/$prog"
+        chmod +x "$new/$prog"
     done
-    rm -rf "$bin"
-    mv "$bin.new" "$bin"
+    chmod 755 "$new"
+    # Replaced only when it differs: a suite may be running its programs from it meanwhile.
+    if diff -r "$new" "$bin" > /dev/null 2>&1; then
+        rm -rf "$new"
+    else
+        rm -rf "$bin"
+        mv "$new" "$bin"
+    fi
 }
 
 # Both at once: each is mostly waiting for the mirror.
