@@ -12,11 +12,20 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from xtrabackup_provider.core.binlog.listing import Transaction
-from xtrabackup_provider.core.binlog.statements import Name, Unparsed, read_names
+from xtrabackup_provider.core.binlog.statements import (
+    ANSI_QUOTES,
+    IGNORE_SPACE,
+    NO_BACKSLASH_ESCAPES,
+    Name,
+    Unparsed,
+    read_names,
+    read_statement,
+)
 from xtrabackup_provider.core.common.values import Gtid
 from xtrabackup_provider.core.pitr.moments import MomentFilter
 
@@ -162,9 +171,17 @@ def test_every_table_a_statement_names_is_read_qualified_by_the_session_database
     assert {n.resolved(case.default) for n in named.tables} == case.tables, case.sql
 
 
-def _txn(sql: str, default: str) -> Transaction:
+def _txn(sql: str, default: str, sql_mode: int | None = 0) -> Transaction:
     return Transaction(
-        "mysql-bin.000001", 4, Gtid(0, 1, 1), 0, 0, statements=[sql], defaults=[default], complete=True
+        "mysql-bin.000001",
+        4,
+        Gtid(0, 1, 1),
+        0,
+        0,
+        statements=[sql],
+        defaults=[default],
+        modes=[sql_mode],
+        complete=True,
     )
 
 
@@ -204,6 +221,13 @@ def test_any_text_is_read_or_unparsed_and_an_unparsed_statement_is_never_filtere
 def test_statements_that_may_write_anywhere_or_are_unknown_are_unparsed():
     for sql in (
         "SELECT f()",
+        "INSERT INTO a VALUES (f())",
+        "UPDATE a SET x = f() WHERE id = 1",
+        "DELETE FROM a WHERE id = other.f(1)",
+        "INSERT INTO a SELECT `f`(id) FROM b",
+        "REPLACE a SET x = COUNT (1)",  # a blank after a keyword function: db.count
+        "CREATE TABLE c SELECT f(id) FROM b",
+        "LOAD DATA INFILE 'x' INTO TABLE a (@v) SET x = f(@v)",
         "CALL p(1)",
         "DO f()",
         "WITH x AS (SELECT 1) SELECT * FROM x",
@@ -239,3 +263,124 @@ def test_executable_comments_are_code_and_set_statement_reads_its_statement():
     assert {n.qualified("d") for n in read_names("/*!40000 DROP TABLE t1 */").tables} == {"d.t1"}
     named = read_names("SET STATEMENT max_statement_time=5 FOR TRUNCATE shop.t")
     assert {n.qualified("") for n in named.tables} == {"shop.t"}
+
+
+ANY_MODE = [0, ANSI_QUOTES, NO_BACKSLASH_ESCAPES, ANSI_QUOTES | NO_BACKSLASH_ESCAPES, IGNORE_SPACE, None]
+
+
+@SETTINGS
+@given(statement(), st.sampled_from(ANY_MODE))
+def test_statements_without_quotes_or_backslashes_read_the_same_under_every_sql_mode(case, sql_mode):
+    named = read_names(case.sql, sql_mode)
+    assert {n.resolved(case.default) for n in named.tables} == case.tables, (case.sql, sql_mode)
+
+
+@pytest.mark.parametrize(
+    "sql, kind",
+    [
+        ("SET STATEMENT max_statement_time=10 FOR DROP TABLE orders", "DROP"),
+        ("set statement a=(1), b='FOR x' for /* c */ truncate t", "TRUNCATE"),
+        ("/*!40005 DROP DATABASE y */", "DROP"),
+        ("/*M!100100 TRUNCATE TABLE t */", "TRUNCATE"),
+        ("-- why\n/* who */ DELETE FROM t", "DELETE"),
+        ("(SELECT f())", "SELECT"),
+        ("WITH RECURSIVE x (a) AS (SELECT 1), y AS (SELECT 2) SELECT f()", "SELECT"),
+        ("SET STATEMENT a=1 FOR SET STATEMENT b=2 FOR ALTER TABLE t ADD c INT", "ALTER"),
+        ("COMMIT", ""),
+    ],
+)
+def test_a_statement_has_its_own_kind_wherever_its_first_word_is(sql, kind):
+    assert read_statement(sql).kind == kind
+    txn = _txn(sql, "shop")
+    if kind:
+        assert txn.kinds() == [kind]
+        assert MomentFilter(kinds={kind}).matches(txn)
+        assert not MomentFilter(kinds={"GRANT"}).matches(txn)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "/* " + "x" * 100,  # a comment cut where the read stopped
+        "SET STATEMENT max_statement_time=10",  # cut before FOR
+        "CALL p()",  # a procedure may do anything, DDL included
+        "WITH x AS (SELECT 1",
+        "`odd`",
+    ],
+)
+def test_a_statement_whose_kind_cannot_be_read_is_listed_under_every_kind_and_table(sql):
+    txn = _txn(sql, "shop")
+    assert read_statement(sql).kind is None and "?" in txn.kinds()
+    for kinds in ({"DROP"}, {"GRANT"}, {"INSERT", "TRUNCATE"}):
+        assert MomentFilter(kinds=kinds).matches(txn), (sql, kinds)
+    assert MomentFilter(tables={"x.nowhere"}).matches(txn) and txn.touched().unparsed
+
+
+def test_a_statement_read_in_part_is_listed_under_every_table_and_dml_kind():
+    txn = _txn("INSERT INTO a VALUES (1), (2)", "shop")
+    txn.partial.add(0)
+    assert txn.kinds() == ["INSERT"]
+    assert MomentFilter(kinds={"DELETE"}).matches(txn), "what was not read may call a function"
+    assert not MomentFilter(kinds={"DROP"}).matches(txn)
+    assert MomentFilter(tables={"x.nowhere"}).matches(txn)
+
+
+def test_a_statement_calling_a_stored_function_may_be_any_dml_but_no_ddl():
+    txn = _txn("INSERT INTO a VALUES (f())", "shop")
+    assert txn.kinds() == ["INSERT"]
+    for kind in ("INSERT", "UPDATE", "DELETE", "REPLACE"):
+        assert MomentFilter(kinds={kind}).matches(txn), kind
+    assert not MomentFilter(kinds={"DROP"}).matches(txn), "a function cannot run DDL"
+    assert MomentFilter(tables={"x.nowhere"}).matches(txn) and MomentFilter(schemas={"nowhere"}).matches(txn)
+    assert "f()" in txn.touched().unparsed[0]
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "INSERT INTO a (id, v) VALUES (1, CONCAT('a', LEFT('b', 1)))",
+        "INSERT INTO shop.a(id) SELECT COUNT(*) FROM b WHERE EXISTS (SELECT 1 FROM c) AND id IN (1, 2)",
+        "UPDATE a SET v = CAST(v AS DECIMAL(10, 2)) + ROUND(1.5) WHERE d < NOW() - INTERVAL 1 DAY",
+        "DELETE FROM a WHERE MATCH (t) AGAINST ('x' IN BOOLEAN MODE)",
+        "INSERT INTO a PARTITION (p0) (id) VALUES (1) ON DUPLICATE KEY UPDATE id = VALUES(id)",
+        "UPDATE a JOIN b USING (id) SET a.v = IF(b.v > 0, b.v, DEFAULT(a.v))",
+        "CREATE TABLE c (id INT, KEY k (id)) SELECT EXTRACT(YEAR FROM d) FROM b",
+    ],
+)
+def test_built_in_functions_and_syntax_are_no_stored_function(sql):
+    statement = read_statement(sql)
+    assert statement.named is not None and not statement.routine, statement.why
+
+
+def test_a_keyword_function_spaced_from_its_parenthesis_is_a_stored_function_unless_ignore_space():
+    assert read_statement("INSERT INTO a SELECT COUNT (id) FROM b").routine
+    assert not read_statement("INSERT INTO a SELECT COUNT (id) FROM b", IGNORE_SPACE).routine
+    assert not read_statement("INSERT INTO a SELECT COUNT(id) FROM b").routine
+    assert not read_statement("INSERT INTO a SELECT ABS (id) FROM b").routine, "a native function by name"
+
+
+# Each: the statement as the server read it under its sql_mode; a reader ignoring the mode sees
+# the victim inside a string (or the statement unreadable).
+NO_BACKSLASH = (
+    "UPDATE t1 JOIN t2 ON t1.n = '\\' JOIN victim ON victim.id = t1.id SET victim.v = 0 WHERE t1.n <> '#'"
+)
+ANSI = 'UPDATE t1 JOIN t2 ON t1."c\\" = 1 JOIN victim ON victim.id = t1.id SET victim.v = 0 WHERE t1."#" = 1'
+
+
+@pytest.mark.parametrize("sql, sql_mode", [(NO_BACKSLASH, NO_BACKSLASH_ESCAPES), (ANSI, ANSI_QUOTES)])
+def test_the_statement_is_tokenized_by_its_sql_mode(sql, sql_mode):
+    wanted = {"shop.t1", "shop.t2", "shop.victim"}
+    assert {n.qualified("shop") for n in read_names(sql, sql_mode).tables} == wanted
+    assert {n.qualified("shop") for n in read_names(sql, sql_mode | IGNORE_SPACE | 1).tables} == wanted
+    assert "shop.victim" not in {n.qualified("shop") for n in read_names(sql, 0).tables}, "as read before"
+    assert MomentFilter(tables={"shop.victim"}).matches(_txn(sql, "shop", sql_mode))
+    # Its mode not known: every reading counts.
+    assert MomentFilter(tables={"shop.victim"}).matches(_txn(sql, "shop", None))
+
+
+def test_quotes_follow_the_sql_mode():
+    assert {n.table for n in read_names('DROP TABLE "a b", `c`', ANSI_QUOTES).tables} == {"a b", "c"}
+    with pytest.raises(Unparsed):
+        read_names('DROP TABLE "a b"', 0)  # a string where a name must be
+    named = read_names("DELETE FROM a WHERE v = 'x\\' OR v = 'y'", NO_BACKSLASH_ESCAPES)
+    assert {n.table for n in named.tables} == {"a"}

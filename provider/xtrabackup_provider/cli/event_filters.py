@@ -17,7 +17,8 @@ _KIND = re.compile(r"[A-Za-z]+")
 
 
 def statement_kinds(text: str) -> list[str]:
-    """--kind DROP,TRUNCATE: each a statement's first word (what `Transaction.kinds` lists)."""
+    """--kind DROP,TRUNCATE: statement kinds (what `Transaction.kinds` lists: a statement's own first
+    word, past SET STATEMENT ... FOR and /*!...*/)."""
     kinds = [k.strip() for k in text.split(",")]
     for kind in kinds:
         if not kind:

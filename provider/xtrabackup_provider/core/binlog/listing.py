@@ -17,7 +17,6 @@ target.
 
 from __future__ import annotations
 
-import re
 import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -34,7 +33,7 @@ from .events import (
     BinlogFormatError,
     event_frames,
 )
-from .statements import Name, Unparsed, read_names
+from .statements import ROUTINE_KINDS, Name, Statement, read_statement
 
 QUERY_EVENT = 2
 XID_EVENT = 16
@@ -85,7 +84,9 @@ FL_STANDALONE = 1
 FL_GROUP_COMMIT_ID = 2
 FL_DDL = 32
 _ENDS = ("COMMIT", "ROLLBACK")
-_FIRST_WORDS = re.compile(r"^\s*(?:/\*.*?\*/\s*)*([A-Za-z]+)(?:\s+([A-Za-z]+))?", re.S)
+Q_SQL_MODE_CODE = 1
+# Sizes of the Query status variables written before the sql_mode (FLAGS2 comes first).
+_STATUS_SIZES = {0: 4, 3: 4, 4: 6, 7: 2, 8: 2, 9: 8, 10: 4, 13: 3, 128: 3, 129: 8, 130: 1}
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,7 @@ class BodyEvent:
     table_id: int = -1  # Table_map and row events
     gtid_list: tuple[Gtid, ...] = ()  # Gtid_list: the binlog state when the file was opened
     cut: bool = False  # Query: the statement was longer than MAX_TEXT and is read in part
+    sql_mode: int | None = None  # Query: the session's sql_mode (None: not found in the event)
 
 
 def read_events(path: Path, start: int = 0) -> Iterator[BodyEvent]:
@@ -150,8 +152,8 @@ def _decode(file: str, offset: int, end: int, ts: int, etype: int, server_id: in
             seq, domain, flags = struct.unpack_from("<QIB", body)
             return BodyEvent(file, offset, end, ts, etype, server_id, Gtid(domain, server_id, seq), flags)
         if etype in (*_QUERIES, EXECUTE_LOAD_QUERY_EVENT) and len(body) >= _QUERY_HEAD.size:
-            schema, text = _query(etype, body)
-            return BodyEvent(file, offset, end, ts, etype, server_id, text=text, schema=schema)
+            schema, text, mode = _query(etype, body)
+            return BodyEvent(file, offset, end, ts, etype, server_id, text=text, schema=schema, sql_mode=mode)
         if etype == ANNOTATE_ROWS_EVENT:
             return BodyEvent(file, offset, end, ts, etype, server_id, text=body.decode(errors="replace"))
         if etype == TABLE_MAP_EVENT and len(body) >= 10:
@@ -185,14 +187,31 @@ def _decode(file: str, offset: int, end: int, ts: int, etype: int, server_id: in
     return event
 
 
-def _query(etype: int, body: bytes) -> tuple[str, str]:
-    """A Query event's default schema and statement (`body` without its checksum)."""
+def _query(etype: int, body: bytes) -> tuple[str, str, int | None]:
+    """A Query event's default schema, statement and sql_mode (`body` without its checksum)."""
     _thread, _exec, db_len, _err, status_len = _QUERY_HEAD.unpack_from(body)
-    at = _QUERY_HEAD.size + (_LOAD_HEAD if etype == EXECUTE_LOAD_QUERY_EVENT else 0) + status_len
+    status = _QUERY_HEAD.size + (_LOAD_HEAD if etype == EXECUTE_LOAD_QUERY_EVENT else 0)
+    mode = _sql_mode(body[status : status + status_len])
+    at = status + status_len
     schema = body[at : at + db_len].decode(errors="replace")
     if etype == QUERY_COMPRESSED_EVENT:
-        return schema, "<compressed statement>"
-    return schema, body[at + db_len + 1 :].decode(errors="replace")
+        return schema, "<compressed statement>", mode
+    return schema, body[at + db_len + 1 :].decode(errors="replace"), mode
+
+
+def _sql_mode(status: bytes) -> int | None:
+    """Q_SQL_MODE_CODE among a Query event's status variables (the server writes it second, after
+    FLAGS2); None past a variable whose size is not known here."""
+    at = 0
+    while at < len(status):
+        code = status[at]
+        if code == Q_SQL_MODE_CODE:
+            return int.from_bytes(status[at + 1 : at + 9], "little") if at + 9 <= len(status) else None
+        size = _STATUS_SIZES.get(code)
+        if size is None:
+            return None
+        at += 1 + size
+    return None
 
 
 def state_of(gtids: Iterable[Gtid]) -> GtidPos:
@@ -220,30 +239,61 @@ class Transaction:
     before: GtidPos = field(default_factory=dict)  # the GTID state right before it
     statements: list[str] = field(default_factory=list)  # Query texts (DDL, statement-format DML)
     defaults: list[str] = field(default_factory=list)  # each statement's session database ("" none)
+    modes: list[int | None] = field(
+        default_factory=list
+    )  # each statement's sql_mode (None or missing: not known)
     partial: set[int] = field(default_factory=set)  # statements read only in part (longer than MAX_TEXT)
     schemas: set[str] = field(default_factory=set)  # Query default schemas
     annotations: list[str] = field(default_factory=list)  # the statements behind row events
     rows: dict[str, dict[str, int]] = field(default_factory=dict)  # schema.table -> kind -> row events
     row_tables: set[Name] = field(default_factory=set)  # the tables of its row events
     row_bytes: int = 0
+    _read: tuple[tuple[object, ...], list[Statement]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     @property
     def ddl(self) -> bool:
         return bool(self.flags & FL_DDL)
 
+    def read(self) -> list[Statement]:
+        """Each statement as its own sql_mode reads it (core/binlog/statements.py); one read in
+        part names unknown tables and may call a function in what was not read."""
+        key = (tuple(self.statements), tuple(self.modes), tuple(sorted(self.partial)))
+        if self._read is not None and self._read[0] == key:
+            return self._read[1]  # kinds(), has_kind() and touched() each ask
+        modes = [*self.modes, *[None] * (len(self.statements) - len(self.modes))]
+        found = [read_statement(text, mode) for text, mode in zip(self.statements, modes, strict=False)]
+        for n in self.partial:
+            found[n] = replace(
+                found[n], named=None, why=f"read in part: longer than {MAX_TEXT} bytes", routine=True
+            )
+        self._read = (key, found)
+        return found
+
     def kinds(self) -> list[str]:
-        """What it did, upper case: DROP, TRUNCATE, ALTER, CREATE, RENAME... for DDL (first word),
-        INSERT / UPDATE / DELETE for row events and statements, GRANT etc. for the rest."""
+        """What it did, upper case: each statement's kind (DROP, TRUNCATE, ALTER, CREATE, RENAME,
+        ... wherever its first word is: after SET STATEMENT ... FOR, in /*!...*/), INSERT / UPDATE /
+        DELETE for row events; "?" when a statement's kind cannot be told or nothing was read."""
         found: list[str] = []
-        for text in self.statements:
-            word = _first_word(text)
-            if word and word not in found:
-                found.append(word)
+        unknown = False
+        for statement in self.read():
+            unknown |= statement.kind is None
+            if statement.kind and statement.kind not in found:
+                found.append(statement.kind)
         for per in self.rows.values():
             for kind in per:
                 if kind.upper() not in found:
                     found.append(kind.upper())
-        return found or ["?"]
+        return [*found, "?"] if unknown or not found else found
+
+    def has_kind(self, wanted: set[str]) -> bool:
+        """Whether it may be of a kind in `wanted`: a kind that cannot be told is never ruled out,
+        nor what a stored function a statement calls may do (INSERT, UPDATE, DELETE, REPLACE)."""
+        kinds = set(self.kinds())
+        if "?" in kinds or wanted & kinds:
+            return True
+        return bool(wanted & ROUTINE_KINDS) and any(s.routine for s in self.read())
 
     def touched(self) -> Touched:
         """What it touched by name: its row events' tables, and every table each statement names
@@ -251,17 +301,16 @@ class Transaction:
         found = Touched(set(self.row_tables))
         if any(name.startswith("table#") for name in self.rows):
             found.unparsed.append("row events of a table whose Table_map was not read")
-        for n, (text, default) in enumerate(zip(self.statements, self.defaults, strict=True)):
-            if n in self.partial:
-                found.unparsed.append(f"{_short(text)} (read in part: longer than {MAX_TEXT} bytes)")
-                continue
-            try:
-                named = read_names(text)
-            except Unparsed as exc:
-                found.unparsed.append(f"{_short(text)} ({exc})")
-                continue
-            found.tables |= {name.resolved(default) for name in named.tables}
-            found.schemas |= named.schemas
+        if not self.statements and not self.rows:
+            found.unparsed.append(
+                "nothing it did was read" + ("" if self.complete else ": the binlog ends inside it")
+            )
+        for text, default, statement in zip(self.statements, self.defaults, self.read(), strict=True):
+            if statement.named is None or statement.kind is None:
+                found.unparsed.append(f"{_short(text)} ({statement.why or 'its kind cannot be told'})")
+            else:
+                found.tables |= {name.resolved(default) for name in statement.named.tables}
+                found.schemas |= statement.named.schemas
         return found
 
     def tables(self) -> set[str]:
@@ -319,16 +368,6 @@ def _short(text: str) -> str:
 
 def _kib(n: int) -> str:
     return f"{n / 1024:.0f} KiB" if n >= 1024 else f"{n} B"
-
-
-def _first_word(text: str) -> str:
-    match = _FIRST_WORDS.match(text)
-    if not match:
-        return ""
-    word = match.group(1).upper()
-    if word in _ENDS or word in ("BEGIN", "XA", "SAVEPOINT"):
-        return ""
-    return word
 
 
 def transactions(
@@ -394,6 +433,7 @@ def _add(txn: Transaction, ev: BodyEvent, tables: dict[int, Name]) -> None:
                 txn.partial.add(len(txn.statements))
             txn.statements.append(ev.text[:MAX_TEXT])
             txn.defaults.append(ev.schema)
+            txn.modes.append(ev.sql_mode)
             if ev.schema:
                 txn.schemas.add(ev.schema)
         if txn.flags & FL_STANDALONE:

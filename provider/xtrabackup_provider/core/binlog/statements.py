@@ -8,9 +8,18 @@ PARTITION ... WITH TABLE, CREATE TABLE ... LIKE / SELECT, INSERT ... SELECT, for
 REFERENCES, and the schema of CREATE / DROP / ALTER DATABASE. Names without a schema are the
 session's current database at that statement (the Query event's `db`).
 
-A statement this cannot read for sure (an unknown kind, a name where none can be, a CALL or a
-SELECT that may write through a stored function, a statement cut at the size read) is
-`Unparsed`: the listing shows it whatever a table filter says, marked as such.
+A statement this cannot read for sure (an unknown kind, a name where none can be, a CALL, a
+statement cut at the size read) is `Unparsed`: the listing shows it whatever a table filter says,
+marked as such. So is one that calls a stored function (`SELECT f()`, `INSERT INTO a VALUES (f())`,
+`UPDATE a SET x = db.f()`): the function may write any table; its kind then may be any DML too.
+
+Its kind is the statement's own, wherever its first word is: after `SET STATEMENT ... FOR`, inside
+`/*!40005 ... */`, after a WITH list. A kind that cannot be read is None: no --kind hides it.
+
+Tokens follow the statement's sql_mode (the Query event's): under ANSI_QUOTES "x" is an
+identifier, under NO_BACKSLASH_ESCAPES a backslash in a string is a character; with IGNORE_SPACE a
+blank between a function name and "(" changes nothing. A statement whose sql_mode is not known is
+read under each: every table any reading finds counts, and a reading that fails makes it Unparsed.
 
 A small tokenizer (identifiers, `quoted`, strings, comments, MariaDB's executable comments),
 then a reader per statement kind; no SQL grammar beyond what names tables.
@@ -21,9 +30,25 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from .sql_words import NOT_ROUTINES, SPACED_ROUTINES
+
+# sql_mode bits (the same in MariaDB and MySQL) that change how a statement is tokenized.
+ANSI_QUOTES = 1 << 2
+IGNORE_SPACE = 1 << 3
+NO_BACKSLASH_ESCAPES = 1 << 20
+# The readings of a statement whose sql_mode is not known (IGNORE_SPACE off: more calls are
+# stored functions then).
+_ANY_MODE = (0, ANSI_QUOTES, NO_BACKSLASH_ESCAPES, ANSI_QUOTES | NO_BACKSLASH_ESCAPES)
+# What a stored function may do (never DDL: a function cannot commit).
+ROUTINE_KINDS = frozenset({"INSERT", "UPDATE", "DELETE", "REPLACE"})
+
 
 class Unparsed(ValueError):
     """The statement's tables cannot be told for sure."""
+
+
+class MayWrite(Unparsed):
+    """It calls a stored function (or is a SELECT / DO / SET logged because one wrote)."""
 
 
 @dataclass(frozen=True)
@@ -31,65 +56,86 @@ class Tok:
     kind: str  # word, ident (`quoted`), string, number, var, punct
     text: str  # the identifier (unquoted) for word / ident; the character for punct
     depth: int = 0  # parentheses open before it
+    spaced: bool = False  # a blank or a comment right before it
 
 
 _WORD = re.compile(r"[0-9A-Za-z_$\u0080-\uffff]+")
 _NUMBER = re.compile(r"[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?$")
+_VAR = re.compile(r"@@?(?:[\w$.]+|`(?:[^`]|``)*`|'(?:[^']|'')*')?")
 
 
-def tokens(text: str) -> list[Tok]:
-    """The statement as tokens; comments dropped, executable comments (`/*!50001 ... */`) kept as code."""
+def tokens(text: str, sql_mode: int = 0, *, strict: bool = True) -> list[Tok]:
+    """The statement as tokens; comments dropped, executable comments (`/*!50001 ... */`) kept as code.
+
+    Quotes and backslashes as `sql_mode` says. Not `strict`: the tokens up to where the text stops
+    making sense (a statement read in part), instead of Unparsed."""
     out: list[Tok] = []
-    i, n, depth, executable = 0, len(text), 0, 0
-    while i < n:
-        c = text[i]
-        if c.isspace():
-            i += 1
-        elif text.startswith("/*", i):
-            m = re.match(r"/\*M?!\d*", text[i:])
-            if m:  # executable comment: its content is code
-                executable += 1
-                i += m.end()
-                continue
-            end = text.find("*/", i + 2)
-            if end < 0:
-                raise Unparsed("an unterminated comment")
-            i = end + 2
-        elif text.startswith("*/", i) and executable:
-            executable -= 1
-            i += 2
-        elif c == "#" or (text.startswith("--", i) and (i + 2 == n or text[i + 2].isspace())):
-            end = text.find("\n", i)
-            i = n if end < 0 else end + 1
-        elif c == "`":
-            value, i = _quoted(text, i, "`")
-            out.append(Tok("ident", value, depth))
-        elif c in "'\"":
-            value, i = _quoted(text, i, c, backslash=True)
-            out.append(Tok("string", value, depth))
-        elif c == "@":
-            m = re.compile(r"@@?(?:[\w$.]+|`(?:[^`]|``)*`|'(?:[^']|'')*')?").match(text, i)
-            assert m is not None  # "@" alone matches
-            out.append(Tok("var", m.group(), depth))
-            i = m.end()
-        elif m := _WORD.match(text, i):
-            word = m.group()
-            out.append(Tok("number" if _NUMBER.match(word) else "word", word, depth))
-            i = m.end()
-        else:
-            if c == "(":
-                out.append(Tok("punct", c, depth))
-                depth += 1
-            elif c == ")":
-                depth -= 1
-                if depth < 0:
-                    raise Unparsed("unbalanced parentheses")
-                out.append(Tok("punct", c, depth))
+    i, n, depth, executable, spaced = 0, len(text), 0, 0, False
+    backslash = not sql_mode & NO_BACKSLASH_ESCAPES
+    idents = '`"' if sql_mode & ANSI_QUOTES else "`"
+
+    def add(kind: str, value: str, at: int) -> None:
+        nonlocal spaced
+        out.append(Tok(kind, value, at, spaced))
+        spaced = False
+
+    try:
+        while i < n:
+            c = text[i]
+            if c.isspace():
+                i += 1
+                spaced = True
+            elif text.startswith("/*", i):
+                spaced = True
+                m = re.match(r"/\*M?!\d*", text[i:])
+                if m:  # executable comment: its content is code
+                    executable += 1
+                    i += m.end()
+                    continue
+                end = text.find("*/", i + 2)
+                if end < 0:
+                    raise Unparsed("an unterminated comment")
+                i = end + 2
+            elif text.startswith("*/", i) and executable:
+                executable -= 1
+                i += 2
+                spaced = True
+            elif c == "#" or (text.startswith("--", i) and (i + 2 == n or text[i + 2].isspace())):
+                end = text.find("\n", i)
+                i = n if end < 0 else end + 1
+                spaced = True
+            elif c in idents:
+                value, i = _quoted(text, i, c)
+                add("ident", value, depth)
+            elif c in "'\"":
+                value, i = _quoted(text, i, c, backslash=backslash)
+                add("string", value, depth)
+            elif c == "@":
+                m = _VAR.match(text, i)
+                assert m is not None  # "@" alone matches
+                add("var", m.group(), depth)
+                i = m.end()
+            elif m := _WORD.match(text, i):
+                word = m.group()
+                add("number" if _NUMBER.match(word) else "word", word, depth)
+                i = m.end()
             else:
-                out.append(Tok("punct", c, depth))
-            i += 1
-    if depth:
-        raise Unparsed("unbalanced parentheses")
+                if c == "(":
+                    add("punct", c, depth)
+                    depth += 1
+                elif c == ")":
+                    if depth == 0:
+                        raise Unparsed("unbalanced parentheses")
+                    depth -= 1
+                    add("punct", c, depth)
+                else:
+                    add("punct", c, depth)
+                i += 1
+        if depth:
+            raise Unparsed("unbalanced parentheses")
+    except Unparsed:
+        if strict:
+            raise
     return out
 
 
@@ -183,10 +229,16 @@ _QUIET = _words(
 )
 
 
+# Keywords before "(" that never call a function, though a function could have their name.
+_SYNTAX_PARENS = _words("AGAINST COLUMNS")
+
+
 class _Reader:
-    def __init__(self, toks: list[Tok]) -> None:
+    def __init__(self, toks: list[Tok], sql_mode: int = 0) -> None:
         self.t = toks
+        self.sql_mode = sql_mode
         self.named = Named()
+        self.at_names: set[int] = set()  # the tokens read as table names
         # The "(" each token is inside (-1: none).
         self.groups: list[int] = []
         stack = [-1]
@@ -198,10 +250,10 @@ class _Reader:
                 stack.append(i)
 
     def word(self, i: int) -> str:
-        return self.t[i].text.upper() if i < len(self.t) and self.t[i].kind == "word" else ""
+        return self.t[i].text.upper() if 0 <= i < len(self.t) and self.t[i].kind == "word" else ""
 
     def punct(self, i: int) -> str:
-        return self.t[i].text if i < len(self.t) and self.t[i].kind == "punct" else ""
+        return self.t[i].text if 0 <= i < len(self.t) and self.t[i].kind == "punct" else ""
 
     def ident(self, i: int) -> str | None:
         if i >= len(self.t):
@@ -218,7 +270,9 @@ class _Reader:
             found = self.t[i].text if i < len(self.t) else "the end"
             raise Unparsed(f"a table name expected, {found!r} found")
         if self.punct(i + 1) == "." and (second := self.ident(i + 2)) is not None:
+            self.at_names.update((i, i + 2))
             return Name(first, second), i + 3
+        self.at_names.add(i)
         return Name(None, first), i + 1
 
     def add(self, i: int) -> int:
@@ -252,6 +306,22 @@ class _Reader:
             if self.t[j].kind == "punct" and self.t[j].text == ")" and self.t[j].depth == depth:
                 return j + 1
         raise Unparsed("unbalanced parentheses")
+
+    def calls(self, start: int) -> None:
+        """MayWrite when a stored function is called from `start` on: a name before "(" that is no
+        table, keyword or native function (sql_words.py), quoted, or qualified (db.f())."""
+        for i in range(start, len(self.t) - 1):
+            tok = self.t[i]
+            if self.punct(i + 1) != "(" or i in self.at_names or tok.kind not in ("word", "ident"):
+                continue
+            word = tok.text.upper()
+            if tok.kind == "word" and self.punct(i - 1) != ".":
+                spaced = self.t[i + 1].spaced and not self.sql_mode & IGNORE_SPACE
+                if word in _SYNTAX_PARENS or (
+                    word in NOT_ROUTINES and not (spaced and word in SPACED_ROUTINES)
+                ):
+                    continue
+            raise MayWrite(f"it calls {tok.text}(), a stored function that may write any table")
 
     # -- table references (FROM / JOIN / UPDATE / USING lists) -------------------------------------
 
@@ -328,11 +398,97 @@ def _object(r: _Reader, i: int) -> tuple[str, int]:
     raise Unparsed("no object keyword")
 
 
-def read_names(text: str) -> Named:
+@dataclass(frozen=True)
+class Statement:
+    """A logged statement as read: its kind and what it names."""
+
+    kind: str | None  # DROP, TRUNCATE, INSERT...; "" for BEGIN / COMMIT / XA / SAVEPOINT; None: unknown
+    named: Named | None  # None: its tables cannot be told (`why`)
+    why: str = ""
+    routine: bool = False  # it may write through a stored function: any of ROUTINE_KINDS, any table
+
+
+def read_statement(text: str, sql_mode: int | None = 0) -> Statement:
+    """`text` read as a server with `sql_mode` (None: not known) ran it."""
+    if sql_mode is None:
+        return _merge([read_statement(text, mode) for mode in _ANY_MODE])
+    kind: str | None = None
+    try:
+        toks = tokens(text, sql_mode)
+        kind = _kind(toks, 0)
+        r = _Reader(toks, sql_mode)
+        _read(r, 0)
+    except MayWrite as exc:
+        return Statement(kind, None, str(exc), routine=True)
+    except Unparsed as exc:  # a SELECT or DO is logged because what it calls writes
+        if kind is None:  # the text stops making sense somewhere: its start may still tell
+            kind = _kind(tokens(text, sql_mode, strict=False), 0)
+        return Statement(kind, None, str(exc), routine=kind in ("SELECT", "DO"))
+    return Statement(kind, r.named)
+
+
+def _merge(reads: list[Statement]) -> Statement:
+    """One statement read under several sql_modes: every table any reading names; a kind they agree on."""
+    kinds = {s.kind for s in reads}
+    kind = kinds.pop() if len(kinds) == 1 else None
+    routine = any(s.routine for s in reads)
+    failed = next((s for s in reads if s.named is None), None)
+    if failed is not None:
+        return Statement(kind, None, f"{failed.why} (its sql_mode is not known)", routine)
+    named = Named()
+    for s in reads:
+        assert s.named is not None
+        named.tables |= s.named.tables
+        named.schemas |= s.named.schemas
+    return Statement(kind, named, routine=routine)
+
+
+def read_names(text: str, sql_mode: int | None = 0) -> Named:
     """The tables and schemas `text` names; Unparsed when that cannot be told for sure."""
-    r = _Reader(tokens(text))
-    _read(r, 0)
-    return r.named
+    statement = read_statement(text, sql_mode)
+    if statement.named is None:
+        raise (MayWrite if statement.routine else Unparsed)(statement.why)
+    return statement.named
+
+
+_NO_KIND = _words("BEGIN COMMIT ROLLBACK XA SAVEPOINT")  # transaction control: no kind of its own
+
+
+def _kind(t: list[Tok], i: int) -> str | None:
+    """The kind of the statement starting at token `i`: its first word, past SET STATEMENT ... FOR,
+    a WITH list and opening parentheses; None when it cannot be told (cut short, CALL)."""
+    r = _Reader(t)
+    while r.punct(i) == "(":
+        i += 1
+    head = r.word(i)
+    if head == "SET" and r.word(i + 1) == "STATEMENT":
+        j = next((j for j in range(i + 2, len(t)) if r.word(j) == "FOR" and t[j].depth == t[i].depth), None)
+        return None if j is None else _kind(t, j + 1)
+    if head == "WITH":
+        return _after_with(r, i + 1)
+    if head in _NO_KIND:
+        return ""
+    return head if head and head != "CALL" else None  # a procedure may do anything
+
+
+def _after_with(r: _Reader, i: int) -> str | None:
+    """WITH [RECURSIVE] name [(columns)] AS (query) [, ...] <statement>: its kind."""
+    i = r.skip(i, "RECURSIVE")
+    try:
+        while True:
+            if r.ident(i) is None:
+                return None
+            i += 1
+            if r.punct(i) == "(":
+                i = r.close(i)
+            if r.word(i) != "AS" or r.punct(i + 1) != "(":
+                return None
+            i = r.close(i + 1)
+            if r.punct(i) != ",":
+                return _kind(r.t, i)
+            i += 1
+    except Unparsed:
+        return None
 
 
 def _read(r: _Reader, start: int) -> None:
@@ -384,6 +540,9 @@ def _create(r: _Reader, i: int) -> None:
         elif r.punct(i) == "(" and r.word(i + 1) == "LIKE":
             r.add(i + 2)
         r.scan(i, "CREATE")
+        select = next((j for j in range(i, len(r.t)) if r.word(j) == "SELECT"), None)
+        if select is not None:  # the rows it copies are computed: a function may write
+            r.calls(select)
     elif kind in ("VIEW", "SEQUENCE"):
         i = r.add(i)
         r.scan(i, "CREATE")
@@ -467,18 +626,21 @@ def _insert(r: _Reader, i: int) -> None:
     i = r.skip(i, "LOW_PRIORITY", "DELAYED", "HIGH_PRIORITY", "IGNORE", "INTO")
     i = r.add(i)
     r.scan(i, "INSERT")
+    r.calls(i)
 
 
 def _delete(r: _Reader, i: int) -> None:
     r.scan(i, "DELETE")
     if not r.named.tables:
         raise Unparsed("a DELETE without FROM")
+    r.calls(i)
 
 
 def _update(r: _Reader, i: int) -> None:
     i = r.skip(i, "LOW_PRIORITY", "IGNORE")
     i = r.refs(i)
     r.scan(i, "UPDATE")
+    r.calls(i)
 
 
 def _table_list(r: _Reader, i: int) -> None:
@@ -498,7 +660,7 @@ def _flush(r: _Reader, i: int) -> None:
 def _load(r: _Reader, i: int) -> None:
     while i < len(r.t) and not (r.word(i) == "INTO" and r.word(i + 1) == "TABLE"):
         i += 1
-    r.add(i + 2)
+    r.calls(r.add(i + 2))  # SET col = f(...)
 
 
 def _set(r: _Reader, i: int) -> None:
@@ -507,14 +669,19 @@ def _set(r: _Reader, i: int) -> None:
         for j in range(i + 1, len(r.t)):
             if r.word(j) == "FOR" and r.t[j].depth == 0:
                 return _read(r, j + 1)
+        raise Unparsed("SET STATEMENT without FOR")
     if r.word(i) in ("PASSWORD", "ROLE", "DEFAULT"):
         return None
-    raise Unparsed("SET in a binlog")
+    raise MayWrite("a SET in a binlog: it may write through a stored function")
 
 
 def _may_write_anything(r: _Reader, i: int) -> None:
-    """SELECT / DO / CALL in a binlog: logged because a stored routine they call writes."""
-    raise Unparsed("it may write through a stored routine")
+    """SELECT / DO in a binlog: logged because a stored function they call writes."""
+    raise MayWrite("it may write any table through a stored function")
+
+
+def _call(r: _Reader, i: int) -> None:
+    raise Unparsed("a procedure may do anything")
 
 
 _READERS = {
@@ -536,6 +703,6 @@ _READERS = {
     "LOAD": _load,
     "SELECT": _may_write_anything,
     "DO": _may_write_anything,
-    "CALL": _may_write_anything,
+    "CALL": _call,
     "SET": _set,
 }

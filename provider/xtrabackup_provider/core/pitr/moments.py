@@ -67,7 +67,7 @@ class MomentFilter:
         low, high = self.gtid_from.get(g.domain), self.gtid_to.get(g.domain)
         if (self.gtid_from and (low is None or g.seq < low.seq)) or (high is not None and g.seq > high.seq):
             return False
-        if self.kinds and not self.kinds & set(txn.kinds()):
+        if self.kinds and not txn.has_kind(self.kinds):  # an unknown kind is never hidden
             return False
         touched = txn.touched()
         if not touched.unparsed:  # a statement whose tables are unknown is never hidden by these
@@ -113,6 +113,8 @@ class Moment:
     def line(self) -> str:
         stop = f"--to-gtid={self.to_gtid} | " if self.to_gtid else ""
         unknown = "  [TABLES NOT PARSED: listed whatever --table/--schema say]" if self.unparsed else ""
+        if "?" in self.kinds:
+            unknown = "  [KIND AND TABLES NOT PARSED: listed whatever --kind/--table/--schema say]"
         return (
             f"{self.time:%Y-%m-%d %H:%M:%S}  {self.gtid:<16} {self.file}:{self.position:<10} "
             f"{'+'.join(self.kinds):<9} {self.summary}{unknown}   [stop before: {stop}--to-position={self.to_position}]"
