@@ -35,7 +35,7 @@ from ..restore.standby import (
     restore_base,
     standby_tool,
 )
-from ..restore.standby_lock import DEFAULT_WAIT_SECONDS, standby_lock
+from ..restore.standby_lock import DEFAULT_WAIT_SECONDS, standby_lock, target_lock
 from .applier import REPLAY_METHODS
 from .plan import PitrError, PitrPlan, make_plan
 from .recover import PitrReport, PitrRequest, RestoreBase, read_lease, recover
@@ -58,7 +58,14 @@ def standby_point_in_time_restore(
         raise PitrError(
             "a point-in-time restore from the standby starts from the backup the standby holds; leave out --backup-id"
         )
-    check_target(req.target_datadir)
+    # The target is this run's from its check to the end (core/restore/standby_lock.py); then the
+    # standby's lock (a restore from the standby into a held target is refused at once, never waited for).
+    with target_lock(req.target_datadir, "point-in-time restore from the standby"):
+        check_target(req.target_datadir)
+        return _from_standby(req, directory, move, lock_wait)
+
+
+def _from_standby(req: PitrRequest, directory: Path, move: bool, lock_wait: float) -> PitrReport:
     require_standby_dir(directory)
     # The catalog that proves the standby and plans the roll-forward: the first storage target
     # that holds backups (core/catalog/targets.py); a binlog damaged there comes from the next.

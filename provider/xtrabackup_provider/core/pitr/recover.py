@@ -27,7 +27,9 @@ GTID position reached is computed from the binlogs, reported, and left in the da
 gtid_slave_pos (the applier sets it as it applies, the pipe path sets it at the end, and a target
 the backup is already at sets it to the backup's GTID). A `--to-gtid` the backup has already
 reached needs no binlog at all: none is planned or fetched.
-If anything fails after the restore, the target datadir is emptied again.
+If anything fails after the restore, the target datadir is emptied again (of what this run wrote:
+the run holds the target from its check that it is empty to the end, core/restore/standby_lock.py,
+so a second restore into it is refused at once).
 """
 
 from __future__ import annotations
@@ -54,8 +56,17 @@ from ..common.values import format_gtid_pos, gtid_reached, parse_gtid_pos
 from ..pipeline.from_store import stream_from_store
 from ..pipeline.gpg import GpgError, GpgHome, passphrase_pipe
 from ..pipeline.process import ChecksumMismatch, PipelineError
-from ..restore.chain import RestoreRequest, check_target, empty_dir, own_scratch, plan_chain, restore
+from ..restore.chain import (
+    RestoreRequest,
+    check_target,
+    empty_dir,
+    own_scratch,
+    plan_chain,
+    restore,
+    scratch_lock,
+)
 from ..restore.sources import Located, NotHere, fetch_with_fallback
+from ..restore.standby_lock import target_lock
 from ..restore.verify import stream_failure
 from .applier import REPLAY_METHODS, replay_binlogs
 from .plan import PitrError, PitrPlan, PitrTarget, make_plan
@@ -122,14 +133,16 @@ def point_in_time_restore(req: PitrRequest, targets: Targets | None = None) -> P
     if req.replay not in REPLAY_METHODS:
         raise PitrError(f"replay {req.replay!r}: use one of {', '.join(REPLAY_METHODS)}")
     targets = targets or req.targets()
-    check_target(req.target_datadir)
-    plan = read_plan(targets, req.target, req.backup_id)
-    chain = [m.backup_id for m in plan_chain(targets.first.catalog, plan.backup.backup_id)]
-    binlogs = [f"{m.server_uuid}/{m.name}" for m in plan.binlogs]
-    # Retention keeps the chain and the binlogs while they are read (core/catalog/lease.py).
-    with read_lease(req, "point-in-time restore", chain, binlogs, targets.first.catalog) as lease:
-        lease.check()
-        return recover(req, plan, targets=targets)
+    # The target is this run's from its check to the end (core/restore/standby_lock.py).
+    with target_lock(req.target_datadir, "point-in-time restore"):
+        check_target(req.target_datadir)
+        plan = read_plan(targets, req.target, req.backup_id)
+        chain = [m.backup_id for m in plan_chain(targets.first.catalog, plan.backup.backup_id)]
+        binlogs = [f"{m.server_uuid}/{m.name}" for m in plan.binlogs]
+        # Retention keeps the chain and the binlogs while they are read (core/catalog/lease.py).
+        with read_lease(req, "point-in-time restore", chain, binlogs, targets.first.catalog) as lease:
+            lease.check()
+            return recover(req, plan, targets=targets)
 
 
 def read_plan(targets: Targets, target: PitrTarget, backup_id: str | None) -> PitrPlan:
@@ -199,7 +212,22 @@ def recover(
     is emptied again. `targets`: where the plan was read, first (default: the request's).
 
     The binlogs are fetched first, so a binlog that cannot be read fails before the chain is
-    fetched; `alongside` fetches them while a short base step runs (the standby's copy)."""
+    fetched; `alongside` fetches them while a short base step runs (the standby's copy).
+
+    The target (and a scratch directory the request names) is held for the whole run, as the
+    caller that checked it holds it already (core/restore/standby_lock.py)."""
+    with target_lock(req.target_datadir, "point-in-time restore"), scratch_lock(req.scratch_dir):
+        return _recover(req, plan, restore_base, alongside=alongside, targets=targets)
+
+
+def _recover(
+    req: PitrRequest,
+    plan: PitrPlan,
+    restore_base: RestoreBase | None,
+    *,
+    alongside: bool,
+    targets: Targets | None,
+) -> PitrReport:
     targets = targets or req.targets()
     restore_base = restore_base or _restore_chain(targets)
     backup = plan.backup
@@ -215,6 +243,7 @@ def recover(
         fallbacks=targets.notes,
     )
     existed = req.target_datadir.exists()
+    before = set(req.target_datadir.iterdir()) if req.target_datadir.is_dir() else set()
     try:
         if alongside:
             files = _base_and_binlogs(req, plan, restore_base, scratch, report, targets)
@@ -246,8 +275,9 @@ def recover(
             _check_reached(plan, report.reached_gtid if stop.transactions else plan.backup.gtid or "")
         report.timings["replay"] = time.monotonic() - t0
     except BaseException:
-        if req.target_datadir.exists() and any(req.target_datadir.iterdir()):
-            empty_dir(req.target_datadir, remove=not existed)
+        if req.target_datadir.exists() and set(req.target_datadir.iterdir()) - before:
+            # Only what this run wrote: the target is held, but not proven empty by every caller.
+            empty_dir(req.target_datadir, remove=not existed, keep=before)
             log.error("point-in-time restore failed; emptied %s again", req.target_datadir)
         raise
     finally:

@@ -2,7 +2,9 @@
 prepare on scratch copies, then copy-back/move-back into an empty datadir.
 
 The target datadir is touched only after every object passed its sha256 and every prepare
-step succeeded; if copy-back fails, what it wrote is removed again.
+step succeeded; if copy-back fails, what it wrote is removed again. The run holds the target (a
+lock file beside it: core/restore/standby_lock.py) from its check that the target is empty to the
+end, so a second restore into it is refused at once and never removes what the first one wrote.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Collection
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -34,16 +38,14 @@ from ..pipeline.gpg import GpgError, GpgHome, passphrase_pipe
 from ..pipeline.process import ChecksumMismatch, PipelineError
 from ..storage.base import ARCHIVE_CLASSES
 from . import prepare
+from .errors import RestoreError as RestoreError  # its old home: everyone imports it from here
 from .option_files import restore_option_files
 from .sources import Source, backup_on, clear_dir, fetch_with_fallback
+from .standby_lock import target_lock
 from .verify import stream_failure
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-class RestoreError(RuntimeError):
-    """The restore cannot go on; the message names the backup, object or directory."""
 
 
 @dataclass
@@ -129,13 +131,22 @@ def restore(req: RestoreRequest, targets: Targets | None = None) -> RestoreRepor
     when the caller reads from them too (PITR: its notes and the targets found down are shared)."""
     targets = targets or request_targets(req)
     chain = read_chain(targets, req.backup_id)
-    check_target(req.target_datadir)
-    # Retention keeps what a running restore reads (core/catalog/lease.py): on the target the
-    # chain comes from (a further target an object falls back to is read without a lease).
-    ids = [m.backup_id for m in chain]
-    with ReadLease(targets.first.catalog, "restore", ids, unleased_ok=req.without_read_lease) as lease:
-        lease.check()
-        return _restore(req, chain, targets)
+    # The target is this run's from its check to the end (core/restore/standby_lock.py): a second
+    # restore into it is refused at once instead of restoring into it too.
+    with target_lock(req.target_datadir, "restore"), scratch_lock(req.scratch_dir):
+        check_target(req.target_datadir)
+        # Retention keeps what a running restore reads (core/catalog/lease.py): on the target the
+        # chain comes from (a further target an object falls back to is read without a lease).
+        ids = [m.backup_id for m in chain]
+        with ReadLease(targets.first.catalog, "restore", ids, unleased_ok=req.without_read_lease) as lease:
+            lease.check()
+            return _restore(req, chain, targets)
+
+
+def scratch_lock(given: Path | None) -> AbstractContextManager[None]:
+    """A scratch directory the user gave is held like a target (two restores given the same one
+    would extract into it together, and each removes it at the end); a default one is private."""
+    return nullcontext() if given is None else target_lock(given, "restore", "scratch directory")
 
 
 def _restore(req: RestoreRequest, chain: list[Manifest], targets: Targets) -> RestoreReport:
@@ -413,6 +424,15 @@ def _fetch_stream(
 
 
 def copy_back(tool: ToolVersion, prepared: Path, target: Path, *, move: bool) -> None:
+    """Copy (move) `prepared` into the empty `target`, holding the target (already held by a chain
+    or point-in-time restore; a restore from the standby takes it here) and checking again that it
+    is empty: what is in it after a failure was written by this copy, and only that is removed."""
+    with target_lock(target, "restore"):
+        check_target(target)
+        _copy_back(tool, prepared, target, move=move)
+
+
+def _copy_back(tool: ToolVersion, prepared: Path, target: Path, *, move: bool) -> None:
     created = not target.exists()
     target.mkdir(parents=True, exist_ok=True)
     argv = copy_back_argv(tool, str(prepared), str(target), move=move)
@@ -426,11 +446,15 @@ def copy_back(tool: ToolVersion, prepared: Path, target: Path, *, move: bool) ->
         )
 
 
-def empty_dir(path: Path, *, remove: bool) -> None:
-    if remove:
+def empty_dir(path: Path, *, remove: bool, keep: Collection[Path] = ()) -> None:
+    """Remove what `path` holds (and `path` itself with `remove`), except its entries in `keep`
+    (what was there before this run wrote: then `path` stays)."""
+    if remove and not keep:
         shutil.rmtree(path, ignore_errors=True)
         return
     for child in path.iterdir():
+        if child in keep:
+            continue
         if child.is_dir() and not child.is_symlink():
             shutil.rmtree(child, ignore_errors=True)
         else:
