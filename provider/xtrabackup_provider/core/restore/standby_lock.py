@@ -15,9 +15,10 @@ standby's own; a rebuild empties it around the file). A target's lock file is re
 holder before it lets go, so nothing is left beside a user's datadir; a run that locked a file that
 was removed meanwhile sees that the path no longer names its file and locks again.
 
-Within one process the lock is held per thread: a restore that already holds its target (the
+Within one process a target is held per thread: a restore that already holds its target (the
 point-in-time restore, then the chain restore and its move-back inside it) takes it again freely,
-while another thread of the process is refused as another process is.
+while another thread of the process is refused as another process is. A standby's lock is taken
+once (a second take waits, even in the thread that holds it).
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def target_lock(target: Path, purpose: str, what: str = "target datadir") -> Ite
             "Wait for that restore to finish, or restore into another directory"
         )
 
-    with held_lock(path, purpose, 0.0, busy, remove=True):
+    with held_lock(path, purpose, 0.0, busy, remove=True, reentrant=True):
         yield
 
 
@@ -100,13 +101,15 @@ def held_lock(
     busy: Callable[[str], RestoreError],
     *,
     remove: bool = False,
+    reentrant: bool = False,
 ) -> Iterator[None]:
     """Hold an exclusive flock on `path` for `purpose`, waiting up to `wait_seconds` (then
-    `busy(holder)` is raised); with `remove`, the file is removed again before the lock is let go."""
+    `busy(holder)` is raised); with `remove`, the file is removed again before the lock is let go;
+    `reentrant`: the thread that holds it takes it again freely (otherwise it is refused as any)."""
     me = threading.get_ident()
     with _HELD_GUARD:
         owner, depth = _HELD.get(path, (me, 0))
-        if depth and owner == me:  # this thread holds it already
+        if reentrant and depth and owner == me:  # this thread holds it already
             _HELD[path] = (me, depth + 1)
             reentered = True
         else:
