@@ -11,15 +11,17 @@ the CLI in its own process.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from faultkit import S3Proxy, s3_catalog, target
+from faultkit import S3Proxy, s3_catalog, target, tmpfs
 
 from helpers import cli, restore_with, restored_checksums, wait_for
 from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
@@ -49,7 +51,8 @@ class HeldRestore:
     """A restore in a thread of this process whose backup download the proxy holds halfway, until
     `release()`."""
 
-    def __init__(self, proxy: S3Proxy, catalog: Catalog, keys: Any, datadir: Path) -> None:
+    def __init__(self, proxy: S3Proxy, catalog: Catalog, keys: Any, datadir: Path, **request: Any) -> None:
+        self.request = request  # more RestoreRequest fields
         self.downloading = threading.Event()
         self.report: RestoreReport | None = None
         self.error: BaseException | None = None
@@ -66,7 +69,7 @@ class HeldRestore:
 
     def _run(self, catalog: Catalog, keys: Any, datadir: Path) -> None:
         try:
-            self.report = restore_with(catalog, keys, datadir)
+            self.report = restore_with(catalog, keys, datadir, **self.request)
         except BaseException as exc:  # reported by the test
             self.error = exc
 
@@ -89,8 +92,8 @@ class HeldRestore:
 def held(proxy, backed_up, gpg_keys, tmp_path) -> Iterator[Callable[[Path], HeldRestore]]:
     started: list[HeldRestore] = []
 
-    def start(datadir: Path) -> HeldRestore:
-        run = HeldRestore(proxy, backed_up[0], gpg_keys, datadir)
+    def start(datadir: Path, **request: Any) -> HeldRestore:
+        run = HeldRestore(proxy, backed_up[0], gpg_keys, datadir, **request)
         started.append(run)
         run.start()
         return run
@@ -247,3 +250,30 @@ def test_the_finished_restore_is_left_untouched_by_a_later_restore_into_it(backe
     assert sorted(p.name for p in datadir.parent.iterdir()) == ["data"], (
         "a lock or scratch file was left beside it"
     )
+
+
+@contextlib.contextmanager
+def _mount_point_in_a_read_only_directory(root: Path) -> Iterator[Path]:
+    """`root/data`, a filesystem of its own mounted in `root`, which is read-only: a datadir that
+    is a mount point in a directory the restore may not write (/var/lib/mysql as the mysql user)."""
+    with tmpfs(root, "8m"):
+        (root / "data").mkdir()
+        with tmpfs(root / "data", "1g"):
+            subprocess.run(["mount", "-o", "remount,ro", str(root)], check=True)
+            yield root / "data"
+
+
+def test_a_target_whose_parent_is_not_writable_is_held_itself(held, backed_up, gpg_keys, tmp_path):
+    """No lock file can be made beside such a target: the target directory itself is locked, so a
+    restore into it still works (its scratch elsewhere) and a second one is still refused."""
+    with _mount_point_in_a_read_only_directory(tmp_path / "ro") as datadir:
+        first = held(datadir, scratch_dir=tmp_path / "scratch1", move_back=False)
+        refused = _refusal(
+            lambda: restore_with(backed_up[0], gpg_keys, datadir, scratch_dir=tmp_path / "scratch2")
+        )
+        first.release()
+
+        _assert_first_restore_intact(first, datadir, backed_up, tmp_path / "sb")
+        assert isinstance(refused, RestoreError), f"the second restore into the held target: {refused!r}"
+        message = str(refused)
+        assert str(datadir) in message and "another restore" in message, message

@@ -77,6 +77,11 @@ def target_lock(target: Path, purpose: str, what: str = "target datadir") -> Ite
     Creates the target's parent directory if need be."""
     path = target_lock_path(target)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if not os.access(path.parent, os.W_OK) and target.is_dir():
+        # The parent is not this user's to write (/var/lib for a worker running as mysql; the
+        # default scratch beside the target needs it, a --scratch-dir elsewhere does not): the
+        # target directory itself is locked then (no holder's name can be written into it).
+        path = Path(os.path.abspath(target)).resolve()
 
     def busy(holder: str) -> RestoreError:
         return TargetBusy(
@@ -120,18 +125,20 @@ def held_lock(
         finally:
             _release_one(path)
         return
-    fd = _acquire(path, wait_seconds, busy)
+    directory = path.is_dir()  # a directory locked itself (target_lock) holds no holder's name
+    fd = _acquire(path, wait_seconds, busy, directory)
     try:
-        os.ftruncate(fd, 0)
-        holder = f"{purpose} by {socket.gethostname()} pid {os.getpid()} since {datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}\n"
-        os.pwrite(fd, holder.encode(), 0)
+        if not directory:
+            os.ftruncate(fd, 0)
+            holder = f"{purpose} by {socket.gethostname()} pid {os.getpid()} since {datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}\n"
+            os.pwrite(fd, holder.encode(), 0)
         with _HELD_GUARD:
             _HELD[path] = (me, 1)
         try:
             yield
         finally:
             _release_one(path)
-            if remove:
+            if remove and not directory:
                 path.unlink(missing_ok=True)  # still held: no other run has this file locked
     finally:
         os.close(fd)  # also releases the flock
@@ -146,12 +153,13 @@ def _release_one(path: Path) -> None:
             del _HELD[path]
 
 
-def _acquire(path: Path, wait_seconds: float, busy: Callable[[str], RestoreError]) -> int:
+def _acquire(path: Path, wait_seconds: float, busy: Callable[[str], RestoreError], directory: bool) -> int:
     """An fd of `path` holding its flock: the file the path names when the lock was taken (a holder
     may have removed the file it held; then the new file is locked)."""
     deadline = time.monotonic() + max(0.0, wait_seconds)
+    flags = os.O_RDONLY | os.O_DIRECTORY if directory else os.O_RDWR | os.O_CREAT
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(path, flags, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
