@@ -1,6 +1,9 @@
 # `make demo` and `make test` do all set-up on a fresh Debian 12 or 13 machine (or Ubuntu 24.04); both
 # are idempotent and quick once everything is present.
 SHELL := /bin/bash
+# uv trusts what the system trusts (/etc/ssl/certs), as pip and apt do: behind an intercepting HTTPS
+# proxy whose CA the machine has installed, its own bundled roots would refuse PyPI.
+export UV_NATIVE_TLS := 1
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
