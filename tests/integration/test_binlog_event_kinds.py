@@ -62,6 +62,14 @@ STATEMENTS = [
         "JOIN victim ON victim.id = t1.id SET victim.v = 0 WHERE t1.note <> '#'",
     ),
     (
+        "no_backslash_escapes_mixed",
+        "shop",
+        "NO_BACKSLASH_ESCAPES",
+        "MIXED",
+        "UPDATE t1 JOIN t2 ON t1.note = t2.note AND t1.note = '\\' "
+        "JOIN victim ON victim.id = t1.id SET victim.v = 0 WHERE t1.note <> '#'",
+    ),
+    (
         "ansi_quotes",
         "shop",
         "ANSI_QUOTES",
@@ -70,6 +78,7 @@ STATEMENTS = [
         'JOIN avictim ON avictim.id = a1.id SET avictim.v = 0 WHERE a1."#" = 1',
     ),
     ("insert_function", "shop", None, "STATEMENT", "INSERT INTO fa VALUES (f())"),
+    ("insert_function_mixed", "shop", None, "MIXED", "INSERT INTO fa VALUES (f())"),
     ("update_function", "shop", None, "STATEMENT", "UPDATE fa SET v = shop.g() WHERE v = 1"),
     ("insert_builtin", "shop", None, "STATEMENT", "INSERT INTO fa (v) VALUES (ABS(-3) + LENGTH('ab'))"),
 ]
@@ -199,7 +208,12 @@ def test_a_statement_whose_kind_cannot_be_read_is_listed_under_every_kind_marked
 
 
 @pytest.mark.parametrize(
-    "name, table", [("no_backslash_escapes", "shop.victim"), ("ansi_quotes", "shop.avictim")]
+    "name, table",
+    [
+        ("no_backslash_escapes", "shop.victim"),
+        ("no_backslash_escapes_mixed", "shop.victim"),
+        ("ansi_quotes", "shop.avictim"),
+    ],
 )
 def test_the_statement_is_read_by_its_own_sql_mode(written, monkeypatch, capsys, name, table):
     rows = _events(written, monkeypatch, capsys, "--table", table)
@@ -213,6 +227,7 @@ def test_the_statement_is_read_by_its_own_sql_mode(written, monkeypatch, capsys,
     [
         ("insert_function", ("--table", "shop.hidden")),
         ("insert_function", ("--schema", "nowhere")),
+        ("insert_function_mixed", ("--table", "shop.hidden")),
         ("update_function", ("--table", "shop.gone")),
         ("update_function", ("--kind", "DELETE")),
     ],

@@ -286,16 +286,36 @@ def test_statements_without_quotes_or_backslashes_read_the_same_under_every_sql_
         ("(SELECT f())", "SELECT"),
         ("WITH RECURSIVE x (a) AS (SELECT 1), y AS (SELECT 2) SELECT f()", "SELECT"),
         ("SET STATEMENT a=1 FOR SET STATEMENT b=2 FOR ALTER TABLE t ADD c INT", "ALTER"),
-        ("COMMIT", ""),
+        ("XA COMMIT X'31',X'',1", "XA"),  # an XA COMMIT is a group of its own
     ],
 )
 def test_a_statement_has_its_own_kind_wherever_its_first_word_is(sql, kind):
     assert read_statement(sql).kind == kind
     txn = _txn(sql, "shop")
-    if kind:
-        assert txn.kinds() == [kind]
-        assert MomentFilter(kinds={kind}).matches(txn)
-        assert not MomentFilter(kinds={"GRANT"}).matches(txn)
+    assert txn.kinds() == [kind]
+    assert MomentFilter(kinds={kind}).matches(txn)
+    assert not MomentFilter(kinds={"GRANT"}).matches(txn)
+
+
+def test_transaction_control_is_a_kind_only_without_anything_else():
+    txn = _txn("SAVEPOINT a", "shop")
+    txn.statements.append("DELETE FROM t")
+    txn.defaults.append("shop")
+    txn.modes.append(0)
+    assert txn.kinds() == ["DELETE"]
+
+
+def test_the_sequences_a_statement_advances_are_named():
+    for sql in (
+        "INSERT INTO t VALUES (NEXTVAL(s))",
+        "INSERT INTO t VALUES (NEXT VALUE FOR s)",
+        "DO SETVAL(s, 5)",
+    ):
+        txn = _txn(sql, "shop")
+        assert MomentFilter(tables={"shop.s"}).matches(txn), sql
+    assert not MomentFilter(tables={"shop.s"}).matches(
+        _txn("INSERT INTO t VALUES (PREVIOUS VALUE FOR s)", "shop")
+    )
 
 
 @pytest.mark.parametrize(

@@ -33,7 +33,7 @@ from .events import (
     BinlogFormatError,
     event_frames,
 )
-from .statements import ROUTINE_KINDS, Name, Statement, read_statement
+from .statements import CONTROL_KINDS, ROUTINE_KINDS, Name, Statement, read_statement
 
 QUERY_EVENT = 2
 XID_EVENT = 16
@@ -276,15 +276,18 @@ class Transaction:
         ... wherever its first word is: after SET STATEMENT ... FOR, in /*!...*/), INSERT / UPDATE /
         DELETE for row events; "?" when a statement's kind cannot be told or nothing was read."""
         found: list[str] = []
+        control: list[str] = []  # BEGIN, XA...: shown only when it did nothing else
         unknown = False
         for statement in self.read():
             unknown |= statement.kind is None
-            if statement.kind and statement.kind not in found:
-                found.append(statement.kind)
+            seen = control if statement.kind in CONTROL_KINDS else found
+            if statement.kind and statement.kind not in seen:
+                seen.append(statement.kind)
         for per in self.rows.values():
             for kind in per:
                 if kind.upper() not in found:
                     found.append(kind.upper())
+        found = found or control
         return [*found, "?"] if unknown or not found else found
 
     def has_kind(self, wanted: set[str]) -> bool:

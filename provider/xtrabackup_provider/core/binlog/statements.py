@@ -366,7 +366,8 @@ class _Reader:
         return i
 
     def scan(self, start: int, head: str) -> None:
-        """Every FROM list of a query, JOIN, REFERENCES and (DELETE) USING list from `start` on.
+        """Every FROM list of a query, JOIN, REFERENCES and (DELETE) USING list from `start` on, and
+        the sequences it advances (NEXTVAL(s), SETVAL(s, n), NEXT VALUE FOR s).
 
         A FROM counts where its parentheses hold a SELECT (or at the top of a DELETE): not the FROM
         of EXTRACT(YEAR FROM d) or TRIM(... FROM s)."""
@@ -383,6 +384,10 @@ class _Reader:
                 self.add(i + 1)
             elif w == "USING" and head == "DELETE" and self.t[i].depth == 0 and self.punct(i + 1) != "(":
                 self.refs(i + 1)
+            elif w in ("NEXTVAL", "SETVAL") and self.punct(i + 1) == "(":
+                self.add(i + 2)
+            elif w == "NEXT" and self.word(i + 1) == "VALUE" and self.word(i + 2) == "FOR":
+                self.add(i + 3)
 
 
 def _object(r: _Reader, i: int) -> tuple[str, int]:
@@ -402,7 +407,7 @@ def _object(r: _Reader, i: int) -> tuple[str, int]:
 class Statement:
     """A logged statement as read: its kind and what it names."""
 
-    kind: str | None  # DROP, TRUNCATE, INSERT...; "" for BEGIN / COMMIT / XA / SAVEPOINT; None: unknown
+    kind: str | None  # DROP, TRUNCATE, INSERT, XA (CONTROL_KINDS)...; None: it cannot be told
     named: Named | None  # None: its tables cannot be told (`why`)
     why: str = ""
     routine: bool = False  # it may write through a stored function: any of ROUTINE_KINDS, any table
@@ -451,7 +456,8 @@ def read_names(text: str, sql_mode: int | None = 0) -> Named:
     return statement.named
 
 
-_NO_KIND = _words("BEGIN COMMIT ROLLBACK XA SAVEPOINT")  # transaction control: no kind of its own
+# Transaction control: a kind only for a transaction that did nothing else (an XA COMMIT).
+CONTROL_KINDS = _words("BEGIN COMMIT ROLLBACK XA SAVEPOINT")
 
 
 def _kind(t: list[Tok], i: int) -> str | None:
@@ -466,8 +472,6 @@ def _kind(t: list[Tok], i: int) -> str | None:
         return None if j is None else _kind(t, j + 1)
     if head == "WITH":
         return _after_with(r, i + 1)
-    if head in _NO_KIND:
-        return ""
     return head if head and head != "CALL" else None  # a procedure may do anything
 
 
