@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 
 from ..catalog.chain import resolve_chain
 from ..catalog.manifest import CatalogError, Manifest
+from ..engine.tools import takes_incrementals
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,8 @@ def decide(
     engine: tuple[str, str] | None = None,
 ) -> Decision:
     """Pick the next backup's kind. `manifests` are the host's readable manifests, any order."""
+    if engine and not takes_incrementals(engine[0]):
+        return Decision("full", f"the {engine[0]} engine takes full backups only")
     if not manifests:
         return Decision("full", "no backup of this host yet")
     newest = max(manifests, key=lambda m: m.backup_id)

@@ -8,7 +8,8 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -48,7 +49,7 @@ from ..db.server import MySQLTarget, ServerFacts, data_position, defaults_file, 
 from ..db.shape import capture_shape, table_names
 from ..engine.argv import BackupOptions, backup_argv
 from ..engine.metadata import read_binlog_position, read_checkpoints, read_info
-from ..engine.tools import Flavour, ToolVersion, detect_tool
+from ..engine.tools import Flavour, ToolVersion, detect_tool, stream_flavour
 from ..engine.warnings import not_what_was_asked
 from ..pipeline.gpg import GpgHome
 from ..pipeline.process import PipelineError
@@ -57,6 +58,7 @@ from ..pipeline.to_parts import stream_to_parts
 from ..pipeline.to_store import StreamResult, stream_to_store
 from ..storage.base import ARCHIVE_TAGGING, ObjectWriter, PutOptions
 from .abandoned import remove_abandoned
+from .clone import check_clone, cloned
 from .decide import ChainPolicy, Decision, decide
 from .impact import AppliedImpact, ImpactSettings, LockWatch, apply_settings
 from .lineage import ServerLineage, describe_break, lineage_problems
@@ -79,7 +81,8 @@ class BackupRequest:
     catalog: Catalog
     target: MySQLTarget
     flavour: Flavour = "mariabackup"
-    binary: str | None = None
+    binary: str | None = None  # the tool; clone: the mysqld that settles the copy (default: on PATH)
+    staging_dir: str | None = None  # clone: where the copy is staged on the database host (default: temp dir)
     datadir: str | None = None  # default: the server's @@datadir
     kind: str = "auto"  # "auto" | "full" | "incremental"
     public_keys: list[str] = field(
@@ -177,6 +180,8 @@ def _run_locked(req: BackupRequest, now: datetime | None, lock: HostLock) -> Man
     started = _start_after_newest(req.catalog)
     tool = detect_tool(req.flavour, req.binary)
     facts = server_facts(req.target)
+    if tool.capabilities.own_stream:  # clone: its plugin and privileges, before anything starts
+        check_clone(req.target, facts, f"host {req.catalog.cluster}/{req.catalog.host}")
     manifests = readable_manifests(req.catalog)
     identity = _check_identity(req, facts, manifests)
     require_open_files(tablespace_count(req.target) or 0, "tablespaces")  # before anything streams
@@ -434,6 +439,9 @@ def choose_parts(req: BackupRequest, datadir: str, incremental: bool) -> PartPla
     """The K-part plan for this backup, or None for one stream (K=1: today's object and manifest)."""
     if req.max_parts <= 1:
         return None
+    if req.flavour == "clone":  # the parts are planned on the datadir, the clone streams its copy
+        log.info("one stream: the clone engine streams its staged copy whole")
+        return None
     if req.impact.max_upload_bytes_per_second:
         log.info("one stream: an upload cap (max_upload_bytes_per_second) bounds one writer, not K of them")
         return None
@@ -475,9 +483,8 @@ def _stream(
     )
     encrypt_argv = applied.wrap_gpg(gpg.encrypt_argv(recipients) if recipients else None)
     t0 = time.monotonic()
-    # Percona XtraBackup is a MySQL 8 client: its TLS options are spelled as MySQL's (ssl-mode).
-    with defaults_file(req.target, "mysql" if tool.flavour == "xtrabackup" else "mariadb") as creds:
-        argv = applied.wrap_tool(backup_argv(tool, creds, opts))
+    with _producer(req, tool, opts, lsn_dir) as producer:
+        argv = applied.wrap_tool(producer)
         if plan is None:
             key = req.catalog.object_key(backup_id, BACKUP_OBJECT_NAME + suffix)
             options = _put_options(req, storage_class, directory_size(datadir))
@@ -530,6 +537,22 @@ def _stream(
     ]
 
 
+@contextmanager
+def _producer(
+    req: BackupRequest, tool: ToolVersion, opts: BackupOptions, lsn_dir: Path
+) -> Iterator[list[str]]:
+    """The argv whose stdout is the backup stream: the tool's, or the clone engine's stream of the
+    server's staged copy (core/backup/clone.py), which writes its metadata into `lsn_dir`."""
+    if tool.capabilities.own_stream:
+        facts = server_facts(req.target)
+        with cloned(req.target, facts, lsn_dir, staging_root=req.staging_dir, mysqld=req.binary) as argv:
+            yield argv
+        return
+    # Percona XtraBackup is a MySQL 8 client: its TLS options are spelled as MySQL's (ssl-mode).
+    with defaults_file(req.target, "mysql" if tool.flavour == "xtrabackup" else "mariadb") as creds:
+        yield backup_argv(tool, creds, opts)
+
+
 def part_object_names(parts: int, suffix: str) -> list[str]:
     """The object names of a K-part backup: the data parts in order, then the tail."""
     stem = BACKUP_OBJECT_NAME.removesuffix(".xbstream")
@@ -578,7 +601,7 @@ def _stream_parts(
         writers[:-1],
         writers[-1],
         encrypt_argv=encrypt_argv,
-        flavour=tool.flavour,
+        flavour=stream_flavour(tool.flavour),
         plan=plan,
         level=req.compression_level,
         threads=threads,

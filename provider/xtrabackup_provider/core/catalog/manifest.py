@@ -162,7 +162,7 @@ class Manifest(BaseModel):
     parent_id: str | None = None
     chain_root: str
     decision_reason: str = ""
-    engine_flavour: Literal["mariabackup", "xtrabackup"]
+    engine_flavour: Literal["mariabackup", "xtrabackup", "clone"]
     engine_version: str
     engine_major: str
     server_version: str = ""

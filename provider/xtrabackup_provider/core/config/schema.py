@@ -364,7 +364,7 @@ class ProvisionConfig(_Model):
 
 class HostConfig(_Model):
     name: str = Field(pattern=NAME)
-    flavour: Literal["mariabackup", "xtrabackup"] = "mariabackup"
+    flavour: Literal["mariabackup", "xtrabackup", "clone"] = "mariabackup"
     binary: str | None = None
     mysql_conn_id: str | None = None  # Airflow
     heartbeat_conn_id: str | None = None  # the source's connection when this host is a replica

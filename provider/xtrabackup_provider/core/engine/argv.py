@@ -12,6 +12,7 @@ __all__ = ["backup_argv", "prepare_steps", "prepare_argv", "copy_back_argv", "ex
 import re
 from dataclasses import dataclass, field
 
+from . import clone
 from .tools import EngineError, ToolVersion
 
 _SECRET_OPTION = re.compile(r"^--(loose-|maximum-)?pass")
@@ -85,6 +86,8 @@ def prepare_steps(tool: ToolVersion, base_dir: str, incremental_dirs: list[str])
     MariaBackup 10.5+: never --apply-log-only; --prepare the base, then each incremental.
     """
     caps = tool.capabilities
+    if not caps.prepare:
+        return []  # consistent as copied (clone)
     if not incremental_dirs:
         return [PrepareStep(base_dir, None, apply_log_only=False)]
     if tool.flavour == "mariabackup" and not caps.apply_log_only:
@@ -120,6 +123,8 @@ def prepare_argv(tool: ToolVersion, step: PrepareStep, tuning: PrepareTuning | N
 
 
 def copy_back_argv(tool: ToolVersion, prepared_dir: str, datadir: str, *, move: bool = False) -> list[str]:
+    if tool.capabilities.own_stream:
+        return clone.copy_back_argv(prepared_dir, datadir, move=move)
     action = "--move-back" if move else "--copy-back"
     return [
         tool.binary or tool.flavour,
@@ -131,7 +136,9 @@ def copy_back_argv(tool: ToolVersion, prepared_dir: str, datadir: str, *, move: 
 
 
 def extract_argv(tool: ToolVersion, dest_dir: str) -> list[str]:
-    """xbstream/mbstream reading a stream on stdin into dest_dir."""
+    """xbstream/mbstream (the clone engine: its own extractor) reading a stream on stdin into dest_dir."""
+    if tool.capabilities.own_stream:
+        return clone.extract_argv(dest_dir)
     return [tool.stream_tool(), "-x", "-C", dest_dir]
 
 

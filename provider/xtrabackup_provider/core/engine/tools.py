@@ -1,6 +1,8 @@
-"""XtraBackup / MariaBackup flavours: `--version` output -> tool version -> capabilities.
+"""The engines: XtraBackup / MariaBackup (`--version` output -> tool version -> capabilities) and
+`clone` (MySQL's CLONE, no tool: core/engine/clone.py). What an engine can do is its capabilities,
+which the verbs ask instead of its name.
 
-Everything here is pure except `detect_tool`, so the rules for both flavours are unit-testable
+Everything here is pure except `detect_tool`, so the rules for every flavour are unit-testable
 without the tools installed.
 """
 
@@ -14,8 +16,11 @@ from typing import Literal
 
 from ..common import children
 
-Flavour = Literal["mariabackup", "xtrabackup"]
-FLAVOURS: tuple[Flavour, ...] = ("mariabackup", "xtrabackup")
+Flavour = Literal["mariabackup", "xtrabackup", "clone"]
+FLAVOURS: tuple[Flavour, ...] = ("mariabackup", "xtrabackup", "clone")
+# The clone engine's own format version (what its manifests record as the engine's version): a
+# clone needs no tool of a matching series at restore, only its extractor (core/engine/clone.py).
+CLONE_VERSION = (1, 0, 0, 0)
 # Percona versions read "8.0.35-33": the part after the dash is the Percona build.
 _XB_VERSION = re.compile(r"xtrabackup version (\d+)\.(\d+)\.(\d+)(?:-(\d+))?")
 _MB_VERSION = re.compile(r"(?:based on MariaDB server|mariabackup.*?Ver) (\d+)\.(\d+)\.(\d+)")
@@ -28,7 +33,7 @@ class EngineError(RuntimeError):
 @dataclass(frozen=True)
 class ToolVersion:
     flavour: Flavour
-    version: tuple[int, int, int, int]  # major, minor, patch, percona build (0 for MariaDB)
+    version: tuple[int, int, int, int]  # major, minor, patch, percona build (0 for MariaDB, clone)
     binary: str = ""
 
     @property
@@ -48,7 +53,7 @@ class ToolVersion:
 
     def stream_tool(self) -> str:
         """The extractor for this flavour's xbstream format."""
-        return "mbstream" if self.flavour == "mariabackup" else "xbstream"
+        return {"mariabackup": "mbstream", "clone": "clone extract"}.get(self.flavour, "xbstream")
 
 
 @dataclass(frozen=True)
@@ -58,10 +63,15 @@ class Capabilities:
     prepare_parallel: bool  # --parallel honoured at --prepare (8.0.35-33+)
     estimate_memory: bool  # --estimate-memory at backup, --use-free-memory-pct at prepare
     prepared_base_accepts_incrementals: bool  # MariaBackup 10.5+: a fully prepared base can go on
+    incremental: bool = True  # can continue a chain (clone: fulls only)
+    prepare: bool = True  # a restore prepares what it extracted (clone: consistent as copied)
+    own_stream: bool = False  # the product streams, extracts and copies back itself (clone)
 
     @classmethod
     def for_version(cls, tool: ToolVersion) -> Capabilities:
         v = tool.version
+        if tool.flavour == "clone":
+            return cls(False, False, False, False, False, incremental=False, prepare=False, own_stream=True)
         if tool.flavour == "mariabackup":
             modern = v[:2] >= (10, 5)
             return cls(
@@ -80,6 +90,18 @@ class Capabilities:
         )
 
 
+def takes_incrementals(flavour: str) -> bool:
+    """Whether the engine can continue a chain (the clone engine takes fulls only)."""
+    flavours: dict[str, Flavour] = {f: f for f in FLAVOURS}
+    known = flavours.get(flavour)
+    return known is None or Capabilities.for_version(ToolVersion(known, (0, 0, 0, 0))).incremental
+
+
+def stream_flavour(flavour: str) -> Literal["mariabackup", "xtrabackup"]:
+    """The xbstream dialect of a flavour's stream: the clone engine writes XtraBackup's 'P'/'E' chunks."""
+    return "mariabackup" if flavour == "mariabackup" else "xtrabackup"
+
+
 def parse_tool_version(output: str) -> ToolVersion:
     """Parse `xtrabackup --version` / `mariabackup --version` output (tools print to stderr)."""
     if m := _XB_VERSION.search(output):
@@ -92,7 +114,9 @@ def parse_tool_version(output: str) -> ToolVersion:
 
 
 def detect_tool(flavour: Flavour, binary: str | None = None) -> ToolVersion:
-    """Run `<tool> --version` and return its flavour, version and binary path."""
+    """Run `<tool> --version` and return its flavour, version and binary path (clone: no tool)."""
+    if flavour == "clone":
+        return ToolVersion("clone", CLONE_VERSION)
     binary = binary or flavour
     try:
         argv = [binary, "--no-defaults", "--version"]  # a host's [mariabackup] group must not break it

@@ -68,6 +68,8 @@ def tuning_for(
     use_memory: int | None = None,
 ) -> PrepareTuning:
     """Memory, parallelism and open files for a chain's prepare; the memory choice is logged."""
+    if not tool.capabilities.prepare:
+        return PrepareTuning()  # consistent as copied (clone): nothing runs
     files = children.raise_open_files_limit()
     if estimated and tool.capabilities.estimate_memory:
         tuning = PrepareTuning(use_free_memory_pct=max_free_pct, parallel=parallel, open_files_limit=files)
@@ -123,7 +125,8 @@ def run_chain(
     applied: Callable[[PrepareStep], object] | None = None,
 ) -> list[PrepareReport]:
     """Every prepare step in order; `applied(step)` runs after each step that succeeded (a restore
-    uses it to discard an incremental directory as soon as it has been applied)."""
+    uses it to discard an incremental directory as soon as it has been applied). An engine whose
+    copy is consistent as taken (clone) has no steps: its prepare is a no-op."""
     steps = prepare_steps(tool, str(base), [str(d) for d in incrementals])
     reports = []
     for step in steps:

@@ -23,6 +23,7 @@ from ..catalog.backups import Catalog
 from ..catalog.chain import resolve_chain
 from ..catalog.manifest import CatalogError, Manifest, StoredObject, read_stored
 from ..common.tempdirs import private_dir
+from ..engine.tools import stream_flavour
 from ..engine.xbstream import StreamFlavour, StreamRole, XbstreamError, checker_args, merge_parts
 from ..engine.xbtree import Tree
 from ..pipeline.from_store import stream_from_store
@@ -183,7 +184,7 @@ def _check_object(
             gpg,
             key_problem,
             row,
-            manifest.engine_flavour,
+            stream_flavour(manifest.engine_flavour),
             _role(obj),
             base,
             tree_out,
