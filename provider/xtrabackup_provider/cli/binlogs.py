@@ -52,7 +52,11 @@ def add_parsers(sub: Any) -> None:
     ship.add_argument("--defaults-file", help="client option file with the credentials (without a config)")
     ship.add_argument("--public-key-file", action="append", help="recipient public key (repeatable)")
     ship.add_argument("--no-encrypt", action="store_true", help="store unencrypted (not recommended)")
-    ship.add_argument("--binary", help="mariadb-binlog or mysqlbinlog (default: by server flavour)")
+    ship.add_argument(
+        "--binary",
+        help="the binlog client (default: the host's binlog_binary, the cluster's binlogs.binary, else the server "
+        "family's own: mariadb-binlog or mysqlbinlog)",
+    )
     ship.add_argument("--workdir", help="local scratch for the binlog copies (default: the temp dir)")
     ship.add_argument("--new-server", action="store_true", help=NEW_SERVER_HELP)
     lst = bsub.add_parser("list", help="list the shipped binlogs and recorded gaps on every storage target")
@@ -210,12 +214,13 @@ def cmd_binlogs(args: argparse.Namespace, config: FleetConfig) -> int:
     from ..core.binlog.ship import ShipRequest, ship_binlogs
 
     settings = config.cluster(args.cluster).binlogs or BinlogConfig()
+    host = config.find_host(args.cluster, args.host)
     req = ShipRequest(
         catalog=make_catalog(config, args.cluster, args.host),
-        target=cli_target(config.find_host(args.cluster, args.host), config.source),
+        target=cli_target(host, config.source),
         public_keys=read_public_keys(config),
         allow_unencrypted=not config.encryption.enabled,
-        binary=args.binary or settings.binary,
+        binary=args.binary or host.binlog_binary or settings.binary,
         flush=args.flush,
         compression_level=config.policy.compression_level,
         storage_class=settings.storage_class,
@@ -291,7 +296,7 @@ def _print_listing(listing: dict[str, Any], as_json: bool) -> int:
             state = "complete" if b["complete"] else "open"
             print(
                 f"  {b['name']:24} {state:8} {b['size']:>12} {b['stored_bytes']:>12}  "
-                f"{(b['last_event_time'] or '-')[:19]:20} {b['gtid_first'] or '-'}..{b['gtid_last'] or '-'}"
+                f"{(b['last_event_time'] or '-')[:19]:20} {_gtids(b)}"
                 + (f"  {','.join(b['targets'])}" if many else "")
             )
         for gap in server["gaps"]:
@@ -299,6 +304,13 @@ def _print_listing(listing: dict[str, Any], as_json: bool) -> int:
     for problem in problems:
         print(f"WARNING: {problem}", file=sys.stderr)
     return 1 if problems else 0
+
+
+def _gtids(row: dict[str, Any]) -> str:
+    """MySQL: the GTID set the binlog holds; MariaDB: its first..last GTID per domain."""
+    if row.get("gtid_set"):
+        return str(row["gtid_set"])
+    return f"{row['gtid_first'] or '-'}..{row['gtid_last'] or '-'}"
 
 
 def pitr_target(args: argparse.Namespace) -> Any:
@@ -325,7 +337,9 @@ def restore_source(args: argparse.Namespace, config: FleetConfig) -> dict[str, A
         "private_key": key,
         "passphrase": passphrase,
         "binary": config.find_host(args.cluster, args.host).binary,
-        "binlog_binary": settings.binary or "mariadb-binlog",
+        "binlog_binary": config.find_host(args.cluster, args.host).binlog_binary
+        or settings.binary
+        or "mariadb-binlog",
         "scratch_dir": args.scratch_dir,
         "max_free_memory_pct": config.policy.prepare_max_free_memory_pct,
         "replay": args.replay,

@@ -35,7 +35,15 @@ from pydantic import (
 
 from ..catalog.backups import Catalog
 from ..catalog.manifest import MAX_SERVER_ID, NAME_RE, SERVER_UUID_RE, Manifest, StoredObject
-from ..common.values import BINLOG_NAME, GtidPos, binlog_name, binlog_number, gtid_reached, parse_gtid_pos
+from ..common.values import (
+    BINLOG_NAME,
+    GtidPos,
+    GtidSet,
+    binlog_name,
+    binlog_number,
+    gtid_reached,
+    parse_gtid_pos,
+)
 from ..storage.base import StorageError
 
 BINLOG_DIR = "binlogs"
@@ -84,6 +92,11 @@ class BinlogManifest(BaseModel):
     gtid_start: str = ""  # the server's GTID state when the binlog was opened
     gtid_first: str = ""  # first GTID per domain in this binlog
     gtid_last: str = ""  # last GTID per domain in this binlog
+    # MySQL (MariaDB binlogs leave them empty, and a manifest leaves them out then): the GTID set
+    # the server had logged before this binlog (its Previous_gtids event), and the GTIDs of the
+    # transactions stored in it (core/common/values.py GtidSet, MySQL's normal form).
+    gtid_set_before: str = ""
+    gtid_set: str = ""
     segments: list[BinlogSegment] = Field(min_length=1, max_length=100_000)
     shipped_at: AwareDatetime
 
@@ -92,6 +105,11 @@ class BinlogManifest(BaseModel):
     def _gtids(cls, value: str) -> str:
         parse_gtid_pos(value)  # MariaDB GTIDs; PITR plans with them (MySQL binlogs leave them empty)
         return value
+
+    @field_validator("gtid_set_before", "gtid_set")
+    @classmethod
+    def _gtid_sets(cls, value: str) -> str:
+        return str(GtidSet.parse(value))  # MySQL GTID sets, kept in MySQL's normal form
 
     @model_validator(mode="after")
     def _contiguous(self) -> BinlogManifest:
@@ -117,8 +135,14 @@ class BinlogManifest(BaseModel):
     def gtids(self) -> tuple[GtidPos, GtidPos]:
         return parse_gtid_pos(self.gtid_first), parse_gtid_pos(self.gtid_last)
 
+    def gtid_sets(self) -> tuple[GtidSet, GtidSet]:
+        """MySQL: (what the server had logged before this binlog, the GTIDs stored in it)."""
+        return GtidSet.parse(self.gtid_set_before), GtidSet.parse(self.gtid_set)
+
     def to_json(self) -> bytes:
-        return self.model_dump_json(indent=2).encode()
+        # A MariaDB binlog's manifest stays as readers before the MySQL fields read it.
+        unset = {name for name in ("gtid_set_before", "gtid_set") if not getattr(self, name)}
+        return self.model_dump_json(indent=2, exclude=unset or None).encode()
 
 
 class BinlogGap(BaseModel):
@@ -244,8 +268,11 @@ class BinlogIndex:
             return True
         return file in self.partial and self.partial[file].size >= position
 
-    def covers_gtid(self, want: GtidPos) -> bool:
-        """True when the shipped binlogs reach `want` in every domain (reads the newest first)."""
+    def covers_gtid(self, want: GtidPos | GtidSet) -> bool:
+        """True when the shipped binlogs reach `want` in every domain (reads the newest first); a
+        MySQL GTID set: when every transaction of it is logged before or in a shipped binlog."""
+        if isinstance(want, GtidSet):
+            return self._covers_gtid_set(want)
         have: GtidPos = {}
         for name in reversed(self.names()):
             m = self.best(name)
@@ -254,6 +281,17 @@ class BinlogIndex:
             if gtid_reached(have, want) or all(d in have for d in want):
                 break
         return gtid_reached(have, want)
+
+    def _covers_gtid_set(self, want: GtidSet) -> bool:
+        have = GtidSet()
+        for name in reversed(self.names()):
+            m = self.best(name)
+            if m is not None:
+                before, held = m.gtid_sets()
+                have = have | before | held
+            if want <= have:
+                return True
+        return False
 
     def chain_from(self, start: str) -> tuple[list[BinlogManifest], str]:
         """Contiguous shipped binlogs from `start` on (only the last may be partial), and why it ends."""

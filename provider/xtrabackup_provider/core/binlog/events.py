@@ -4,7 +4,9 @@ Pure Python over the v4 binlog format (a 4-byte magic, then events with a 19-byt
 timestamp, type, server_id, size, end position, flags). Only headers are read, plus the small
 bodies of GTID and GTID-list events, so a 1 GiB binlog is summarised at disk speed. The walk
 stops at the last complete event: a file that is still being written is summarised up to there.
-MySQL GTID events are not decoded (their GTID sets are a different model); times still are.
+MySQL's GTID events (`uuid:gno`) and Previous_gtids events (the GTID set logged before the file)
+are decoded into the GTID set model of core/common/values.py; a tagged GTID (MySQL 8.3+'s
+`uuid:tag:gno`, its own serialised event) is not, and the summary says so.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from ..common.values import Gtid, GtidPos
+from ..common.values import Gtid, GtidPos, GtidSet, MysqlGtid
 
 MAGIC = b"\xfebin"
 HEADER = struct.Struct("<IBIIIH")  # timestamp, type, server_id, event_size, end_log_pos, flags
@@ -24,6 +26,12 @@ ROTATE_EVENT = 4
 FORMAT_DESCRIPTION_EVENT = 15
 GTID_EVENT = 162  # MariaDB
 GTID_LIST_EVENT = 163  # MariaDB: the binlog state when the file was opened
+MYSQL_GTID_EVENT = 33  # MySQL: flags(1) sid(16) gno(8) ...
+MYSQL_ANONYMOUS_GTID_EVENT = 34  # MySQL with gtid_mode OFF: a transaction without a GTID
+MYSQL_PREVIOUS_GTIDS_EVENT = 35  # MySQL: the GTID set logged before this file
+MYSQL_GTID_TAGGED_EVENT = 42  # MySQL 8.3+: a tagged GTID (uuid:tag:gno), serialised differently
+MYSQL_GTID_HEAD = 25
+MAX_PREVIOUS_GTIDS = 4 * 1024 * 1024  # bytes of a Previous_gtids event read
 _GTID_BODY = struct.Struct("<QI")  # seq_no, domain_id
 _GTID_ENTRY = struct.Struct("<IIQ")  # domain_id, server_id, seq_no
 MAX_GTID_LIST = 4 + 65536 * _GTID_ENTRY.size  # bytes of a GTID list read: 65,536 domains
@@ -41,7 +49,8 @@ class Event:
     timestamp: int  # seconds since the epoch (statement start, as the server stamped it)
     type: int
     server_id: int
-    gtid: Gtid | None = None
+    gtid: Gtid | None = None  # MariaDB's, or MySQL's (a MysqlGtid)
+    gtid_set: GtidSet | None = None  # MySQL's Previous_gtids: the set logged before the file
 
 
 @dataclass
@@ -57,6 +66,17 @@ class BinlogSummary:
     gtid_first: GtidPos = field(default_factory=dict)
     gtid_last: GtidPos = field(default_factory=dict)
     server_id: int | None = None  # of the format description event: the server that wrote the file
+    # MySQL: the GTID set logged before this file (its Previous_gtids event), the GTIDs in it
+    # (per source, inclusive intervals, extended in place: one binlog holds millions), and the
+    # offset of a GTID event this reader does not decode (a tagged one), if any.
+    mysql_before: GtidSet | None = None
+    mysql_gtids: dict[str, list[list[int]]] = field(default_factory=dict)
+    mysql_unread_at: int | None = None
+
+    @property
+    def mysql_gtid_set(self) -> GtidSet:
+        """The GTIDs of the transactions in this file (MySQL)."""
+        return GtidSet({source: [(a, b) for a, b in runs] for source, runs in self.mysql_gtids.items()})
 
     @property
     def closed(self) -> bool:
@@ -74,9 +94,19 @@ class BinlogSummary:
             self.server_id = event.server_id
         if gtid_list is not None and not self.gtid_start and not self.gtid_first:
             self.gtid_start = dict(gtid_list)
-        if event.gtid is not None:
+        if event.gtid_set is not None and self.mysql_before is None:
+            self.mysql_before = event.gtid_set
+        if isinstance(event.gtid, MysqlGtid):
+            runs = self.mysql_gtids.setdefault(event.gtid.source, [])
+            if runs and runs[-1][1] + 1 == event.gtid.seq:
+                runs[-1][1] = event.gtid.seq
+            else:
+                runs.append([event.gtid.seq, event.gtid.seq])
+        elif event.gtid is not None:
             self.gtid_first.setdefault(event.gtid.domain, event.gtid)
             self.gtid_last[event.gtid.domain] = event.gtid
+        elif event.type == MYSQL_GTID_TAGGED_EVENT and self.mysql_unread_at is None:
+            self.mysql_unread_at = event.offset
 
 
 def event_frames(
@@ -133,7 +163,12 @@ def _read_at(fh: BinaryIO, offset: int, limit: int, size: int) -> bytes:
     return fh.read(min(size, max(limit - offset, 0)))
 
 
-_HEADER_BODIES = {GTID_EVENT: 16, GTID_LIST_EVENT: MAX_GTID_LIST}
+_HEADER_BODIES = {
+    GTID_EVENT: 16,
+    GTID_LIST_EVENT: MAX_GTID_LIST,
+    MYSQL_GTID_EVENT: MYSQL_GTID_HEAD,
+    MYSQL_PREVIOUS_GTIDS_EVENT: MAX_PREVIOUS_GTIDS,
+}
 
 
 def iter_events(
@@ -141,14 +176,66 @@ def iter_events(
 ) -> Iterator[tuple[Event, GtidPos | None]]:
     """Complete events from `start` (0 or an event boundary); GTID-list events come with their list."""
     for offset, end, timestamp, etype, server_id, body, _ in event_frames(fh, start, source, _HEADER_BODIES):
-        gtid = None
+        gtid: Gtid | None = None
         gtid_list = None
+        gtid_set = None
         if etype == GTID_EVENT and len(body) >= _GTID_BODY.size:
             seq, domain = _GTID_BODY.unpack_from(body)
             gtid = Gtid(domain, server_id, seq)
         elif etype == GTID_LIST_EVENT:
             gtid_list = _parse_gtid_list(body)
-        yield Event(offset, end, timestamp, etype, server_id, gtid), gtid_list
+        elif etype == MYSQL_GTID_EVENT:
+            gtid = mysql_gtid(body, server_id, source, offset)
+        elif etype == MYSQL_PREVIOUS_GTIDS_EVENT:
+            gtid_set = previous_gtids(body, source, offset)
+        yield Event(offset, end, timestamp, etype, server_id, gtid, gtid_set), gtid_list
+
+
+def mysql_gtid(body: bytes, server_id: int, source: str, offset: int) -> MysqlGtid:
+    """A MySQL Gtid_log_event's GTID: flags(1), the source's uuid(16), its gno(8, little-endian)."""
+    if len(body) < MYSQL_GTID_HEAD:
+        raise BinlogFormatError(f"{source}: a GTID event of {len(body)} bytes at offset {offset}")
+    raw = body[1:17].hex()
+    uuid = f"{raw[:8]}-{raw[8:12]}-{raw[12:16]}-{raw[16:20]}-{raw[20:]}"
+    (gno,) = struct.unpack_from("<q", body, 17)
+    if gno < 1:
+        raise BinlogFormatError(f"{source}: GTID {uuid}:{gno} at offset {offset} is not a transaction number")
+    return MysqlGtid.of(uuid, gno, server_id)
+
+
+def previous_gtids(body: bytes, source: str, offset: int) -> GtidSet:
+    """A MySQL Previous_gtids_log_event: n_sids(8), then per source its uuid(16), n_intervals(8) and
+    intervals (start, end exclusive; 8 bytes each). A set with tags (8.3+: the count's top byte
+    says the format) is refused by name: it is serialised another way."""
+    if len(body) < 8:
+        raise BinlogFormatError(f"{source}: a Previous_gtids event of {len(body)} bytes at offset {offset}")
+    (count,) = struct.unpack_from("<Q", body)
+    if count >> 56:
+        raise BinlogFormatError(
+            f"{source}: the Previous_gtids event at offset {offset} holds tagged GTIDs (MySQL 8.3+), which this "
+            "version does not read; read the binlog with mysqlbinlog -v"
+        )
+    sets: dict[str, list[tuple[int, int]]] = {}
+    at = 8
+    try:
+        for _ in range(count):
+            raw = body[at : at + 16].hex()
+            if len(raw) != 32:
+                raise struct.error("short")
+            (n,) = struct.unpack_from("<Q", body, at + 16)
+            at += 24
+            intervals = sets.setdefault(f"{raw[:8]}-{raw[8:12]}-{raw[12:16]}-{raw[16:20]}-{raw[20:]}", [])
+            for _ in range(n):
+                start, stop = struct.unpack_from("<qq", body, at)
+                at += 16
+                if not 1 <= start < stop:
+                    raise struct.error(f"interval {start}-{stop}")
+                intervals.append((start, stop - 1))
+    except struct.error as exc:
+        raise BinlogFormatError(
+            f"{source}: the Previous_gtids event at offset {offset} cannot be read ({exc})"
+        ) from None
+    return GtidSet(sets)
 
 
 def _parse_gtid_list(body: bytes) -> GtidPos:

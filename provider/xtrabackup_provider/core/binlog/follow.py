@@ -103,7 +103,7 @@ class _Follower:
         # The server's position first, then the copy: if the copy holds that position, every
         # event written before `seen` is in it.
         seen = datetime.now(UTC)
-        file, position = master_position(self.shipper.req.target)
+        file, position = master_position(self.shipper.req.target, self.shipper.dialect)
         self.summary = summarize(path, self.summary)
         if self.pending is not None and not self.adopt(path):
             return
@@ -154,7 +154,13 @@ def ship_continuous(
         replica_id = req.replica_server_id or default_replica_server_id(req.catalog.cluster, req.catalog.host)
         with defaults_file(req.target, shipper.client) as creds, tempfile.TemporaryFile() as stderr:
             argv = download_argv(
-                shipper.binary, creds, directory, first, stop_never=True, replica_server_id=replica_id
+                shipper.binary,
+                creds,
+                directory,
+                first,
+                stop_never=True,
+                replica_server_id=replica_id,
+                id_option=shipper.dialect.binlog_follow_id_option,
             )
             log.info("following %s from %s for %.0fs", shipper.where, first, duration)
             proc = children.popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)

@@ -11,8 +11,8 @@ apart, and `--new-server` (operators: `accept_new_server`) takes the server as t
 then on.
 
 `checked_copy()` is the after-the-fact half for a backup: the GTID position the tool recorded
-must lie between the server's position before and after the stream, so the data copied is that
-server's (the tool's own datadir check, a warning in its log, is made an error by the caller).
+must lie between the server's position before and after the stream (MySQL: GTID sets, before <=
+copy <= after), so the data copied is that server's (the tool's own datadir check, a warning in its log, is made an error by the caller).
 The identity that was checked goes into the manifest (`extra.server_identity`) and the task log.
 """
 
@@ -25,7 +25,7 @@ from typing import Any
 
 from ..catalog.backups import Catalog
 from ..catalog.manifest import Manifest
-from ..common.values import parse_gtid_pos
+from ..common.values import GtidSet, parse_gtid_pos
 from ..db.server import MySQLTarget, ServerFacts
 from .catalog import server_uuids
 from .timeline import timelines
@@ -156,9 +156,12 @@ def checked_copy(copied_gtid: str | None, before: ServerFacts, after_gtid: str) 
     """Why the GTID position a backup tool recorded is not the checked server's (None: it is). A
     MariaDB tool records @@gtid_current_pos at its copy's moment, which lies between the server's
     position before and after the stream: per domain, a sequence in between, and the same server_id
-    where it equals an end (a domain without writes meanwhile keeps its exact GTID)."""
-    if not copied_gtid or not before.is_mariadb:
+    where it equals an end (a domain without writes meanwhile keeps its exact GTID). A MySQL copy's
+    GTID set holds everything the server had executed before and nothing it had not after."""
+    if not copied_gtid:
         return None
+    if not before.is_mariadb:
+        return _checked_mysql_copy(copied_gtid, before.gtid_current, after_gtid)
     try:
         low, got, high = (parse_gtid_pos(t) for t in (before.gtid_current, copied_gtid, after_gtid))
     except ValueError as exc:
@@ -173,4 +176,16 @@ def checked_copy(copied_gtid: str | None, before: ServerFacts, after_gtid: str) 
             return f"the copy's GTID {mid} is not between the server's {lo or '-'} before and {hi or '-'} after it"
         if (lo is not None and mid.seq == lo.seq and mid != lo) or (mid.seq == hi.seq and mid != hi):
             return f"the copy's GTID {mid} is another server's than the server's {lo or hi}"
+    return None
+
+
+def _checked_mysql_copy(copied: str, before: str, after: str) -> str | None:
+    try:
+        low, got, high = (GtidSet.parse(t, "GTID set") for t in (before, copied, after))
+    except ValueError as exc:
+        return str(exc)
+    if not low <= got:
+        return f"the copy's GTID set {got} lacks {low - got}, which the server had executed before it"
+    if not got <= high:
+        return f"the copy's GTID set {got} holds {got - high}, which the server had not executed after it"
     return None

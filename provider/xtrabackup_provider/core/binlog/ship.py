@@ -27,9 +27,9 @@ from ..common import children
 from ..common.crashpoints import crash_point
 from ..common.files import sha256_range
 from ..common.tempdirs import private_dir
-from ..common.values import format_gtid_pos, parse_gtid_pos
+from ..common.values import GtidSet, check_gtid_for, format_gtid_pos, gtid_form, parse_gtid_pos
+from ..db.dialect import Dialect, dialect_for
 from ..db.server import (
-    ClientFamily,
     MySQLTarget,
     ServerError,
     ServerFacts,
@@ -69,7 +69,9 @@ class ShipRequest:
     target: MySQLTarget
     public_keys: list[str] = field(default_factory=list)  # armored; none = unencrypted (if allowed)
     allow_unencrypted: bool = False
-    binary: str | None = None  # mariadb-binlog / mysqlbinlog; default by server flavour
+    binary: str | None = (
+        None  # mariadb-binlog / mysqlbinlog; default: the server family's (core/db/dialect.py)
+    )
     flush: bool = False  # FLUSH BINARY LOGS first, so the binlog open until now is shipped too
     compression_level: int = 3
     storage_class: str = "STANDARD"
@@ -120,10 +122,37 @@ def check_origin(where: str, name: str, summary: BinlogSummary, identity: Server
         )
 
 
-def binlog_tool(binary: str | None, facts: ServerFacts) -> str:
-    tool = binary or ("mariadb-binlog" if facts.is_mariadb else "mysqlbinlog")
-    if shutil.which(tool) is None:
-        raise BinlogError(f"{tool} not found on this worker; install the MariaDB/MySQL client tools")
+_CONFIGURE = "set the host's `binlog_binary` in the fleet config (or --binary)"
+
+
+def binlog_tool(binary: str | None, facts: ServerFacts, where: str = "") -> str:
+    """The binlog client for this server: the one configured, else the server family's own. One of
+    the other family (MariaDB's mysqlbinlog against MySQL, MySQL's against MariaDB) or older than a
+    MySQL server is refused here, before anything is copied, naming both versions: it would fail on
+    the first binlog, or misread it."""
+    dialect = dialect_for(facts.version)
+    tool = binary or dialect.binlog_client
+    found = shutil.which(tool)
+    if found is None:
+        raise BinlogError(
+            f"{tool} not found on this worker; install {dialect.name.split()[0]}'s client tools "
+            f"({dialect.binlog_client}) or {_CONFIGURE}"
+        )
+    try:
+        proc = children.run(
+            [found, "--no-defaults", "--version"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BinlogError(
+            f"{found} --version failed ({exc}); {_CONFIGURE} to a working binlog client"
+        ) from None
+    problem = dialect.binlog_client_problem(found, proc.stdout or proc.stderr or "")
+    if problem:
+        raise BinlogError(f"{where or 'binlog shipping'}: {problem}, and {_CONFIGURE}; nothing was shipped")
     return tool
 
 
@@ -135,6 +164,7 @@ def download_argv(
     *,
     stop_never: bool = False,
     replica_server_id: int | None = None,
+    id_option: str = "--stop-never-slave-server-id",
 ) -> list[str]:
     """argv copying binlog `first` (and with --stop-never every later one, live) into dest_dir.
     The tool reads the 0600 defaults file alone (the first option, or it is ignored): a host's
@@ -149,7 +179,7 @@ def download_argv(
     if stop_never:
         argv.append("--stop-never")
         if replica_server_id is not None:
-            argv.append(f"--stop-never-slave-server-id={replica_server_id}")
+            argv.append(f"{id_option}={replica_server_id}")  # the dialect's binlog_follow_id_option
     return [*argv, first]
 
 
@@ -169,10 +199,14 @@ def server_binlogs(target: MySQLTarget) -> list[tuple[str, int]]:
     return [(str(r[0]), int(r[1])) for r in rows]
 
 
-def master_position(target: MySQLTarget) -> tuple[str, int]:
-    rows = query(target, "SHOW MASTER STATUS")
+def master_position(target: MySQLTarget, dialect: Dialect | None = None) -> tuple[str, int]:
+    """The binlog being written and its size now (the dialect's binlog status statement: MySQL 8.4
+    removed SHOW MASTER STATUS)."""
+    if dialect is None:
+        dialect = dialect_for(str(query(target, "SELECT @@version")[0][0]))
+    rows = query(target, dialect.binlog_status)
     if not rows:
-        raise BinlogError(f"{target.address}: SHOW MASTER STATUS is empty; is binary logging on?")
+        raise BinlogError(f"{target.address}: {dialect.binlog_status} is empty; is binary logging on?")
     return str(rows[0][0]), int(rows[0][1])
 
 
@@ -211,9 +245,10 @@ class BinlogShipper:
         except IdentityError as exc:
             raise BinlogError(f"{exc}; no binlog was shipped") from None
         log.info("shipping the binlogs of %s: %s", self.identity.describe(), self.identity.basis)
-        self.binary = binlog_tool(req.binary, self.facts)
+        self.dialect = dialect_for(self.facts.version)
+        self.binary = binlog_tool(req.binary, self.facts, f"{req.target.address} ({self.dialect.name})")
         # mariadb-binlog reads MariaDB's client options, mysqlbinlog MySQL 8's (the TLS spelling).
-        self.client: ClientFamily = "mariadb" if self.facts.is_mariadb else "mysql"
+        self.client = self.dialect.client_family
         self.bcat = BinlogCatalog(req.catalog, self.facts.server_uuid)
         self.report = ShipReport(self.facts.server_uuid)
         self.gpg = GpgHome()
@@ -355,12 +390,11 @@ class BinlogShipper:
         self.bcat.drop_partial(partial)
         self.report.shipped.append(name)
         log.info(
-            "shipped %s: %d bytes -> %d stored, GTIDs %s..%s",
+            "shipped %s: %d bytes -> %d stored, GTIDs %s",
             name,
             summary.size,
             segment.object.size,
-            manifest.gtid_first or "-",
-            manifest.gtid_last or "-",
+            manifest.gtid_set or f"{manifest.gtid_first or '-'}..{manifest.gtid_last or '-'}",
         )
         return manifest
 
@@ -460,6 +494,8 @@ class BinlogShipper:
             gtid_start=format_gtid_pos(summary.gtid_start),
             gtid_first=format_gtid_pos(summary.gtid_first),
             gtid_last=format_gtid_pos(summary.gtid_last),
+            gtid_set_before=str(summary.mysql_before or ""),
+            gtid_set=str(summary.mysql_gtid_set),
             segments=segments,
             shipped_at=datetime.now(UTC),
         )
@@ -521,17 +557,23 @@ class LagTarget:
 
 def lag_target(target: MySQLTarget, gtid: str | None = None) -> LagTarget:
     """The point to wait for: the given GTID, or the server's current binlog position."""
-    uuid = server_facts(target).server_uuid
+    facts = server_facts(target)
+    dialect = dialect_for(facts.version)
     if gtid:
-        parse_gtid_pos(gtid, "gtid")
-        return LagTarget(uuid, gtid=gtid)
-    file, position = master_position(target)
-    return LagTarget(uuid, file, position)
+        try:
+            check_gtid_for(gtid, dialect.family, "gtid", f"the server at {target.address} ({dialect.name})")
+        except ValueError as exc:
+            raise BinlogError(str(exc)) from None
+        return LagTarget(facts.server_uuid, gtid=gtid)
+    file, position = master_position(target, dialect)
+    return LagTarget(facts.server_uuid, file, position)
 
 
 def is_shipped(catalog: Catalog, point: LagTarget) -> bool:
     index = BinlogCatalog(catalog, point.server_uuid).index()
     if point.gtid:
+        if gtid_form(point.gtid) == "mysql":
+            return index.covers_gtid(GtidSet.parse(point.gtid, "gtid"))
         return index.covers_gtid(parse_gtid_pos(point.gtid))
     assert point.file is not None and point.position is not None
     return index.covers_position(point.file, point.position)
@@ -553,6 +595,7 @@ def list_binlogs(catalog: Catalog) -> dict[str, Any]:
                 "last_event_time": m.last_event_time.isoformat() if m.last_event_time else None,
                 "gtid_first": m.gtid_first,
                 "gtid_last": m.gtid_last,
+                "gtid_set": m.gtid_set,  # MySQL: the GTIDs it holds
             }
             for m in index.shipped()
         ]

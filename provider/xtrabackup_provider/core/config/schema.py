@@ -364,8 +364,11 @@ class ProvisionConfig(_Model):
 
 class HostConfig(_Model):
     name: str = Field(pattern=NAME)
-    flavour: Literal["mariabackup", "xtrabackup", "clone"] = "mariabackup"
+    flavour: Literal["mariabackup", "xtrabackup"] = "mariabackup"
     binary: str | None = None
+    # The binlog client for this host's server (mysqlbinlog / mariadb-binlog of the server's own
+    # family and version): default the cluster's `binlogs.binary`, else the server family's client.
+    binlog_binary: str | None = None
     mysql_conn_id: str | None = None  # Airflow
     heartbeat_conn_id: str | None = None  # the source's connection when this host is a replica
     datadir: str | None = None
@@ -393,7 +396,7 @@ class HostConfig(_Model):
     standby_dir: str | None = None
     standby_queue: str | None = Field(None, pattern=NAME)
 
-    @field_validator("binary", "datadir", "defaults_file", "socket", "standby_dir")
+    @field_validator("binary", "binlog_binary", "datadir", "defaults_file", "socket", "standby_dir")
     @classmethod
     def _path(cls, value: str | None) -> str | None:
         return check_path(value)

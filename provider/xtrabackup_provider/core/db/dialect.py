@@ -21,7 +21,6 @@ The differences it knows (each checked against the server's own documentation):
 
 from __future__ import annotations
 
-
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -220,6 +219,37 @@ class Dialect:
         return "mariadb-binlog" if self.is_mariadb else "mysqlbinlog"
 
     @property
+    def binlog_follow_id_option(self) -> str:
+        """How a following (--stop-never) binlog client is given its replication server_id: MySQL
+        8.0.26 renamed --stop-never-slave-server-id to --connection-server-id."""
+        if not self.is_mariadb and self.at_least(8, 0, 26):
+            return "--connection-server-id"
+        return "--stop-never-slave-server-id"
+
+    def binlog_client_problem(self, tool: str, version_output: str) -> str | None:
+        """Why the binlog client whose `--version` said `version_output` cannot read this server's
+        binlogs (None: it can, or it does not say whose it is). One line naming both versions and
+        what to install; the caller adds where to configure it."""
+        family, version = binlog_client_of(version_output)
+        said = " ".join(version_output.split())[:120]
+        if family is None or (family == self.family and (version is None or self.is_mariadb)):
+            return None
+        if family != self.family:
+            whose = "MariaDB's" if family == "mariadb" else "MySQL's"
+            want = f"{self.binlog_client} {self.version[0]}.{self.version[1]} or newer"
+            return (
+                f"the binlog client {tool} is {whose} ({said!r}) and the server is {self.name}, whose binlogs it "
+                f"refuses: install {'MariaDB' if self.is_mariadb else 'MySQL'}'s own client ({want})"
+            )
+        assert version is not None
+        if version[:2] < self.version[:2]:  # an older mysqlbinlog misreads newer events
+            return (
+                f"the binlog client {tool} is mysqlbinlog {'.'.join(map(str, version))}, older than the server "
+                f"({self.name}): install mysqlbinlog {self.version[0]}.{self.version[1]} or newer"
+            )
+        return None
+
+    @property
     def client(self) -> str:
         return "mariadb" if self.is_mariadb else "mysql"
 
@@ -236,6 +266,30 @@ class Dialect:
     def backup_metadata_prefix(self) -> str:
         """mariadb-backup 11.1+ writes mariadb_backup_checkpoints / _binlog_info / _info."""
         return "mariadb_backup_" if self.is_mariadb and self.at_least(11, 1) else "xtrabackup_"
+
+
+def binlog_client_of(version_output: str) -> tuple[Family | None, tuple[int, int, int] | None]:
+    """Whose binlog client printed `version_output` (`--version`), and its version where it says:
+    MySQL's says its server version (`mysqlbinlog  Ver 9.7.4-2 for Linux`), MariaDB's says MariaDB
+    (11.x: `from 11.8.9-MariaDB, client 3.5`) or only its own 3.x number (10.x: `Ver 3.5 for
+    debian-linux-gnu`). (None, None): it does not tell."""
+    text = " ".join(str(version_output).split())
+    if "mariadb" in text.lower():
+        found = re.search(r"(\d+\.\d+\.\d+)-MariaDB", text)
+        return "mariadb", parse_version(found.group(1)) if found else None
+    found = re.search(r"\bVer (\d+)\.(\d+)(?:\.(\d+))?", text)
+    if not found:
+        return None, None
+    version = (int(found.group(1)), int(found.group(2)), int(found.group(3) or 0))
+    if version[0] < 5:  # MariaDB's mysqlbinlog numbers itself 3.x; MySQL's says its server version
+        return "mariadb", None
+    return "mysql", version
+
+
+def dialect_of(conn: Any) -> Dialect:
+    """The dialect of the server behind an open MySQLdb connection, from the version its handshake
+    sent (no query: MariaDB 10.x sends `5.5.5-10.11.6-MariaDB`, which parse_version reads)."""
+    return dialect_for(conn.get_server_info())
 
 
 def dialect_for(version: str) -> Dialect:

@@ -1,0 +1,113 @@
+"""The MySQL GTID set model (core/common/values.py) against plain Python sets of (source, number):
+parse and format round-trip to MySQL's normal form; union, difference and subset agree with the
+sets; a GTID of the other server's form is refused by name."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from xtrabackup_provider.core.common.values import (
+    GtidSet,
+    MysqlGtid,
+    check_gtid_for,
+    check_mysql_gtid_set,
+    gtid_form,
+)
+
+U1 = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+U2 = "9b2f8a10-0000-11f1-81ec-02fc00000001"
+SOURCES = [U1, U2, f"{U1}:blue"]
+
+members = st.sets(st.tuples(st.sampled_from(SOURCES), st.integers(1, 40)), max_size=60)
+
+
+def _of(items: set[tuple[str, int]]) -> GtidSet:
+    return GtidSet({s: [(n, n) for src, n in items if src == s] for s in SOURCES})
+
+
+def _members(gtids: GtidSet) -> set[tuple[str, int]]:
+    return {
+        (s, n) for s, intervals in gtids.intervals().items() for a, b in intervals for n in range(a, b + 1)
+    }
+
+
+@settings(derandomize=True, max_examples=300)
+@given(members, members)
+def test_set_operations_agree_with_python_sets(a, b):
+    x, y = _of(a), _of(b)
+    assert _members(x | y) == a | b
+    assert _members(x - y) == a - b
+    assert (x <= y) == (a <= b) and x.contains(y) == (b <= a)
+    assert len(x) == len(a) and bool(x) == bool(a)
+    assert all((MysqlGtid.of(s, n) in x) == ((s, n) in a) for s in SOURCES for n in (1, 20, 40))
+
+
+@settings(derandomize=True, max_examples=300)
+@given(members)
+def test_format_is_mysqls_normal_form_and_parses_back(a):
+    x = _of(a)
+    text = str(x)
+    assert GtidSet.parse(text) == x
+    assert str(GtidSet.parse(text)) == text
+    assert " " not in text and (not text or text.startswith(U1) or text.startswith(U2))
+
+
+def test_parse_reads_what_the_server_prints():
+    printed = f"{U1.upper()}:1-5:7-9,\n{U2}:1-3"
+    gtids = GtidSet.parse(printed)
+    assert str(gtids) == f"{U1}:1-5:7-9,{U2}:1-3"
+    assert str(GtidSet.parse(f"{U1}:1-3:4-5:7")) == f"{U1}:1-5:7"  # adjacent intervals join
+    assert str(GtidSet.parse(f"{U1}:blue:1-2,{U1}:1-3")) == f"{U1}:1-3:blue:1-2"  # untagged first
+    assert GtidSet.parse("") == GtidSet() and str(GtidSet()) == ""
+    assert str(MysqlGtid.of(U1.upper(), 42)) == f"{U1}:42"
+    assert check_mysql_gtid_set(f"{U1}:1-5") == f"{U1}:1-5"
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        (f"{U1}:5-3", "interval '5-3'"),
+        (f"{U1}:0", "interval '0'"),
+        (f"{U1}:{2**63}", "interval"),
+        (f"{U1}", "is not a MySQL GTID set"),
+        ("0-1-5", "is not a MySQL GTID set"),
+        (f"{U1}:1-x", "neither an interval nor a tag"),
+        ("not-a-uuid:1-5", "is not a MySQL GTID set"),
+    ],
+)
+def test_a_bad_set_is_refused_naming_the_part(text, says):
+    with pytest.raises(ValueError, match="--to-gtid") as exc:
+        GtidSet.parse(text, "--to-gtid")
+    assert says in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_a_gtid_of_the_other_servers_form_is_refused_in_one_line():
+    assert gtid_form("0-1-5") == "mariadb" and gtid_form(f"{U1}:1-5") == "mysql" and gtid_form(" ") is None
+    check_gtid_for("0-1-5", "mariadb", "--to-gtid", "backup b1")
+    check_gtid_for(f"{U1}:1-5", "mysql", "--to-gtid", "backup b1")
+    with pytest.raises(
+        ValueError, match=r"--to-gtid '0-1-5' is a MariaDB GTID .* backup b1 of MySQL 9.7.4 is MySQL"
+    ):
+        check_gtid_for("0-1-5", "mysql", "--to-gtid", "backup b1 of MySQL 9.7.4")
+    with pytest.raises(
+        ValueError, match=r"is a MySQL GTID set, but backup b2 is MariaDB: give a MariaDB GTID"
+    ):
+        check_gtid_for(f"{U1}:1-5", "mariadb", "--to-gtid", "backup b2")
+    with pytest.raises(ValueError, match="neither a MariaDB GTID position"):
+        gtid_form("yesterday")
+
+
+def test_a_mysql_copy_must_hold_the_servers_gtid_set_before_it_and_nothing_after():
+    from xtrabackup_provider.core.binlog.identity import checked_copy
+    from xtrabackup_provider.core.db.server import ServerFacts
+
+    before = ServerFacts("9.7.4-2", 1, U1, "/d", f"{U1}:1-10", False, gtid_current=f"{U1}:1-10")
+    assert checked_copy(f"{U1}:1-12", before, f"{U1}:1-15") is None
+    assert checked_copy(f"{U1}:1-10", before, f"{U1}:1-10") is None
+    assert "lacks 3e11fa47-71ca-11e1-9e33-c80aa9429562:9-10" in str(
+        checked_copy(f"{U1}:1-8", before, f"{U1}:1-15")
+    )
+    assert f"holds {U2}:1" in str(checked_copy(f"{U1}:1-12,{U2}:1", before, f"{U1}:1-15"))
+    assert "not a MySQL GTID set" in str(checked_copy("0-1-5", before, f"{U1}:1-15"))
