@@ -107,7 +107,7 @@ def deep_pair(factory: Callable[..., SandboxServer], name: str, **compare: Any) 
     source.execute_script(
         f"CREATE USER xrepl@'127.0.0.1' IDENTIFIED BY '{repl}'; GRANT REPLICATION SLAVE ON *.* TO xrepl@'127.0.0.1';"
         f"CREATE USER xbp_checksum@'127.0.0.1' IDENTIFIED BY '{check}';"
-        "GRANT SELECT, PROCESS, SUPER, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO xbp_checksum@'127.0.0.1';"
+        "GRANT SELECT, PROCESS, SUPER, BINLOG ADMIN, SLAVE MONITOR, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO xbp_checksum@'127.0.0.1';"
         "GRANT ALL ON percona.* TO xbp_checksum@'127.0.0.1';"
     )
     wait_caught_up(source, replica)
@@ -131,7 +131,7 @@ def checksum_pair(
     password = uuid.uuid4().hex
     source.query("CREATE USER 'xbp_checksum'@'127.0.0.1' IDENTIFIED BY %s", (password,))
     source.query(
-        "GRANT SELECT, PROCESS, SUPER, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'xbp_checksum'@'127.0.0.1'"
+        "GRANT SELECT, PROCESS, SUPER, BINLOG ADMIN, SLAVE MONITOR, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'xbp_checksum'@'127.0.0.1'"
     )
     source.query("GRANT ALL ON percona.* TO 'xbp_checksum'@'127.0.0.1'")
     wait_caught_up(source, replica)

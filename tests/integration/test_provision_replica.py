@@ -40,7 +40,7 @@ def _accounts(source) -> tuple[ReplicationSource, MySQLTarget]:
         f"CREATE USER repl@'127.0.0.1' IDENTIFIED BY '{repl}';"
         "GRANT REPLICATION SLAVE ON *.* TO repl@'127.0.0.1';"
         f"CREATE USER xbp_checksum@'127.0.0.1' IDENTIFIED BY '{check}';"
-        "GRANT SELECT, PROCESS, SUPER, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO xbp_checksum@'127.0.0.1';"
+        "GRANT SELECT, PROCESS, SUPER, BINLOG ADMIN, SLAVE MONITOR, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO xbp_checksum@'127.0.0.1';"
         "GRANT ALL ON percona.* TO xbp_checksum@'127.0.0.1';"
     )
     return (

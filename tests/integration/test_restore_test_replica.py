@@ -53,7 +53,7 @@ def source(mariadb_factory, tmp_path_factory) -> Source:
     server.execute_script(
         f"CREATE USER xrepl@'127.0.0.1' IDENTIFIED BY '{repl}'; GRANT REPLICATION SLAVE ON *.* TO xrepl@'127.0.0.1';"
         f"CREATE USER xbp_checksum@'127.0.0.1' IDENTIFIED BY '{check}';"
-        "GRANT SELECT, PROCESS, SUPER, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO xbp_checksum@'127.0.0.1';"
+        "GRANT SELECT, PROCESS, SUPER, BINLOG ADMIN, SLAVE MONITOR, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO xbp_checksum@'127.0.0.1';"
         "GRANT ALL ON percona.* TO xbp_checksum@'127.0.0.1';"
     )
     db = unique_name("rtr")

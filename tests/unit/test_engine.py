@@ -21,7 +21,12 @@ from xtrabackup_provider.core.engine.metadata import (
     parse_checkpoints,
     parse_info,
 )
-from xtrabackup_provider.core.engine.tools import EngineError, ToolVersion, parse_tool_version
+from xtrabackup_provider.core.engine.tools import (
+    EngineError,
+    ToolVersion,
+    check_tool_for_server,
+    parse_tool_version,
+)
 
 UUID_A = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 UUID_B = "8c1c2f3e-2d1a-11ef-a3b1-0242ac120002"
@@ -557,3 +562,84 @@ def test_parse_info_empty_gives_empty_values():
         "",
         BinlogPosition(),
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# a tool and the server it copies; the metadata names each tool writes
+
+
+@pytest.mark.parametrize(
+    ("tool", "family", "server"),
+    [
+        (mb("10.11.6"), "mariadb", (10, 11, 14)),  # the series matters, not the patch release
+        (mb("11.8.9"), "mariadb", (11, 8, 9)),
+        (mb("11.8.9"), "mariadb", (11, 4, 5)),
+        (xb("8.0.35-30"), "mysql", (8, 0, 35)),
+        (xb("8.4.0-1"), "mysql", (8, 0, 40)),
+    ],
+    ids=str,
+)
+def test_a_tool_of_the_servers_version_or_newer_is_accepted(tool, family, server):
+    check_tool_for_server(tool, family, server)
+
+
+@pytest.mark.parametrize(
+    ("tool", "family", "server", "words"),
+    [
+        (mb("10.11.6"), "mariadb", (11, 8, 9), ["10.11.6", "MariaDB 11.8.9", "install mariadb-backup 11.8"]),
+        (mb("11.4.5"), "mariadb", (11, 8, 0), ["11.4.5", "MariaDB 11.8.0", "install mariadb-backup 11.8"]),
+        (
+            xb("8.0.35-30"),
+            "mysql",
+            (8, 4, 3),
+            ["8.0.35-30", "MySQL 8.4.3", "install Percona XtraBackup 8.4.3"],
+        ),
+        (xb("8.0.34-29"), "mysql", (8, 0, 35), ["8.0.34-29", "MySQL 8.0.35", "XtraBackup 8.0.35"]),
+        (xb("8.4.0-1"), "mysql", (9, 7, 4), ["8.4.0-1", "MySQL 9.7.4", "XtraBackup 9.7.4"]),
+        (
+            mb("11.8.9"),
+            "mysql",
+            (9, 7, 4),
+            ["mariabackup 11.8.9", "cannot back up MySQL 9.7.4", "xtrabackup"],
+        ),
+        (
+            xb("8.4.0-1"),
+            "mariadb",
+            (11, 8, 9),
+            ["xtrabackup 8.4.0-1", "cannot back up MariaDB 11.8.9", "mariabackup"],
+        ),
+    ],
+    ids=str,
+)
+def test_a_tool_older_than_the_server_or_of_the_other_family_is_refused_in_one_line(
+    tool, family, server, words
+):
+    with pytest.raises(EngineError) as exc:
+        check_tool_for_server(tool, family, server)
+    message = str(exc.value)
+    assert "\n" not in message
+    for word in words:
+        assert word in message, message
+
+
+@pytest.mark.parametrize(
+    ("tool", "prefix"),
+    [
+        (mb("10.11.6"), "xtrabackup_"),
+        (mb("11.0.6"), "xtrabackup_"),
+        (mb("11.1.2"), "mariadb_backup_"),
+        (mb("11.8.9"), "mariadb_backup_"),
+        (xb("8.4.0-1"), "xtrabackup_"),
+    ],
+    ids=str,
+)
+def test_mariadb_backup_11_1_and_later_write_mariadb_backup_metadata_files(tool, prefix):
+    assert tool.capabilities.metadata_prefix == prefix
+
+
+def test_mariadb_backup_11_8_prepares_a_chain_without_apply_log_only():
+    tool = parse_tool_version(mb_output("11.8.9", "/usr/bin/mariadb-backup"))
+    argv = all_argv(tool, 3)
+    assert len(argv) == 4 and not any(a.startswith("--apply-log") for step in argv for a in step)
+    with pytest.raises(EngineError):
+        prepare_argv(tool, PrepareStep(BASE, None, apply_log_only=True))

@@ -125,6 +125,16 @@ def test_checkpoints_only_seeked_and_never_written_are_not_a_whole_backup():
         _check(stream)
 
 
+@pytest.mark.parametrize("name", ["xtrabackup_checkpoints", "mariadb_backup_checkpoints"])
+def test_a_whole_backup_holds_the_checkpoints_under_either_tools_name(name):
+    """mariadb-backup 11.1+ writes mariadb_backup_checkpoints (MDEV-18931); a stream of 11.8 was
+    refused as cut short before (tests/integration/test_verify.py on 11.8)."""
+    stream = whole_file(name, CHECKPOINTS_TEXT) + whole_file("ibdata1", b"\0" * 100)
+    assert _check(stream).tree.files()[name] == len(CHECKPOINTS_TEXT)
+    with pytest.raises(XbstreamError, match="no xtrabackup_checkpoints or mariadb_backup_checkpoints"):
+        _check(whole_file("mariadb_backup_info", b"x = 1\n") + whole_file("ibdata1", b"\0" * 100))
+
+
 def test_an_ignorable_r_chunk_in_an_xtrabackup_stream_is_checked_not_an_assertion_error():
     """XtraBackup has no rename chunk: 'R' flagged ignorable is an unknown type. Its xbstream opens
     the file, checks the offset, and writes nothing (no checksum check for an unknown type)."""

@@ -37,6 +37,7 @@ from ..common.children import raise_open_files_limit, require_open_files
 from ..common.crashpoints import crash_point
 from ..common.files import directory_size
 from ..common.tempdirs import private_workdir
+from ..db.dialect import dialect_for
 from ..db.heartbeat import (
     SOURCE_HEARTBEAT_TABLE,
     lineage_token,
@@ -49,7 +50,7 @@ from ..db.server import MySQLTarget, ServerFacts, data_position, defaults_file, 
 from ..db.shape import capture_shape, table_names
 from ..engine.argv import BackupOptions, backup_argv
 from ..engine.metadata import read_binlog_position, read_checkpoints, read_info
-from ..engine.tools import Flavour, ToolVersion, detect_tool, stream_flavour
+from ..engine.tools import Flavour, ToolVersion, check_tool_for_server, detect_tool, stream_flavour
 from ..engine.warnings import not_what_was_asked
 from ..pipeline.gpg import GpgHome
 from ..pipeline.process import PipelineError
@@ -182,6 +183,8 @@ def _run_locked(req: BackupRequest, now: datetime | None, lock: HostLock) -> Man
     facts = server_facts(req.target)
     if tool.capabilities.own_stream:  # clone: its plugin and privileges, before anything starts
         check_clone(req.target, facts, f"host {req.catalog.cluster}/{req.catalog.host}")
+    server = dialect_for(facts.version)
+    check_tool_for_server(tool, server.family, server.version)  # before anything starts
     manifests = readable_manifests(req.catalog)
     identity = _check_identity(req, facts, manifests)
     require_open_files(tablespace_count(req.target) or 0, "tablespaces")  # before anything streams

@@ -1,5 +1,6 @@
 """Parsers of the metadata files the tools write (checkpoints, info, binlog position); tolerant:
-unknown keys kept, blank lines and comments ignored.
+unknown keys kept, blank lines and comments ignored. Each file is read under either name
+(metadata_names.py): xtrabackup_* or mariadb-backup 11.1+'s mariadb_backup_*.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .metadata_names import BINLOG_INFO_FILES, CHECKPOINT_FILES, INFO_FILES
 from .tools import EngineError
 
 
@@ -64,7 +66,7 @@ _BINLOG_POS_INFO = re.compile(
 
 
 def parse_binlog_info(text: str) -> BinlogPosition:
-    """xtrabackup_binlog_info: `<file>\\t<position>[\\t<gtid set>]`; the GTID set may wrap lines."""
+    """xtrabackup_binlog_info / mariadb_backup_binlog_info: `<file>\\t<position>[\\t<gtid set>]`; the GTID set may wrap lines."""
     parts = text.strip().split(None, 2)
     if len(parts) < 2 or not parts[1].isdigit():
         return BinlogPosition()
@@ -73,7 +75,7 @@ def parse_binlog_info(text: str) -> BinlogPosition:
 
 
 def parse_binlog_pos(value: str) -> BinlogPosition:
-    """The `binlog_pos` value of xtrabackup_info."""
+    """The `binlog_pos` value of xtrabackup_info / mariadb_backup_info."""
     m = _BINLOG_POS_INFO.search(value)
     if not m:
         return BinlogPosition()
@@ -107,12 +109,6 @@ class BackupInfo:
 
 def parse_info(text: str) -> BackupInfo:
     return BackupInfo(parse_key_values(text))
-
-
-# Tools older than MariaDB 11.x write xtrabackup_*; newer MariaDB writes mariadb_backup_*.
-CHECKPOINT_FILES = ("xtrabackup_checkpoints", "mariadb_backup_checkpoints")
-INFO_FILES = ("xtrabackup_info", "mariadb_backup_info")
-BINLOG_INFO_FILES = ("xtrabackup_binlog_info", "mariadb_backup_binlog_info")
 
 
 def find_metadata(directory: Path, names: tuple[str, ...]) -> Path | None:

@@ -63,6 +63,7 @@ class Capabilities:
     prepare_parallel: bool  # --parallel honoured at --prepare (8.0.35-33+)
     estimate_memory: bool  # --estimate-memory at backup, --use-free-memory-pct at prepare
     prepared_base_accepts_incrementals: bool  # MariaBackup 10.5+: a fully prepared base can go on
+    metadata_prefix: str = "xtrabackup_"  # mariadb-backup 11.1+ (MDEV-18931): mariadb_backup_checkpoints, ...
     incremental: bool = True  # can continue a chain (clone: fulls only)
     prepare: bool = True  # a restore prepares what it extracted (clone: consistent as copied)
     own_stream: bool = False  # the product streams, extracts and copies back itself (clone)
@@ -80,6 +81,7 @@ class Capabilities:
                 prepare_parallel=False,
                 estimate_memory=False,
                 prepared_base_accepts_incrementals=modern,
+                metadata_prefix="mariadb_backup_" if v[:2] >= (11, 1) else "xtrabackup_",
             )
         return cls(
             apply_log_only=True,
@@ -87,6 +89,40 @@ class Capabilities:
             prepare_parallel=v >= (8, 0, 35, 33),
             estimate_memory=v >= (8, 0, 32, 26),
             prepared_base_accepts_incrementals=False,
+        )
+
+
+# The server family each flavour copies, and what to install instead of a tool that cannot.
+_FAMILY = {"mariabackup": "mariadb", "xtrabackup": "mysql", "clone": "mysql"}
+_PACKAGE = {
+    "mariabackup": "mariadb-backup",
+    "xtrabackup": "Percona XtraBackup",
+    "clone": "MySQL's clone plugin",
+}
+
+
+def check_tool_for_server(tool: ToolVersion, family: str, server: tuple[int, int, int]) -> None:
+    """Refuse, before anything starts, a tool that cannot copy this server: the other family's, or
+    one older than the server (an older tool does not know the server's redo and data formats:
+    mariadb-backup must be of the server's series or newer, XtraBackup 8.x of its release or newer).
+    """
+    name = f"{'MariaDB' if family == 'mariadb' else 'MySQL'} {'.'.join(map(str, server))}"
+    package = _PACKAGE[tool.flavour]
+    if _FAMILY[tool.flavour] != family:
+        other = "mariabackup" if family == "mariadb" else "xtrabackup (or clone)"
+        raise EngineError(
+            f"{tool.binary or tool.flavour} is {tool.flavour} {tool.text}, which cannot back up {name}: "
+            f"set the host's flavour to {other}"
+        )
+    if tool.capabilities.own_stream:
+        return  # clone: the server copies itself (its plugin and privileges: core/backup/clone.py)
+    # mariadb-backup: its series (the patch release may differ); XtraBackup: the server's release.
+    width = 2 if tool.flavour == "mariabackup" else 3
+    if tool.version[:width] < server[:width]:
+        wanted = ".".join(map(str, server[:width]))
+        raise EngineError(
+            f"{tool.binary or tool.flavour} is {tool.flavour} {tool.text}, older than the server ({name}): "
+            f"install {package} {wanted} or newer on this worker, or set the host's `binary` to it"
         )
 
 

@@ -24,9 +24,10 @@ it says "File exists" or "invalid filename", stops and exits 0), and `tree` is w
 the real mbstream. Beyond mbstream it refuses: a path with a NUL byte, an absolute path or a ".."
 component (mbstream renames and removes follow them out of the target), a rename or remove of the
 target directory itself, files never closed by an 'E' chunk and a stream without
-xtrabackup_checkpoints with content (it was cut short), and payloads over 2 GiB (the tools write a
-few MiB). Offsets up to 2^63 are accepted; a target filesystem may allow less (ext4: 16 TiB).
-XtraBackup's xbstream is checked from the format as documented (it is not installable here).
+xtrabackup_checkpoints (mariadb-backup 11.1+: mariadb_backup_checkpoints) with content (it was cut
+short), and payloads over 2 GiB (the tools write a few MiB). Offsets up to 2^63 are accepted; a
+target filesystem may allow less (ext4: 16 TiB). XtraBackup's xbstream is checked from the format
+as documented (it is not installable here).
 
 A K-part backup (core/pipeline/split.py) is checked by role: each data part ('part') on its own
 (no renames or removes; it may be empty: its only file was dropped during the backup), then the
@@ -50,6 +51,7 @@ import zlib
 from dataclasses import asdict, dataclass
 from typing import Literal
 
+from .metadata_names import CHECKPOINT_FILES
 from .xbtree import File, Tree, TreeError, components
 
 MAGIC = b"XBSTCK01"
@@ -64,7 +66,8 @@ LENGTH = struct.Struct("<I")  # MariaDB 'R': new path length
 MAX_PAYLOAD = 1 << 31  # the tools write chunks of a few MiB; more means a corrupt length field
 MAX_OFFSET = 1 << 63  # lseek() fails from here (a filesystem's own limit may be lower)
 PAGE_FLAGS = slice(54, 58)  # FIL_PAGE_DATA + FSP_SPACE_FLAGS: an InnoDB page 0's tablespace flags
-REQUIRED_FILE = "xtrabackup_checkpoints"
+# The checkpoints file, under the name of the tool that wrote it (mariadb-backup 11.1+: mariadb_backup_*).
+REQUIRED_FILES = CHECKPOINT_FILES
 # The longest header: a rename names two paths.
 MAX_HEAD = HEADER.size + MAX_PATH + LENGTH.size + MAX_PATH
 
@@ -238,14 +241,19 @@ class XbstreamChecker:
             raise XbstreamError(f"files never closed by an end-of-file chunk: {left_open[:5]}")
         if self.summary.chunks == 0 and self.role == "whole":
             raise XbstreamError("the stream is empty")
-        if self.role == "whole" or self.onto_parts:
-            node = self.tree.lookup(REQUIRED_FILE)
-            if not isinstance(node, File) or node.size == 0:
-                # A lone end-of-file chunk or a seek names the file but holds none of it.
-                raise XbstreamError(f"no {REQUIRED_FILE} (with its content) in the stream: it was cut short")
+        # A lone end-of-file chunk or a seek names the file but holds none of it.
+        wants_checkpoints = self.role == "whole" or self.onto_parts
+        if wants_checkpoints and not any(self._has_content(name) for name in REQUIRED_FILES):
+            raise XbstreamError(
+                f"no {' or '.join(REQUIRED_FILES)} (with its content) in the stream: it was cut short"
+            )
         self.summary.files = len(self.tree.files())
         self.summary.stream_bytes = self.base
         return self.summary
+
+    def _has_content(self, path: str) -> bool:
+        node = self.tree.lookup(path)
+        return isinstance(node, File) and node.size > 0
 
     def _chunk(self, at: int) -> int | None:
         """Bytes used by the complete chunk at `at`, or None if more input is needed."""
