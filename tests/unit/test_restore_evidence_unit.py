@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from manifest_factory import make_manifest
-from xtrabackup_provider.core.binlog.replication import ReplicationError, ReplicationSource, change_master_sql
+from xtrabackup_provider.core.binlog.replication import ReplicationError, ReplicationSource, change_source_sql
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.catalog.manifest import parse_manifest
 from xtrabackup_provider.core.catalog.reports import REPORT_NAME
@@ -21,6 +21,7 @@ from xtrabackup_provider.core.catalog.shape import SourceShape, TableShape
 from xtrabackup_provider.core.config.load import parse_config
 from xtrabackup_provider.core.config.schema import ConfigError
 from xtrabackup_provider.core.db.checksum import ChecksumOptions, checksum_argv
+from xtrabackup_provider.core.db.dialect import dialect_for
 from xtrabackup_provider.core.db.server import MySQLTarget
 from xtrabackup_provider.core.report.html import render_html
 from xtrabackup_provider.core.report.model import ClusterReport, host_report
@@ -150,15 +151,21 @@ def test_the_doublewrite_buffer_is_found_in_the_trx_sys_page_and_left_out(tmp_pa
 
 def test_change_master_sends_every_value_as_a_parameter():
     secret = "pa'ss\"word\\1"
-    sql, args = change_master_sql(ReplicationSource("10.0.0.1", 3307, "repl", secret, ssl=True))
+    mariadb, mysql = dialect_for("10.11.6-MariaDB"), dialect_for("9.7.4")
+    sql, args = change_source_sql(ReplicationSource("10.0.0.1", 3307, "repl", secret, ssl=True), mariadb)
     assert secret not in sql and args == ("10.0.0.1", 3307, "repl", secret, 5)
     assert sql == (
-        "CHANGE MASTER TO MASTER_HOST=%s, MASTER_PORT=%s, MASTER_USER=%s, MASTER_PASSWORD=%s,"
-        " MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=%s, MASTER_SSL=1"
+        "CHANGE MASTER TO MASTER_HOST = %s, MASTER_PORT = %s, MASTER_USER = %s, MASTER_PASSWORD = %s,"
+        " MASTER_CONNECT_RETRY = %s, MASTER_SSL = 1, MASTER_USE_GTID = slave_pos"
+    )
+    sql, args = change_source_sql(ReplicationSource("10.0.0.1", 3307, "repl", secret), mysql)
+    assert secret not in sql and args == ("10.0.0.1", 3307, "repl", secret, 5)
+    assert (
+        sql.startswith("CHANGE REPLICATION SOURCE TO SOURCE_HOST = %s") and "SOURCE_AUTO_POSITION = 1" in sql
     )
     assert "secret" not in repr(ReplicationSource("h", password="secret"))
     with pytest.raises(ReplicationError, match="is not a host name"):
-        change_master_sql(ReplicationSource("db1\nMASTER_HOST=evil"))
+        change_source_sql(ReplicationSource("db1\nMASTER_HOST=evil"), mariadb)
 
 
 def test_pt_table_checksum_can_leave_tables_out():

@@ -151,7 +151,7 @@ def cmd_provision_replica(args: argparse.Namespace, config: FleetConfig) -> int:
             catch_up_timeout=rep.settings.catch_up_timeout_minutes * 60,
             poll_seconds=rep.settings.poll_seconds,
             clean_on_failure=args.clean_on_failure,
-            binlog_binary=(cluster.binlogs.binary if cluster.binlogs else None) or "mariadb-binlog",
+            binlog_binary=cluster.binlogs.binary if cluster.binlogs else None,
             checksum=provision_checksum(cluster, host_dsn(host, config.source))
             if check and not args.no_wait
             else None,

@@ -1,6 +1,8 @@
-"""MariaDB replication of a server this provider sets up (a replica built from a backup, the deep
-restore test's sandbox): where it starts (gtid_slave_pos from the backup), CHANGE MASTER TO the
-source with MASTER_USE_GTID, START SLAVE, catching up, and the checks made before anything is
+"""Replication of a server this provider sets up (a replica built from a backup, the deep restore
+test's sandbox), in the server's own dialect (core/db/dialect.py): where it starts (MariaDB's
+gtid_slave_pos, MySQL's gtid_purged, from the backup), CHANGE MASTER TO ... MASTER_USE_GTID or
+CHANGE REPLICATION SOURCE TO ... SOURCE_AUTO_POSITION, START REPLICA, catching up, and the checks
+made before anything is
 restored: the replication account logs in to the source from this host and may read its binlogs
 (check_source_login), and the source still holds the binlogs the position needs
 (check_binlogs_kept). Waits go through the thread watcher of core/db/replica.py: a wrong
@@ -21,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..common import children
-from ..common.values import format_gtid_pos, gtid_reached, parse_gtid_pos
+from ..common.values import GtidSet, format_gtid_pos, gtid_reached, parse_gtid_pos
+from ..db.dialect import Dialect, dialect_for, dialect_of
 from ..db.replica import (
     ER_MASTER_FATAL_READING_BINLOG,
     GRACE_SECONDS,
@@ -34,7 +37,7 @@ from ..db.replica import (
     read_state,
     wait_replica,
 )
-from ..db.server import MySQLTarget, connect, defaults_file, query
+from ..db.server import MySQLTarget, binlog_status, connect, defaults_file, query
 
 log = logging.getLogger(__name__)
 
@@ -82,19 +85,20 @@ class ReplicationSource:
         )
 
 
-def change_master_sql(source: ReplicationSource) -> tuple[str, tuple[Any, ...]]:
-    """CHANGE MASTER TO ... MASTER_USE_GTID=slave_pos with every value a parameter (the password
-    is escaped by the client library and sent over the connection, never formatted into text
-    that is logged)."""
+def change_source_sql(source: ReplicationSource, dialect: Dialect) -> tuple[str, tuple[Any, ...]]:
+    """CHANGE MASTER TO ... MASTER_USE_GTID (MariaDB) or CHANGE REPLICATION SOURCE TO ...
+    SOURCE_AUTO_POSITION (MySQL) with every value a parameter (the password is escaped by the client
+    library and sent over the connection, never formatted into text that is logged)."""
     if not source.host or any(c in source.host for c in "\n\r\0"):
         raise ReplicationError(f"replication source host {source.host!r} is not a host name or address")
-    parts = ["MASTER_HOST=%s", "MASTER_PORT=%s", "MASTER_USER=%s", "MASTER_PASSWORD=%s"]
-    args: list[Any] = [source.host, int(source.port), source.user, source.password or ""]
-    parts += ["MASTER_USE_GTID=slave_pos", "MASTER_CONNECT_RETRY=%s"]
-    args.append(int(source.connect_retry))
-    if source.ssl:
-        parts.append("MASTER_SSL=1")
-    return "CHANGE MASTER TO " + ", ".join(parts), tuple(args)
+    return dialect.change_source(
+        host=source.host,
+        port=source.port,
+        user=source.user,
+        password=source.password,
+        ssl=source.ssl,
+        connect_retry=source.connect_retry,
+    )[-1]
 
 
 def _quiet_session(cur: Any) -> None:
@@ -115,24 +119,49 @@ def attach(conn: Any, source: ReplicationSource, gtid: str) -> None:
     """Make the server behind `conn` a replica of `source` from GTID position `gtid`, and start it."""
     import MySQLdb
 
-    parse_gtid_pos(gtid, "the replication start position")  # a malformed GTID is refused here
+    dialect = dialect_of(conn)
     cur = conn.cursor()
     _quiet_session(cur)
-    sql, args = change_master_sql(source)
+    sql, args = change_source_sql(source, dialect)
     steps: list[tuple[str, tuple[Any, ...] | None]] = [
-        ("STOP SLAVE", None),
-        ("RESET SLAVE ALL", None),
-        ("SET GLOBAL gtid_slave_pos = %s", (gtid,)),
-        (sql, args),
-        ("START SLAVE", None),
+        (dialect.stop_replica, None),
+        (dialect.reset_replica_all, None),
     ]
+    steps += _start_position(cur, dialect, gtid)
+    steps += [(sql, args), (dialect.start_replica, None)]
     for statement, params in steps:
         try:
             cur.execute(statement, params)
         except MySQLdb.Error as exc:
-            shown = statement.split(" MASTER_HOST")[0]  # never the password
+            shown = statement.split(" MASTER_HOST")[0].split(" SOURCE_HOST")[0]  # never the password
             raise ReplicationError(f"{shown} failed on the replica: {exc.args[0]} {exc.args[-1]}") from None
     log.info("replicating from %s as %s, from GTID %s", source.describe(), source.user, gtid or "(empty)")
+
+
+def _start_position(cur: Any, dialect: Dialect, gtid: str) -> list[tuple[str, tuple[Any, ...] | None]]:
+    """What tells the replica the GTIDs it holds. MariaDB: gtid_slave_pos. MySQL: a restored copy
+    already holds the backup's GTIDs in gtid_executed (its data brings them); an empty one is told
+    them through gtid_purged; one holding other GTIDs is refused (it would replicate from the wrong
+    place, or hold errant transactions)."""
+    if dialect.is_mariadb:
+        parse_gtid_pos(gtid, "the replication start position")  # a malformed GTID is refused here
+        return [(f"SET GLOBAL {dialect.gtid_start_variable} = %s", (gtid,))]
+    cur.execute("SELECT @@global.gtid_executed, GTID_SUBSET(%s, @@global.gtid_executed)", (gtid,))
+    executed, contained = cur.fetchone()
+    executed = "".join(str(executed or "").split())
+    if contained and (not gtid or _same_set(cur, executed, gtid)):
+        return []
+    if not executed:
+        return [(f"SET GLOBAL {dialect.gtid_start_variable} = %s", (gtid,))]
+    raise ReplicationError(
+        f"the replica's gtid_executed {executed} is not the start position {gtid or '(empty)'}: it holds "
+        "transactions of its own; restore it again from the backup"
+    )
+
+
+def _same_set(cur: Any, a: str, b: str) -> bool:
+    cur.execute("SELECT GTID_SUBSET(%s, %s) AND GTID_SUBSET(%s, %s)", (a, b, b, a))
+    return bool(cur.fetchone()[0])
 
 
 @dataclass(frozen=True)
@@ -144,11 +173,12 @@ class CatchUp:
 
 
 def source_position(source_admin: MySQLTarget) -> str:
+    """The GTIDs of the source's binlogs now: what a replica has to apply to be caught up."""
     conn = connect(source_admin)
     try:
         cur = conn.cursor()
-        cur.execute("SELECT @@gtid_binlog_pos")
-        return str(cur.fetchone()[0] or "")
+        cur.execute(f"SELECT {dialect_of(conn).gtid_binlog_variable}")
+        return "".join(str(cur.fetchone()[0] or "").split())
     finally:
         conn.close()
 
@@ -156,7 +186,12 @@ def source_position(source_admin: MySQLTarget) -> str:
 def caught_up(state: ReplicaState, want: str, max_lag_seconds: float) -> bool:
     """Whether a replica in `state` has applied `want` with a lag of at most `max_lag_seconds`
     (its threads' errors are the watch's: core/db/replica.py)."""
-    reached = gtid_reached(parse_gtid_pos(state.gtid), parse_gtid_pos(want))
+    if state.family == "mysql":
+        reached = GtidSet.parse(want, "the source's GTIDs") <= GtidSet.parse(
+            state.gtid, "the replica's GTIDs"
+        )
+    else:
+        reached = gtid_reached(parse_gtid_pos(state.gtid), parse_gtid_pos(want))
     return reached and state.lag is not None and state.lag <= max_lag_seconds
 
 
@@ -206,7 +241,7 @@ def wait_caught_up(
 
 
 def check_source_login(
-    source: ReplicationSource, source_admin: MySQLTarget, *, binary: str = "mariadb-binlog", what: str
+    source: ReplicationSource, source_admin: MySQLTarget, *, binary: str | None = None, what: str
 ) -> None:
     """Log in to the source from this host as the replication account, the way `what` (a replica
     that will run here) will: same account, address and TLS; then read the start of the source's
@@ -216,6 +251,13 @@ def check_source_login(
 
     account = source.client_target()
     who = f"the replication account {source.user}@{source.address}"
+    dialect = dialect_for(str(query(source_admin, "SELECT @@version")[0][0]))
+    if len(source.password or "") > dialect.max_replication_password:
+        raise ReplicationError(
+            f"{who}: its password has {len(source.password or '')} characters and a {dialect.name} replica accepts "
+            f"at most {dialect.max_replication_password} (CHANGE REPLICATION SOURCE fails with 3056): give the "
+            "replication account a shorter password"
+        )
     try:
         MySQLdb.connect(**account.connect_kwargs()).close()
     except MySQLdb.Error as exc:
@@ -225,11 +267,12 @@ def check_source_login(
             f"{who} cannot log in to {source.describe()} from this host, as {what} would: {errno} {said}"
             + (f"; {advice(errno)}" if advice(errno) else "")
         ) from None
-    status = query(source_admin, "SHOW MASTER STATUS")
+    status = binlog_status(source_admin)
     if not status:
         raise ReplicationError(f"{source.describe()} has binary logging off: a replica has nothing to read")
     newest = str(status[0][0])
-    with defaults_file(account) as creds:
+    binary = binary or dialect.binlog_client
+    with defaults_file(account, dialect.client_family) as creds:
         # Stops after the first event: the format description, which the source sends only to an
         # account with REPLICATION SLAVE.
         argv = [binary, f"--defaults-file={creds}", "--read-from-remote-server", "--stop-position=5", newest]
@@ -237,7 +280,7 @@ def check_source_login(
             proc = children.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
         except FileNotFoundError:
             raise ReplicationError(
-                f"{binary} not found on this host; install the MariaDB client tools"
+                f"{binary} not found on this host; install {'MariaDB' if dialect.is_mariadb else 'MySQL'}'s client tools"
             ) from None
         except subprocess.TimeoutExpired:
             raise ReplicationError(

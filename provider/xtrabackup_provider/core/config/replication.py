@@ -105,7 +105,7 @@ def deep_compare(
         catch_up_timeout=settings.catch_up_timeout_minutes * 60,
         poll_seconds=min(settings.poll_seconds, 2.0),
         checksum=checksum_settings(cluster),
-        binlog_binary=(cluster.binlogs.binary if cluster.binlogs else None) or "mariadb-binlog",
+        binlog_binary=cluster.binlogs.binary if cluster.binlogs else None,
     )
 
 

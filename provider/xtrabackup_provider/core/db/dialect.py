@@ -166,11 +166,13 @@ class Dialect:
         options = [f"{word}_HOST = %s", f"{word}_PORT = %s", f"{word}_USER = %s", f"{word}_PASSWORD = %s"]
         args: list[Any] = [host, int(port), user, password or ""]
         if connect_retry is not None:
-            options.append(f"{word}_CONNECT_RETRY = {int(connect_retry)}")
+            options.append(f"{word}_CONNECT_RETRY = %s")
+            args.append(int(connect_retry))
         if ssl:
             options.append(f"{word}_SSL = 1")
         if delay is not None:
-            options.append(f"{word}_DELAY = {int(delay)}")
+            options.append(f"{word}_DELAY = %s")
+            args.append(int(delay))
         if not self.is_mariadb and self.at_least(8, 0, 23):
             # MySQL 8.0.27+ refuses a source whose public key it cannot get over a plain connection
             # for caching_sha2_password accounts: ask the source for it.
@@ -181,6 +183,11 @@ class Dialect:
             statements.append((f"SET GLOBAL {self.gtid_start_variable} = %s", (gtid_start,)))
         statements.append((f"{prefix} " + ", ".join(options), tuple(args)))
         return statements
+
+    @property
+    def max_replication_password(self) -> int:
+        """MySQL's replica keeps at most 32 characters of the source password (error 3056)."""
+        return 1024 if self.is_mariadb else 32
 
     # -- GTIDs -------------------------------------------------------------------------------------
     @property

@@ -1,4 +1,4 @@
-"""A replica's replication threads (SHOW SLAVE STATUS) and the watcher every wait on a replica
+"""A replica's replication threads (SHOW REPLICA / SLAVE STATUS, as its dialect says) and the watcher every wait on a replica
 goes through: provision-replica's catch-up and its sensor, the deep restore test's catch-up and
 its pt-table-checksum run.
 
@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from .dialect import dialect_of
 
 GRACE_SECONDS = 30.0
 ER_MASTER_FATAL_READING_BINLOG = 1236  # the source cannot send from the requested position
@@ -68,29 +70,34 @@ class ReplicaState:
     io_error: str
     sql_errno: int
     sql_error: str
-    lag: int | None  # Seconds_Behind_Master (None while the SQL thread is stopped)
-    gtid: str  # @@gtid_slave_pos: what the replica has applied
-    configured: bool = True  # SHOW SLAVE STATUS had a row
+    lag: int | None  # Seconds_Behind_Source/Master (None while the SQL thread is stopped)
+    gtid: str  # what the replica has applied: MariaDB's @@gtid_slave_pos, MySQL's gtid_executed
+    configured: bool = True  # the status statement had a row
+    family: str = "mariadb"  # whose GTIDs `gtid` holds
 
 
 def replica_state(conn: Any) -> ReplicaState:
+    dialect = dialect_of(conn)
     cur = conn.cursor()
-    cur.execute("SHOW SLAVE STATUS")
+    cur.execute(dialect.replica_status)
     row = cur.fetchone()
-    status = {} if row is None else {c[0]: v for c, v in zip(cur.description, row, strict=True)}
-    cur.execute("SELECT @@gtid_slave_pos")
+    status = dialect.status(
+        None if row is None else {c[0]: v for c, v in zip(cur.description, row, strict=True)}
+    )
+    cur.execute(f"SELECT {dialect.gtid_applied_variable}")
     gtid = str(cur.fetchone()[0] or "")
-    lag = status.get("Seconds_Behind_Master")
+    lag = status.get("seconds_behind")
     return ReplicaState(
-        io_running=str(status.get("Slave_IO_Running") or "No"),
-        sql_running=str(status.get("Slave_SQL_Running") or "No"),
-        io_errno=int(status.get("Last_IO_Errno") or 0),
-        io_error=str(status.get("Last_IO_Error") or ""),
-        sql_errno=int(status.get("Last_SQL_Errno") or 0),
-        sql_error=str(status.get("Last_SQL_Error") or ""),
+        io_running=str(status.get("io_running") or "No"),
+        sql_running=str(status.get("sql_running") or "No"),
+        io_errno=int(status.get("last_io_errno") or 0),
+        io_error=str(status.get("last_io_error") or ""),
+        sql_errno=int(status.get("last_sql_errno") or 0),
+        sql_error=str(status.get("last_sql_error") or ""),
         lag=None if lag is None else int(lag),
         gtid=gtid,
         configured=row is not None,
+        family=dialect.family,
     )
 
 
@@ -130,7 +137,7 @@ class Problem:
 def thread_problem(state: ReplicaState) -> Problem | None:
     """The reason the replica is not replicating now, or None when both threads run."""
     if not state.configured:
-        return Problem("replication", 0, "SHOW SLAVE STATUS is empty", final=True)
+        return Problem("replication", 0, "the replica status is empty (no source configured)", final=True)
     if state.sql_running != "Yes" and state.sql_errno:
         return Problem("SQL", state.sql_errno, state.sql_error, final=True)
     if state.io_running != "Yes" and state.io_errno:
@@ -141,9 +148,7 @@ def thread_problem(state: ReplicaState) -> Problem | None:
     if state.io_running == "No":
         return Problem("IO", 0, "the IO thread is not running (stopped, no error)", final=False)
     if state.io_running != "Yes":
-        return Problem(
-            "IO", 0, f"the IO thread is still connecting (Slave_IO_Running: {state.io_running})", False
-        )
+        return Problem("IO", 0, f"the IO thread is still connecting (IO running: {state.io_running})", False)
     return None
 
 

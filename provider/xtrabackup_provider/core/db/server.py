@@ -205,6 +205,20 @@ def answered(exc: ServerError) -> bool:
     return code not in NOTHING_THERE
 
 
+def binlog_status(target: MySQLTarget) -> list[tuple[Any, ...]]:
+    """The binlog being written, (File, Position, ...), in the server's own words (SHOW BINARY LOG
+    STATUS on MySQL 8.2+, SHOW MASTER STATUS before and on MariaDB); [] with binary logging off."""
+    from .dialect import dialect_of
+
+    conn = connect(target)
+    try:
+        cur = conn.cursor()
+        cur.execute(dialect_of(conn).binlog_status)
+        return list(cur.fetchall())
+    finally:
+        conn.close()
+
+
 def query(target: MySQLTarget, sql: str, args: tuple[Any, ...] | None = None) -> list[tuple[Any, ...]]:
     conn = connect(target)
     try:

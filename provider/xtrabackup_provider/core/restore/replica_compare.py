@@ -59,7 +59,7 @@ class SourceCompare:
     poll_seconds: float = 1.0
     checksum: ChecksumOptions = field(default_factory=ChecksumOptions)
     grace_seconds: float = GRACE_SECONDS  # a replication thread error lasting this long fails the check
-    binlog_binary: str = "mariadb-binlog"
+    binlog_binary: str | None = None  # None: the source family's binlog client
 
     def preflight(self) -> None:
         """Before the restore: the replication account logs in to the source from this worker."""
