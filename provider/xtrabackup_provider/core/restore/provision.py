@@ -101,7 +101,7 @@ class ProvisionRequest:
     fallbacks: list[Source] = field(default_factory=list)  # further targets (core/catalog/targets.py)
     grace_seconds: float = GRACE_SECONDS  # a replication thread error lasting this long fails the run
     clean_on_failure: bool = False  # after a failure, also empty the datadir (the stopped server's)
-    binlog_binary: str | None = None  # reads the source's binlogs as the replication account (None: its family's)
+    binlog_binary: str | None = None  # the binlog client (None: the source family's)
 
 
 @dataclass
