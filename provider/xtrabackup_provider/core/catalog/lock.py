@@ -43,10 +43,13 @@ import time
 import uuid
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from ..common.crashpoints import crash_point
+from ..common.processes import machine_id as _machine
+from ..common.processes import process_gone
+from ..common.processes import start_ticks as _start_ticks
+from ..common.processes import this_process as this_process  # lease.py and callers import it from here
 from ..storage.base import ObjectStore, StorageError
 from .backups import Catalog
 
@@ -100,38 +103,6 @@ def _probe(store: ObjectStore, key: str) -> str | None:
     if store.put_new(key, b"probe 4", if_match=etag) is None:
         return "a write with If-Match naming the current ETag was refused"
     return None
-
-
-def _machine() -> str:
-    """Which machine and PID namespace a pid number means something in."""
-    parts = [socket.gethostname()]
-    with contextlib.suppress(OSError):
-        parts.append(Path("/proc/sys/kernel/random/boot_id").read_text().strip())
-    with contextlib.suppress(OSError):
-        parts.append(os.readlink("/proc/self/ns/pid"))
-    return "/".join(parts)
-
-
-def _start_ticks(pid: int) -> int | None:
-    """A process's start time (clock ticks since boot): a pid with another start time is another process."""
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def this_process() -> dict[str, Any]:
-    """Who writes a lock or lease, as `process_gone` reads it back: machine, pid, start time."""
-    return {"machine": _machine(), "pid": os.getpid(), "pid_start": _start_ticks(os.getpid())}
-
-
-def process_gone(machine: Any, pid: Any, pid_start: Any) -> bool:
-    """Proven dead: the process ran on this machine (and PID namespace) and no process with its
-    pid and start time exists any more. Anything else (another machine, an older record without
-    the start time) proves nothing."""
-    if not machine or machine != _machine() or not isinstance(pid, int) or not isinstance(pid_start, int):
-        return False
-    return _start_ticks(pid) != pid_start
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .tempdirs import HOME, private_dir
+from .tempdirs import HOME, OWNER, private_dir
 
 log = logging.getLogger(__name__)
 
@@ -99,9 +99,10 @@ def _remove_home(pid: int, path: Path) -> None:
 
 
 def _empty(path: Path) -> bool:
+    """Nothing in it but its owner record (core/common/tempdirs.py)."""
     try:
         with os.scandir(path) as entries:
-            return next(entries, None) is None
+            return all(entry.name == OWNER for entry in entries)
     except OSError:
         return False
 

@@ -2,16 +2,23 @@
 
 A worker killed with SIGKILL (the OOM killer, a lost task) cannot remove its 0600 credential
 file, its GPG home, a backup's work directory, a restore's scratch copy or a PITR's decrypted
-binlogs. Each directory the product makes for itself carries the pid of the process that made it
-(`xbp-<kind>-<pid>-...`, or `.xbp-<kind>-<pid>-...` beside a restore target), and every new one
-first removes those of its kind in the same place whose process is gone, so such leftovers stay on
-disk only until the next run of that kind there.
+binlogs. Each directory the product makes for itself is named after the process that made it
+(`xbp-<kind>-<pid>-...`, or `.xbp-<kind>-<pid>-...` beside a restore target) and holds an owner
+record (`.xbp-owner`): the machine and PID namespace, the pid and the process's start time, as the
+host lock records its holder (core/common/processes.py). Every new one first removes those of its
+kind in the same place whose owner is proven dead: it ran in this PID namespace on this machine,
+and no process with its pid and start time is left (a reused pid is another process).
+
+Anything else proves nothing and is kept: a directory of another container sharing /tmp or a
+restore target's parent (another PID namespace: its pid means nothing here), of another machine
+sharing a mount, of another user (its record cannot be read), or of an older release (no record).
 """
 
 from __future__ import annotations
 
 __all__ = ["private_dir"]
 
+import json
 import os
 import shutil
 import tempfile
@@ -19,10 +26,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-Sweeper = Callable[[Path], object]
-HOME = (
-    "home"  # the empty HOME of a process's children  # stops what a dead owner left running in its directory
-)
+from .processes import process_gone, this_process
+
+Sweeper = Callable[[Path], object]  # stops what a dead owner left running in its directory
+HOME = "home"  # the empty HOME of a process's children
+OWNER = ".xbp-owner"
 
 
 def private_dir(
@@ -44,7 +52,12 @@ def private_dir(
     if kind != HOME:
         sweep(HOME, root)  # a process makes its children's HOME once (core/common/children.py)
     prefix = f"{'.' if hidden else ''}xbp-{kind}-{os.getpid()}-" + (f"{label}-" if label else "")
-    return Path(tempfile.mkdtemp(prefix=prefix, dir=root))  # mkdtemp makes it 0700
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=root))  # mkdtemp makes it 0700
+    # Until the record is written the directory proves nothing and no sweep touches it.
+    fd = os.open(path / OWNER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(this_process(), fh)
+    return path
 
 
 @contextmanager
@@ -60,11 +73,11 @@ def private_workdir(
 
 
 def sweep(kind: str, root: str | Path, on_sweep: Sweeper | None = None) -> list[Path]:
+    """Remove the directories of `kind` in `root` whose owner is proven dead; return them."""
     removed = []
     for pattern in (f"xbp-{kind}-*-*", f".xbp-{kind}-*-*"):
         for path in Path(root).glob(pattern):
-            pid = path.name.lstrip(".").split("-")[2]
-            if not pid.isdigit() or _alive(int(pid)) or path.is_symlink() or not path.is_dir():
+            if path.is_symlink() or not path.is_dir() or not _owner_dead(path):
                 continue
             if on_sweep:
                 on_sweep(path)
@@ -73,11 +86,14 @@ def sweep(kind: str, root: str | Path, on_sweep: Sweeper | None = None) -> list[
     return removed
 
 
-def _alive(pid: int) -> bool:
+def _owner_dead(path: Path) -> bool:
+    """Whether the directory's owner record proves its process dead (core/common/processes.py)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        fd = os.open(path / OWNER, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as fh:
+            owner = json.loads(fh.read(4096))
+    except (OSError, ValueError):  # none yet, an older release's, another user's, a torn write
         return False
-    except PermissionError:
-        return True
-    return True
+    if not isinstance(owner, dict):
+        return False
+    return process_gone(owner.get("machine"), owner.get("pid"), owner.get("pid_start"))
