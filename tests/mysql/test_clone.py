@@ -284,3 +284,27 @@ def test_restore_of_a_clone_needs_no_backup_tool(source, tmp_path, monkeypatch):
     restore(RestoreRequest(catalog=catalog, target_datadir=target))
     assert (target / "ibdata1").is_file() and (target / "mysql.ibd").is_file()
     assert (target / source.db / "orders.ibd").is_file()
+
+
+@pytest.fixture
+def small_filesystem(tmp_path):
+    """An 8 MiB tmpfs: a staging place too small for any server's data."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)], capture_output=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here (needs root): {proc.stderr.decode().strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_too_little_space_for_the_copy_is_refused_before_the_clone(source, small_filesystem, tmp_path):
+    catalog = Catalog(LocalStore(tmp_path / "store"), "backups", "c1", "db1")
+    with pytest.raises(
+        EngineError, match=r"the clone needs about \d+ MiB in .*which has [0-8] MiB free"
+    ) as err:
+        run_backup(_request(catalog, source, small_filesystem, allow_unencrypted=True))
+    assert "\n" not in str(err.value)
+    assert _nothing_stored(catalog) and list(small_filesystem.iterdir()) == []

@@ -131,8 +131,8 @@ def _check_space(target: MySQLTarget, staging: Path, where: str) -> None:
     if need > free:
         raise EngineError(
             f"{where}: the clone needs about {need // MiB} MiB in {staging.parent} (the server's data), "
-            f"which has {free // MiB} MiB free: free space there or set staging_dir to a larger "
-            "filesystem; nothing was backed up"
+            f"which has {free // MiB} MiB free: free space there or point the worker's TMPDIR at a "
+            "larger filesystem; nothing was backed up"
         )
 
 
