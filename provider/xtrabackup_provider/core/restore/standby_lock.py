@@ -4,8 +4,9 @@
   `standby refresh`) and of a restore from the standby; a second run waits for it a while.
 - A restore target: `.<name>.restore.lock` beside the target datadir (inside it, the file would
   make the datadir non-empty), held from the check that the target is empty to the end of the
-  restore (chain, point-in-time, from the standby); a second run into the same target is refused
-  at once. Two runs that both found the target empty would otherwise both restore into it, and
+  restore (chain, point-in-time, also from the standby; a restore from the standby takes it for its
+  copy into the target, chain.copy_back); a second run into the same target is refused at once.
+  A target whose parent this user may not write is locked itself (an flock on the directory). Two runs that both found the target empty would otherwise both restore into it, and
   the one whose move-back the tool refused ("not an empty directory") emptied the other's restore.
 
 The holder writes who it is into the file (purpose, host, pid, since when), so a run that is
