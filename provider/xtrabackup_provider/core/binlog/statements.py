@@ -21,7 +21,8 @@ identifier, under NO_BACKSLASH_ESCAPES a backslash in a string is a character; w
 blank between a function name and "(" changes nothing. A statement whose sql_mode is not known is
 read under each: every table any reading finds counts, and a reading that fails makes it Unparsed.
 
-A small tokenizer (identifiers, `quoted`, strings, comments, MariaDB's executable comments),
+A small tokenizer (identifiers, `quoted`, strings, comments, MariaDB's executable comments:
+every `/*!` or `/*M!` left in a binlog is code, the server logs those it skipped as `/* 50700`),
 then a reader per statement kind; no SQL grammar beyond what names tables.
 """
 
