@@ -109,6 +109,11 @@ class Dialect:
         return "SHOW REPLICA STATUS" if self._new_replica_words else "SHOW SLAVE STATUS"
 
     @property
+    def all_replicas_status(self) -> str:
+        """One row per source the server replicates from (MariaDB's multi-source connections)."""
+        return "SHOW ALL SLAVES STATUS" if self.is_mariadb else self.replica_status
+
+    @property
     def start_replica(self) -> str:
         return "START REPLICA" if self._new_replica_words else "START SLAVE"
 

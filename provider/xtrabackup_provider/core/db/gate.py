@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from ..catalog.manifest import GateResult
 from .checksum import MAX_LISTED_TABLES
+from .dialect import dialect_of
 from .dsn import DEFAULT_REPLICATE, quote_table
 from .server import MySQLTarget, ServerError, connect
 
@@ -58,15 +59,10 @@ class ReplicaHealth:
 
 
 def replica_health(target: MySQLTarget) -> ReplicaHealth:
-    import MySQLdb
-
     conn = connect(target)
     try:
         cur = conn.cursor()
-        try:
-            cur.execute("SHOW REPLICA STATUS")  # MariaDB 10.5+, MySQL 8.0.22+
-        except MySQLdb.ProgrammingError:
-            cur.execute("SHOW SLAVE STATUS")
+        cur.execute(dialect_of(conn).replica_status)
         row = cur.fetchone()
         status = None if row is None else {c[0]: v for c, v in zip(cur.description, row, strict=True)}
     finally:
@@ -91,8 +87,10 @@ class ChecksumFindings:
     differing: tuple[TableDiff, ...] = ()
 
 
-# The diff query from the pt-table-checksum documentation ("REPLICA CHECKS").
-DIFF_WHERE = "master_cnt <> this_cnt OR master_crc <> this_crc OR ISNULL(master_crc) <> ISNULL(this_crc)"
+# The diff query from the pt-table-checksum documentation ("REPLICA CHECKS"), over the source's
+# columns as the pt that made the table named them: master_cnt/_crc, or source_cnt/_crc (3.6+).
+def diff_where(source: str = "master") -> str:
+    return f"{source}_cnt <> this_cnt OR {source}_crc <> this_crc OR ISNULL({source}_crc) <> ISNULL(this_crc)"
 
 
 def checksum_findings(target: MySQLTarget, replicate: str = DEFAULT_REPLICATE) -> ChecksumFindings:
@@ -113,9 +111,11 @@ def checksum_findings(target: MySQLTarget, replicate: str = DEFAULT_REPLICATE) -
                 return ChecksumFindings(replicate, exists=False)
             raise
         chunks, newest, age = cur.fetchone()
+        cur.execute(f"SELECT * FROM {name} LIMIT 0")
+        source = "source" if "source_cnt" in {c[0] for c in cur.description} else "master"
         cur.execute(
-            f"SELECT CONCAT(db, '.', tbl), COUNT(*), COALESCE(SUM(this_cnt - master_cnt), 0) FROM {name}"
-            f" WHERE {DIFF_WHERE} GROUP BY db, tbl ORDER BY db, tbl"
+            f"SELECT CONCAT(db, '.', tbl), COUNT(*), COALESCE(SUM(this_cnt - {source}_cnt), 0) FROM {name}"
+            f" WHERE {diff_where(source)} GROUP BY db, tbl ORDER BY db, tbl"
         )
         diffs = tuple(TableDiff(str(t), int(c), int(d)) for t, c, d in cur.fetchall())
     finally:

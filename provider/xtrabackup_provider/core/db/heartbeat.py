@@ -27,8 +27,8 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any
 
+from .dialect import dialect_of
 from .server import MySQLTarget, ServerError, connect, query
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ def plant(target: MySQLTarget, backup_id: str) -> Planted:
     conn = connect(target)
     try:
         cur = conn.cursor()
-        mariadb = _is_mariadb(cur)
+        mariadb = dialect_of(conn).is_mariadb
         last_gtid = (
             "SELECT @@session.sql_log_bin, @@last_gtid" if mariadb else "SELECT @@session.sql_log_bin, ''"
         )
@@ -95,11 +95,6 @@ def plant(target: MySQLTarget, backup_id: str) -> Planted:
         return Planted(f"{schema}.{table}", token)
     finally:
         conn.close()
-
-
-def _is_mariadb(cur: Any) -> bool:
-    cur.execute("SELECT @@version")
-    return "mariadb" in str(cur.fetchone()[0]).lower()
 
 
 def _check_unlogged(before: str, after: str, target: MySQLTarget) -> None:
@@ -145,7 +140,7 @@ def write_source_heartbeat(source: MySQLTarget, backup_id: str) -> None:
         cur.execute("SELECT @@read_only")
         read_only = int(cur.fetchone()[0])
         try:
-            cur.execute("SHOW ALL SLAVES STATUS" if _is_mariadb(cur) else "SHOW REPLICA STATUS")
+            cur.execute(dialect_of(conn).all_replicas_status)
             replicating = bool(cur.fetchall())
         except Exception:  # noqa: BLE001 - no privilege to tell: treat as "could be a replica"
             replicating = True
