@@ -308,3 +308,15 @@ def test_too_little_space_for_the_copy_is_refused_before_the_clone(source, small
         run_backup(_request(catalog, source, small_filesystem, allow_unencrypted=True))
     assert "\n" not in str(err.value)
     assert _nothing_stored(catalog) and list(small_filesystem.iterdir()) == []
+
+
+def test_a_worker_without_mysqld_is_refused_and_its_staged_copy_removed(source, tmp_path):
+    catalog = Catalog(LocalStore(tmp_path / "store"), "backups", "c1", "db1")
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    req = _request(catalog, source, staging, allow_unencrypted=True)
+    req.binary = str(tmp_path / "no-such-mysqld")
+    with pytest.raises(EngineError, match="no-such-mysqld' not found on this worker") as err:
+        run_backup(req)
+    assert "\n" not in str(err.value)
+    assert _staged(staging) == [] and _nothing_stored(catalog)

@@ -178,7 +178,14 @@ def _settle(
         extra_args=["--plugin-load-add=mysql_clone.so", *_server_layout(target)],
         mariadbd=mysqld or "mysqld",
     )
-    server.start()
+    try:
+        server.start()
+    except FileNotFoundError as exc:
+        raise EngineError(
+            f"{server.mariadbd!r} not found on this worker: the clone engine starts it once on the copy "
+            "(socket only) to read the copy's binlog position; install MySQL's server there or set the "
+            "host's `binary` to its mysqld; nothing was backed up"
+        ) from exc
     try:
         rows = server.query(
             "SELECT STATE, BINLOG_FILE, BINLOG_POSITION, GTID_EXECUTED FROM performance_schema.clone_status"

@@ -56,16 +56,20 @@ def refusal(
 def metadata_files(
     *, binlog_file: str, binlog_position: int, gtid: str, lsn: int, server_version: str, start: str, end: str
 ) -> dict[str, str]:
-    """The files the backup verb reads (core/engine/metadata.py), written the tools' way."""
-    return {
-        "xtrabackup_checkpoints": f"backup_type = full-prepared\nfrom_lsn = 0\nto_lsn = {lsn}\nlast_lsn = {lsn}\n",
-        "xtrabackup_binlog_info": f"{binlog_file}\t{binlog_position}\t{gtid}\n",
-        "xtrabackup_info": (
-            f"tool_name = clone\ntool_version = {'.'.join(map(str, VERSION[:3]))}\n"
-            f"server_version = {server_version}\nstart_time = {start}\nend_time = {end}\n"
-            f"binlog_pos = filename '{binlog_file}', position '{binlog_position}', GTID of the last change '{gtid}'\n"
-        ),
+    """The files the backup verb reads (core/engine/metadata.py), written the tools' way. A server
+    without a binlog gives no position (and the manifest records none)."""
+    info = (
+        f"tool_name = clone\ntool_version = {'.'.join(map(str, VERSION[:3]))}\n"
+        f"server_version = {server_version}\nstart_time = {start}\nend_time = {end}\n"
+    )
+    files = {
+        "xtrabackup_checkpoints": f"backup_type = full-prepared\nfrom_lsn = 0\nto_lsn = {lsn}\nlast_lsn = {lsn}\n"
     }
+    if binlog_file:
+        files["xtrabackup_binlog_info"] = f"{binlog_file}\t{binlog_position}\t{gtid}\n"
+        info += f"binlog_pos = filename '{binlog_file}', position '{binlog_position}', GTID of the last change '{gtid}'\n"
+    files["xtrabackup_info"] = info
+    return files
 
 
 def stream_argv(directory: str) -> list[str]:
