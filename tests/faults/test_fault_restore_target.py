@@ -15,6 +15,7 @@ import contextlib
 import os
 import socket
 import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any
 import pytest
 from faultkit import S3Proxy, s3_catalog, target, tmpfs
 
-from helpers import cli, restore_with, restored_checksums, wait_for
+from helpers import RUN, cli, restore_with, restored_checksums, wait_for
 from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.catalog.manifest import Manifest
@@ -277,3 +278,40 @@ def test_a_target_whose_parent_is_not_writable_is_held_itself(held, backed_up, g
         assert isinstance(refused, RestoreError), f"the second restore into the held target: {refused!r}"
         message = str(refused)
         assert str(datadir) in message and "another restore" in message, message
+
+
+def test_two_restore_clis_started_together_leave_one_restore_and_one_error_naming_the_target(
+    backed_up, s3_server, gpg_keys, tmp_path
+):
+    """The issue's own reproduction: two `restore` processes into one new target, started
+    together. Whichever comes second (held out, or finding the first one's finished restore) fails
+    in one line naming the target; the restore that succeeded is there and starts."""
+    catalog, _manifest, _db, _expected = backed_up
+    datadir = tmp_path / "restore" / "data"
+    key = tmp_path / "private.asc"
+    key.write_text(gpg_keys.private_key)
+    argv = [
+        sys.executable,
+        "-c",
+        RUN,
+        "restore",
+        *("--cluster", "c1", "--host", "db1", "--bucket", catalog.store.bucket),
+        *("--endpoint-url", s3_server.endpoint_url, "--private-key-file", str(key)),
+        *("--target-datadir", str(datadir), "--create-parents"),
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env["XTRABACKUP_GPG_PASSPHRASE"] = gpg_keys.passphrase
+    runs = [
+        subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in "ab"
+    ]
+    outputs = [run.communicate(timeout=600) for run in runs]
+    done = [(run.returncode, out, err) for run, (out, err) in zip(runs, outputs, strict=True)]
+
+    assert datadir.is_dir() and any(datadir.iterdir()), f"the target was emptied: {done}"
+    assert sorted(rc for rc, _out, _err in done) == [0, 2], done
+    assert restored_checksums(datadir, tmp_path / "sb", [backed_up[2]]) == backed_up[3]
+    [(_rc, _out, err)] = [d for d in done if d[0] == 2]
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and str(datadir) in errors[0], err
+    assert "another restore" in errors[0] or "not an empty directory" in errors[0], err
