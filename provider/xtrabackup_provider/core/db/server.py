@@ -144,9 +144,14 @@ class MySQLTarget:
         return lines
 
 
-def _ini_value(value: str) -> str:
-    if any(c in value for c in "\n\r"):
-        raise ServerError("credential values cannot contain newlines")
+def _ini_value(value: str, field: str = "ssl option") -> str:
+    """`value` quoted for a [client] option file; a line break (which would start options of its
+    own) is refused naming the connection's `field`, never showing the value (a password)."""
+    if any(c in value for c in "\n\r\0"):
+        raise ServerError(
+            f"the connection's {field} contains a line break (or NUL), which would add options to the "
+            "tools' option file; fix the connection"
+        )
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
@@ -166,13 +171,13 @@ def defaults_file(target: MySQLTarget, client: ClientFamily = "mariadb") -> Iter
     private = str(private_dir("cred"))
     try:
         path = os.path.join(private, "client.cnf")
-        lines = ["[client]", f"user={_ini_value(target.user)}"]
+        lines = ["[client]", f"user={_ini_value(target.user, 'user')}"]
         if target.password is not None:
-            lines.append(f"password={_ini_value(target.password)}")
+            lines.append(f"password={_ini_value(target.password, 'password')}")
         if target.socket:
-            lines.append(f"socket={target.socket}")
+            lines.append(f"socket={_ini_value(target.socket, 'socket')}")
         else:
-            lines += [f"host={target.host or '127.0.0.1'}", f"port={target.port}"]
+            lines += [f"host={_ini_value(target.host or '127.0.0.1', 'host')}", f"port={int(target.port)}"]
         lines += target.tls_lines(client)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:
