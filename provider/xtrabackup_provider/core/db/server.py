@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..common.tempdirs import private_dir
+from .dialect import Dialect, dialect_for, dialect_of
 
 
 class ServerError(RuntimeError):
@@ -213,8 +214,6 @@ def answered(exc: ServerError) -> bool:
 def binlog_status(target: MySQLTarget) -> list[tuple[Any, ...]]:
     """The binlog being written, (File, Position, ...), in the server's own words (SHOW BINARY LOG
     STATUS on MySQL 8.2+, SHOW MASTER STATUS before and on MariaDB); [] with binary logging off."""
-    from .dialect import dialect_of
-
     conn = connect(target)
     try:
         cur = conn.cursor()
@@ -247,6 +246,11 @@ class ServerFacts:
     # MariaDB: @@gtid_current_pos (what mariabackup records as the backup's GTID); MySQL: gtid_executed
     gtid_current: str = ""
 
+    @property
+    def dialect(self) -> Dialect:
+        """How to speak to this server (core/db/dialect.py)."""
+        return dialect_for(self.version)
+
 
 def tablespace_count(target: MySQLTarget) -> int | None:
     """InnoDB tablespaces of the server (a backup tool keeps each one open); None if it cannot tell."""
@@ -278,7 +282,7 @@ def server_facts(target: MySQLTarget) -> ServerFacts:
         cur = conn.cursor()
         cur.execute("SELECT @@version, @@server_id, @@datadir, @@hostname, @@port, @@socket")
         version, server_id, datadir, hostname, port, socket = cur.fetchone()
-        is_mariadb = "mariadb" in str(version).lower()
+        is_mariadb = dialect_for(str(version)).is_mariadb
         if is_mariadb:
             cur.execute("SELECT @@gtid_binlog_pos, @@gtid_current_pos")
             gtid, current = cur.fetchone()
@@ -318,8 +322,7 @@ def data_position(target: MySQLTarget, gtid_set: str | None = None) -> DataPosit
     conn = connect(target)
     try:
         cur = conn.cursor()
-        cur.execute("SELECT @@version")
-        if "mariadb" in str(cur.fetchone()[0]).lower():
+        if dialect_of(conn).is_mariadb:
             cur.execute("SHOW GLOBAL STATUS LIKE 'Innodb_lsn_current'")
             row = cur.fetchone()
             cur.execute("SELECT @@gtid_binlog_state, @@gtid_current_pos")
