@@ -5,6 +5,10 @@ A line break in a connection's host or socket (an Airflow connection's URI with 
 options of its own to the file (`user=`, `socket=`, `plugin-dir=`...): it is refused in one line
 naming the field, never showing a secret. Values that need quoting in an option file (spaces,
 quotes, `#`, backslashes) reach a real server through the mariadb client, which reads the file.
+
+Before the fix: a host or socket with a line break was written as is (its second line an option of
+its own); the refusal of a user or password named no field; a socket path with `#` or a backslash
+did not reach the server (`Can't connect ... through socket '.../hash'`).
 """
 
 from __future__ import annotations

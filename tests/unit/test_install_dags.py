@@ -4,6 +4,9 @@ A link named like a shipped DAG file was put there by someone (a deployment tool
 elsewhere, or someone steering the write to another file): install-dags refuses it by name, as it
 refuses a file it did not write, and `--force` replaces the link itself by a regular file. Nothing
 is ever written where a link points.
+
+Before the fix: install-dags wrote the DAG through the dangling link (creating its target) and
+through a link to a copy elsewhere (rewriting it), exit 0, and hung reading a FIFO of that name.
 """
 
 from __future__ import annotations

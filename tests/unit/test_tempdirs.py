@@ -1,5 +1,9 @@
 """Private temp dirs carry their owner (pid, its start time, machine and pid namespace); the next one
-of a kind sweeps only those whose owner is proven dead (issue 38 item 7)."""
+of a kind sweeps only those whose owner is proven dead (issue 38 item 7).
+
+Before the fix (liveness by `kill(pid, 0)` on the pid in the name): the live GPG home of a process
+in another pid namespace was swept (its pid is free here), the dir of a dead owner whose pid a new
+process had taken was kept, and a dir an older release named after a free pid was swept."""
 
 from __future__ import annotations
 
