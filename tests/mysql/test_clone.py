@@ -320,3 +320,58 @@ def test_a_worker_without_mysqld_is_refused_and_its_staged_copy_removed(source, 
         run_backup(req)
     assert "\n" not in str(err.value)
     assert _staged(staging) == [] and _nothing_stored(catalog)
+
+
+_KILLED_MID_CLONE = """
+import json, os, signal, sys, threading, time
+from pathlib import Path
+from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
+from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.db.server import MySQLTarget
+from xtrabackup_provider.core.storage.local import LocalStore
+a = json.loads(sys.stdin.read())
+req = BackupRequest(
+    catalog=Catalog(LocalStore(a["store"]), "backups", "c1", "db1"),
+    target=MySQLTarget(socket=a["socket"], user="root", password=a["password"]),
+    flavour="clone", staging_dir=a["staging"], allow_unencrypted=True, accept_new_server=True,
+)
+threading.Thread(target=run_backup, args=(req,), daemon=True).start()
+deadline = time.monotonic() + 120
+while not list(Path(a["staging"]).glob("xbp-clone-*/data")) and time.monotonic() < deadline:
+    time.sleep(0.02)
+print("cloning", flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _clone_state(server: SandboxServer) -> str:
+    rows = server.query("SELECT STATE FROM performance_schema.clone_status")
+    return rows[-1][0] if rows else ""
+
+
+def test_a_run_killed_during_the_clone_has_its_clone_stopped_and_removed_by_the_next(source, tmp_path):
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    args = {
+        "store": str(tmp_path / "store"),
+        "socket": str(source.socket),
+        "password": source.root_password,
+        "staging": str(staging),
+    }
+    source.query("SET GLOBAL clone_max_data_bandwidth = 1")  # MiB/s: the clone takes a minute or more
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _KILLED_MID_CLONE],
+            input=json.dumps(args),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == -9 and "cloning" in proc.stdout, proc.stderr[-2000:]
+        assert _clone_state(source) == "In Progress", "the server did not go on cloning for the dead run"
+    finally:
+        source.query("SET GLOBAL clone_max_data_bandwidth = 0")
+    catalog = Catalog(LocalStore(tmp_path / "store"), "backups", "c1", "db1")
+    manifest = run_backup(_request(catalog, source, staging, allow_unencrypted=True))
+    assert manifest.kind == "full" and _clone_state(source) == "Completed"
+    assert _staged(staging) == [], "the killed run's clone directory is still there after the next run"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import re
 import shutil
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 
 KIND = "clone"
 MiB = 1 << 20
+LEFTOVER_CLONE_WAIT = 60  # seconds a dead run's clone gets to stop after KILL QUERY
 SETTLE_REDO_BYTES = 2 * 48 * MiB  # the settling server's redo (core/db/sandbox.py's)
 _LSN = re.compile(r"Log sequence number\s+(\d+)")
 # What the settling server wrote that is not the source's: its identity and its certificates.
@@ -215,12 +217,21 @@ def _stop_leftovers(target: MySQLTarget, path: Path) -> None:
         conn = connect(target)
         try:
             cur = conn.cursor()
-            cur.execute(
-                "SELECT PID FROM performance_schema.clone_status WHERE STATE = 'In Progress'"
-                " AND DESTINATION LIKE CONCAT(%s, '%%')",
-                (str(path),),
-            )
-            for (pid,) in cur.fetchall():
-                cur.execute(f"KILL QUERY {int(pid)}")
+            deadline = time.monotonic() + LEFTOVER_CLONE_WAIT
+            while time.monotonic() < deadline:
+                cur.execute(
+                    "SELECT PID FROM performance_schema.clone_status WHERE STATE = 'In Progress'"
+                    " AND DESTINATION LIKE CONCAT(%s, '%%')",
+                    (str(path),),
+                )
+                running = cur.fetchall()
+                if not running:
+                    return
+                for (pid,) in running:
+                    log.warning(
+                        "stopping the clone a dead run left writing into %s (connection %s)", path, pid
+                    )
+                    cur.execute(f"KILL QUERY {int(pid)}")
+                time.sleep(0.2)  # until the server says it stopped: nothing writes there while it is removed
         finally:
             conn.close()
