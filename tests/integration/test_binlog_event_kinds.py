@@ -7,6 +7,8 @@ binlogs a real server wrote and that were shipped:
   is a comment longer than what is read) is listed under every --kind, marked `?`;
 - a versioned comment the server skipped (MariaDB skips /*!50700 ... */ and comments for newer
   versions) is logged as a plain one (`/* 50700 ... */`): every `/*!` left in a binlog is code;
+- its bytes are read in the character set the client sent them in (a GBK character's second byte
+  can be a backslash);
 - tokens follow the statement's own sql_mode (the Query event's, which `mariadb-binlog` prints as
   `SET @@session.sql_mode=<n>`): under NO_BACKSLASH_ESCAPES `'\\'` is a whole string and under
   ANSI_QUOTES `"c\\"` a whole identifier, so the table joined after them is found;
@@ -29,6 +31,7 @@ import pytest
 
 from helpers import root_target
 from xtrabackup_provider.cli import main as cli_main
+from xtrabackup_provider.core.binlog.charsets import ASCII_SAFE, CODECS
 from xtrabackup_provider.core.binlog.listing import Transaction, transactions
 from xtrabackup_provider.core.binlog.ship import ShipRequest, ship_binlogs
 from xtrabackup_provider.core.binlog.sql_words import NOT_ROUTINES, SPACED_ROUTINES
@@ -95,6 +98,14 @@ STATEMENTS = [
         "UPDATE t1 JOIN t2 ON t1.id = t2.id /*M!999999 ' */ JOIN victim ON victim.id = t1.id "
         "SET victim.v = 0 /*M!999999 ' */",
     ),
+    (
+        "gbk",  # 乗 is 0x81 0x5C in GBK: read as UTF-8, a backslash that escapes the quote after it
+        "shop",
+        "NAMES gbk",
+        "STATEMENT",
+        "UPDATE t1 JOIN t2 ON t1.id = t2.id AND '乗' <> '' JOIN victim ON victim.id = t1.id "
+        "SET victim.v = 0 WHERE t1.note <> '#'",
+    ),
     ("insert_function", "shop", None, "STATEMENT", "INSERT INTO fa VALUES (f())"),
     ("insert_function_mixed", "shop", None, "MIXED", "INSERT INTO fa VALUES (f())"),
     ("update_function", "shop", None, "STATEMENT", "UPDATE fa SET v = shop.g() WHERE v = 1"),
@@ -148,10 +159,13 @@ def _run(server: SandboxServer, database: str | None, mode: str | None, fmt: str
     try:
         cur = conn.cursor()
         cur.execute("SET SESSION binlog_format = %s", (fmt,))
-        if mode:
+        charset = mode.removeprefix("NAMES ") if mode and mode.startswith("NAMES ") else None
+        if charset:
+            cur.execute(f"SET NAMES {charset}")
+        elif mode:
             cur.execute("SET SESSION sql_mode = %s", (mode,))
         before = _gtid(cur)
-        cur.execute(sql)
+        cur.execute(sql.encode(charset) if charset else sql)
         cur.fetchall()
         after = _gtid(cur)
         assert after != before, f"the server logged nothing for {sql[:80]}"
@@ -233,6 +247,7 @@ def test_a_statement_whose_kind_cannot_be_read_is_listed_under_every_kind_marked
         ("ansi_quotes", "shop.avictim"),
         ("mysql_comment", "shop.victim"),
         ("newer_comment", "shop.victim"),
+        ("gbk", "shop.victim"),
     ],
 )
 def test_the_statement_is_read_as_its_server_ran_it(written, monkeypatch, capsys, name, table):
@@ -271,8 +286,8 @@ def test_the_sql_mode_read_is_the_one_mariadb_binlog_prints(written):
     datadir = Path(written.server.query("SELECT @@datadir")[0][0])
     files = sorted(datadir.glob("mysql-bin.[0-9]*"))
     text = subprocess.run(
-        ["mariadb-binlog", "--no-defaults", *map(str, files)], capture_output=True, text=True, check=True
-    ).stdout
+        ["mariadb-binlog", "--no-defaults", *map(str, files)], capture_output=True, check=True
+    ).stdout.decode(errors="replace")  # statements in their clients' character sets
     printed: dict[str, int] = {}  # GTID -> the sql_mode printed before its statement
     gtid, mode = "", -1
     for line in text.splitlines():
@@ -310,3 +325,16 @@ def test_the_words_taken_for_no_stored_function_are_none_on_the_real_server(writ
     finally:
         conn.close()
     assert not calls, f"these call a stored function: {calls}"
+
+
+def test_the_character_sets_read_are_those_of_the_real_server(written):
+    """charsets.py: every collation of a character set with ASCII bytes inside characters has its
+    codec; every other client character set's is known to have none."""
+    rows = written.server.query(
+        "SELECT ID, CHARACTER_SET_NAME FROM information_schema.COLLATIONS WHERE ID IS NOT NULL"
+    )
+    for collation, charset in rows:
+        if charset in ("big5", "sjis", "cp932", "gbk"):
+            assert collation in CODECS, (collation, charset)
+        elif charset not in ("ucs2", "utf16", "utf16le", "utf32"):  # never a client's
+            assert collation in ASCII_SAFE and collation not in CODECS, (collation, charset)

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from xtrabackup_provider.core.binlog.charsets import decode
 from xtrabackup_provider.core.binlog.listing import Transaction
 from xtrabackup_provider.core.binlog.statements import (
     ANSI_QUOTES,
@@ -404,3 +405,21 @@ def test_quotes_follow_the_sql_mode():
         read_names('DROP TABLE "a b"', 0)  # a string where a name must be
     named = read_names("DELETE FROM a WHERE v = 'x\\' OR v = 'y'", NO_BACKSLASH_ESCAPES)
     assert {n.table for n in named.tables} == {"a"}
+
+
+def test_a_statement_is_decoded_in_its_clients_character_set():
+    sql = "UPDATE t1 JOIN t2 ON '乗' <> '' JOIN victim ON 1 SET victim.v = 0 WHERE t1.n <> '#'"
+    assert decode(sql.encode("gbk"), 28) == sql  # 28: gbk_chinese_ci
+    assert "shop.victim" in {n.qualified("shop") for n in read_names(sql).tables}
+    assert decode("é".encode("latin1"), 8) == "\ufffd", "latin1: its ASCII bytes are what they are"
+    assert decode("é".encode("latin1"), 60000) is None, "a collation not known, bytes not UTF-8"
+    assert decode(b"\x81", 95) is None, "cp932 cut inside a character"
+    assert decode(b"plain", 60000) == "plain"
+
+
+def test_a_statement_whose_bytes_cannot_be_read_is_listed_under_every_filter():
+    txn = _txn("DROP TABLE a", "shop")
+    txn.undecoded.add(0)
+    assert txn.kinds() == ["?"]
+    for flt in (MomentFilter(kinds={"GRANT"}), MomentFilter(tables={"x.y"}), MomentFilter(schemas={"x"})):
+        assert flt.matches(txn)

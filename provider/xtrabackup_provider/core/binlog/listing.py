@@ -23,15 +23,20 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..common.values import Gtid, GtidPos
+from .charsets import decode
 from .events import (
     FORMAT_DESCRIPTION_EVENT,
     GTID_EVENT,
     GTID_LIST_EVENT,
     MAX_GTID_LIST,
+    MYSQL_GTID_EVENT,
+    MYSQL_GTID_HEAD,
+    MYSQL_GTID_TAGGED_EVENT,
     ROTATE_EVENT,
     STOP_EVENT,
     BinlogFormatError,
     event_frames,
+    mysql_gtid,
 )
 from .statements import CONTROL_KINDS, ROUTINE_KINDS, Name, Statement, read_statement
 
@@ -76,6 +81,7 @@ _SUMMARY_BODIES = {
     **{etype: 8 for etype in (XID_EVENT, *ROW_KINDS)},
     **{etype: MAX_TEXT for etype in _FULL_BODY},
     GTID_LIST_EVENT: MAX_GTID_LIST,
+    MYSQL_GTID_EVENT: MYSQL_GTID_HEAD,
 }
 _QUERIES = (QUERY_EVENT, QUERY_COMPRESSED_EVENT)
 _QUERY_HEAD = struct.Struct("<IIBHH")  # thread_id, exec_time, db_len, error_code, status_vars_len
@@ -83,10 +89,14 @@ _LOAD_HEAD = 13  # Execute_load_query: file_id, start_pos, end_pos, dup_handling
 FL_STANDALONE = 1
 FL_GROUP_COMMIT_ID = 2
 FL_DDL = 32
+# Not MariaDB's: a MySQL GTID event, read as a GTID event. MySQL marks no standalone group: one
+# whose first statement is not BEGIN is that one statement (DDL), until then this flag says so.
+FL_MYSQL_FIRST = 1 << 8
 _ENDS = ("COMMIT", "ROLLBACK")
 Q_SQL_MODE_CODE = 1
-# Sizes of the Query status variables written before the sql_mode (FLAGS2 comes first).
-_STATUS_SIZES = {0: 4, 3: 4, 4: 6, 7: 2, 8: 2, 9: 8, 10: 4, 13: 3, 128: 3, 129: 8, 130: 1}
+Q_CHARSET_CODE = 4  # character_set_client, collation_connection, collation_server (2 bytes each)
+# Sizes of the Query status variables (fixed ones; 2, 5, 6, 11, 12 carry their lengths).
+_STATUS_SIZES = {0: 4, 1: 8, 3: 4, 4: 6, 7: 2, 8: 2, 9: 8, 10: 4, 13: 3, 128: 3, 129: 8, 130: 1}
 
 
 @dataclass(frozen=True)
@@ -108,6 +118,7 @@ class BodyEvent:
     gtid_list: tuple[Gtid, ...] = ()  # Gtid_list: the binlog state when the file was opened
     cut: bool = False  # Query: the statement was longer than MAX_TEXT and is read in part
     sql_mode: int | None = None  # Query: the session's sql_mode (None: not found in the event)
+    undecoded: bool = False  # Query: its bytes' character set cannot be read for sure (charsets.py)
 
 
 def read_events(path: Path, start: int = 0) -> Iterator[BodyEvent]:
@@ -148,12 +159,31 @@ def _checksum_length(body: bytes) -> int:
 def _decode(file: str, offset: int, end: int, ts: int, etype: int, server_id: int, body: bytes) -> BodyEvent:
     event = BodyEvent(file, offset, end, ts, etype, server_id)
     try:
+        if etype == MYSQL_GTID_EVENT:  # a MysqlGtid (uuid:gno) standing as a GTID event
+            gtid = mysql_gtid(body, server_id, file, offset)
+            return BodyEvent(file, offset, end, ts, GTID_EVENT, server_id, gtid, FL_MYSQL_FIRST)
+        if etype == MYSQL_GTID_TAGGED_EVENT:
+            raise BinlogFormatError(
+                f"{file}: a tagged GTID (MySQL 8.3+, uuid:tag:number) at offset {offset}, which this version does "
+                "not read; read this binlog with mysqlbinlog -v"
+            )
         if etype == GTID_EVENT and len(body) >= 13:
             seq, domain, flags = struct.unpack_from("<QIB", body)
             return BodyEvent(file, offset, end, ts, etype, server_id, Gtid(domain, server_id, seq), flags)
         if etype in (*_QUERIES, EXECUTE_LOAD_QUERY_EVENT) and len(body) >= _QUERY_HEAD.size:
-            schema, text, mode = _query(etype, body)
-            return BodyEvent(file, offset, end, ts, etype, server_id, text=text, schema=schema, sql_mode=mode)
+            schema, text, mode, undecoded = _query(etype, body)
+            return BodyEvent(
+                file,
+                offset,
+                end,
+                ts,
+                etype,
+                server_id,
+                text=text,
+                schema=schema,
+                sql_mode=mode,
+                undecoded=undecoded,
+            )
         if etype == ANNOTATE_ROWS_EVENT:
             return BodyEvent(file, offset, end, ts, etype, server_id, text=body.decode(errors="replace"))
         if etype == TABLE_MAP_EVENT and len(body) >= 10:
@@ -187,31 +217,43 @@ def _decode(file: str, offset: int, end: int, ts: int, etype: int, server_id: in
     return event
 
 
-def _query(etype: int, body: bytes) -> tuple[str, str, int | None]:
-    """A Query event's default schema, statement and sql_mode (`body` without its checksum)."""
+def _query(etype: int, body: bytes) -> tuple[str, str, int | None, bool]:
+    """A Query event's default schema, statement, sql_mode and whether the statement's character
+    set could not be read for sure (`body` without its checksum)."""
     _thread, _exec, db_len, _err, status_len = _QUERY_HEAD.unpack_from(body)
     status = _QUERY_HEAD.size + (_LOAD_HEAD if etype == EXECUTE_LOAD_QUERY_EVENT else 0)
-    mode = _sql_mode(body[status : status + status_len])
+    found = _status_vars(body[status : status + status_len])
+    mode = int.from_bytes(found[Q_SQL_MODE_CODE], "little") if Q_SQL_MODE_CODE in found else None
+    charset = int.from_bytes(found[Q_CHARSET_CODE][:2], "little") if Q_CHARSET_CODE in found else None
     at = status + status_len
     schema = body[at : at + db_len].decode(errors="replace")
     if etype == QUERY_COMPRESSED_EVENT:
-        return schema, "<compressed statement>", mode
-    return schema, body[at + db_len + 1 :].decode(errors="replace"), mode
+        return schema, "<compressed statement>", mode, False
+    raw = body[at + db_len + 1 :]
+    text = decode(raw, charset)
+    return schema, raw.decode(errors="replace") if text is None else text, mode, text is None
 
 
-def _sql_mode(status: bytes) -> int | None:
-    """Q_SQL_MODE_CODE among a Query event's status variables (the server writes it second, after
-    FLAGS2); None past a variable whose size is not known here."""
+def _status_vars(status: bytes) -> dict[int, bytes]:
+    """A Query event's status variables by code, up to one whose size is not known here (the
+    server writes FLAGS2, SQL_MODE, CATALOG, AUTO_INCREMENT, CHARSET first)."""
+    found: dict[int, bytes] = {}
     at = 0
     while at < len(status):
-        code = status[at]
-        if code == Q_SQL_MODE_CODE:
-            return int.from_bytes(status[at + 1 : at + 9], "little") if at + 9 <= len(status) else None
-        size = _STATUS_SIZES.get(code)
-        if size is None:
-            return None
-        at += 1 + size
-    return None
+        code, at = status[at], at + 1
+        if code in (5, 6):  # TIME_ZONE, CATALOG_NZ: length, text
+            size = 1 + status[at] if at < len(status) else 0
+        elif code == 2:  # CATALOG (old): length, text, NUL
+            size = 2 + status[at] if at < len(status) else 0
+        elif code in _STATUS_SIZES:
+            size = _STATUS_SIZES[code]
+        else:
+            break
+        if at + size > len(status):
+            break
+        found[code] = status[at : at + size]
+        at += size
+    return found
 
 
 def state_of(gtids: Iterable[Gtid]) -> GtidPos:
@@ -243,6 +285,7 @@ class Transaction:
         default_factory=list
     )  # each statement's sql_mode (None or missing: not known)
     partial: set[int] = field(default_factory=set)  # statements read only in part (longer than MAX_TEXT)
+    undecoded: set[int] = field(default_factory=set)  # statements in a character set not read for sure
     schemas: set[str] = field(default_factory=set)  # Query default schemas
     annotations: list[str] = field(default_factory=list)  # the statements behind row events
     rows: dict[str, dict[str, int]] = field(default_factory=dict)  # schema.table -> kind -> row events
@@ -258,8 +301,14 @@ class Transaction:
 
     def read(self) -> list[Statement]:
         """Each statement as its own sql_mode reads it (core/binlog/statements.py); one read in
-        part names unknown tables and may call a function in what was not read."""
-        key = (tuple(self.statements), tuple(self.modes), tuple(sorted(self.partial)))
+        part names unknown tables and may call a function in what was not read; one whose bytes
+        cannot be read for sure (charsets.py) is of no kind known either."""
+        key = (
+            tuple(self.statements),
+            tuple(self.modes),
+            tuple(sorted(self.partial)),
+            tuple(sorted(self.undecoded)),
+        )
         if self._read is not None and self._read[0] == key:
             return self._read[1]  # kinds(), has_kind() and touched() each ask
         modes = [*self.modes, *[None] * (len(self.statements) - len(self.modes))]
@@ -268,6 +317,8 @@ class Transaction:
             found[n] = replace(
                 found[n], named=None, why=f"read in part: longer than {MAX_TEXT} bytes", routine=True
             )
+        for n in self.undecoded:
+            found[n] = Statement(None, None, "its character set is not read: its bytes may mean other names")
         self._read = (key, found)
         return found
 
@@ -434,13 +485,18 @@ def _add(txn: Transaction, ev: BodyEvent, tables: dict[int, Name]) -> None:
         if word != "BEGIN" and not word.startswith("XA START") and not word.startswith("XA END"):
             if ev.cut:
                 txn.partial.add(len(txn.statements))
+            if ev.undecoded:
+                txn.undecoded.add(len(txn.statements))
             txn.statements.append(ev.text[:MAX_TEXT])
             txn.defaults.append(ev.schema)
             txn.modes.append(ev.sql_mode)
             if ev.schema:
                 txn.schemas.add(ev.schema)
-        if txn.flags & FL_STANDALONE:
+        if txn.flags & FL_STANDALONE or (
+            txn.flags & FL_MYSQL_FIRST and word != "BEGIN" and "XA START" not in word
+        ):
             txn.complete = True  # a standalone group is one statement
+        txn.flags &= ~FL_MYSQL_FIRST
     elif ev.type == ANNOTATE_ROWS_EVENT:
         txn.annotations.append(ev.text)
     elif ev.type == TABLE_MAP_EVENT:
