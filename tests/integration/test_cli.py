@@ -17,6 +17,7 @@ from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.catalog.lock import LOCK_NAME
 from xtrabackup_provider.core.catalog.manifest import Manifest
 from xtrabackup_provider.core.db.sandbox import free_port, table_checksums
+from xtrabackup_provider.core.engine.tools import detect_tool
 from xtrabackup_provider.core.storage.local import LocalStore
 from xtrabackup_provider.core.storage.s3 import S3Store
 
@@ -254,8 +255,12 @@ def test_a_restore_without_the_passphrase_variable_says_which_variable_to_set(
     key = tmp_path / "private.asc"
     key.write_text(gpg_keys.private_key)
     catalog = Catalog(LocalStore(str(tmp_path / "store")), PREFIX, CLUSTER, HOST)
+    tool = detect_tool("mariabackup")  # the chain is of this worker's series (10.11, or 11.8's suite's)
     manifest = make_manifest(
-        "20261101T000000Z-full", engine_flavour="mariabackup", engine_version="10.11.19", engine_major="10.11"
+        "20261101T000000Z-full",
+        engine_flavour="mariabackup",
+        engine_version=tool.text,
+        engine_major=tool.major,
     )
     body = manifest.model_dump()
     body["objects"][0].update(
