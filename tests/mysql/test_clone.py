@@ -23,6 +23,7 @@ from xtrabackup_provider.core.db.sandbox import SandboxServer, table_checksums
 from xtrabackup_provider.core.db.server import MySQLTarget
 from xtrabackup_provider.core.engine.tools import EngineError
 from xtrabackup_provider.core.restore.chain import RestoreRequest, restore
+from xtrabackup_provider.core.restore.verify import VerifyRequest, verify
 from xtrabackup_provider.core.storage.local import LocalStore
 from xtrabackup_provider.core.storage.s3 import S3Store, make_s3_client
 
@@ -130,6 +131,11 @@ def test_clone_backup_restores_the_data_at_its_gtid_set(source, catalog, gpg_key
     assert manifest.binlog_file and manifest.binlog_file.startswith("mysql-bin.") and manifest.binlog_position
     stored = catalog.store.get_bytes(manifest.backup_object.key)
     assert b"XBSTCK01" not in stored and b"example.com" not in stored, "the object is not encrypted"
+
+    [deep] = verify(
+        VerifyRequest(catalog, mode="deep", private_key=gpg_keys.private_key, passphrase=gpg_keys.passphrase)
+    )
+    assert deep.ok, deep.problems
 
     target = tmp_path / "restored" / "data"
     report = restore_with(catalog, gpg_keys, target)

@@ -174,3 +174,14 @@ def test_the_policy_never_plans_an_incremental_for_clone():
     assert decide([full], ChainPolicy(), now, engine=("xtrabackup", "8.0")).kind == "full"
     d = decide([full], ChainPolicy(), now, full.server_uuid, engine=("clone", "1.0"))
     assert d.kind == "full" and "full backups only" in d.reason and d.continuable is None
+
+
+@pytest.mark.parametrize("move", [False, True])
+def test_copy_back_fills_the_datadir_with_the_extracted_copy(datadir, tmp_path, move):
+    expected = _tree(datadir)
+    proc = subprocess.run(
+        clone.copy_back_argv(str(datadir), str(tmp_path / "data"), move=move), capture_output=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert _tree(tmp_path / "data") == expected
+    assert (list(datadir.iterdir()) == []) is move
