@@ -212,7 +212,8 @@ def _mariadb_binlog_statements(files: list[Path]) -> dict[str, list[tuple[str, s
 
 def test_the_statements_and_their_databases_are_those_mariadb_binlog_prints(written):
     datadir = Path(written.server.query("SELECT @@datadir")[0][0])
-    files = sorted(datadir.glob("mysql-bin.[0-9]*"))
+    # the binlogs, not MariaDB 11.8's mysql-bin.NNNNNN.idx beside them
+    files = sorted(p for p in datadir.glob("mysql-bin.*") if re.fullmatch(r"mysql-bin\.\d+", p.name))
     theirs = _mariadb_binlog_statements(files)
     ours = {str(t.gtid): t for t in transactions(files) if isinstance(t, Transaction)}
     for name in [*(s[0] for s in STATEMENTS), "function"]:
