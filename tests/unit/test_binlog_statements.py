@@ -423,3 +423,27 @@ def test_a_statement_whose_bytes_cannot_be_read_is_listed_under_every_filter():
     assert txn.kinds() == ["?"]
     for flt in (MomentFilter(kinds={"GRANT"}), MomentFilter(tables={"x.y"}), MomentFilter(schemas={"x"})):
         assert flt.matches(txn)
+
+
+SQLISH = st.lists(
+    st.sampled_from(
+        ["SET", "STATEMENT", "FOR", "DROP", "TABLE", "WITH", "AS", "SELECT", "INSERT", "INTO", "VALUES", "f", "t",
+         "(", ")", ",", ".", "'", '"', "`", "\\", "/*!40005 ", "/*", "*/", "#", "-- ", "\n", " ", "@a", "1"]
+    ),
+    max_size=30,
+).map("".join)  # fmt: skip
+
+
+@SETTINGS
+@given(
+    st.one_of(SQLISH, st.text(max_size=120)), st.sampled_from(ANY_MODE), st.sampled_from(["DROP", "INSERT"])
+)
+def test_any_text_in_any_sql_mode_is_read_and_what_is_unknown_is_never_filtered_out(text, sql_mode, kind):
+    statement = read_statement(text, sql_mode)
+    txn = _txn(text, "shop", sql_mode)
+    if statement.named is None:
+        assert MomentFilter(tables={"x.nowhere"}).matches(txn) and MomentFilter(schemas={"nowhere"}).matches(
+            txn
+        )
+    if statement.kind is None:
+        assert MomentFilter(kinds={kind}).matches(txn) and "?" in txn.kinds()
