@@ -381,3 +381,22 @@ def test_a_run_killed_during_the_clone_has_its_clone_stopped_and_removed_by_the_
     manifest = run_backup(_request(catalog, source, staging, allow_unencrypted=True))
     assert manifest.kind == "full" and _clone_state(source) == "Completed"
     assert _staged(staging) == [], "the killed run's clone directory is still there after the next run"
+
+
+def test_backup_admin_given_by_a_default_role_is_enough(source, tmp_path):
+    user, password, role = (
+        f"viarole{secrets.token_hex(3)}",
+        secrets.token_urlsafe(16),
+        f"r{secrets.token_hex(3)}",
+    )
+    source.execute_script(
+        f"CREATE ROLE '{role}'; GRANT BACKUP_ADMIN ON *.* TO '{role}';"
+        f"CREATE USER '{user}'@'localhost' IDENTIFIED BY '{password}';"
+        f"GRANT SELECT, RELOAD, PROCESS, REPLICATION CLIENT ON *.* TO '{user}'@'localhost';"
+        f"GRANT '{role}' TO '{user}'@'localhost'; SET DEFAULT ROLE '{role}' TO '{user}'@'localhost';"
+    )
+    catalog = Catalog(LocalStore(tmp_path / "store"), "backups", "c1", "db1")
+    req = _request(catalog, source, tmp_path, allow_unencrypted=True)
+    req.target = _target(source, user, password)
+    manifest = run_backup(req)
+    assert manifest.engine_flavour == "clone" and manifest.gtid

@@ -22,6 +22,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from ..common.tempdirs import private_dir
 from ..db.sandbox import SandboxServer, stop_orphans
@@ -59,8 +60,7 @@ def check_clone(target: MySQLTarget, facts: ServerFacts, where: str) -> None:
             cur.execute("SELECT PLUGIN_STATUS FROM information_schema.PLUGINS WHERE PLUGIN_NAME = 'clone'")
             row = cur.fetchone()
             plugin = str(row[0]) if row else None
-            cur.execute("SHOW GRANTS")
-            backup_admin = any(_grants_backup_admin(str(r[0])) for r in cur.fetchall())
+            backup_admin = any(_grants_backup_admin(line) for line in _grants(cur))
         finally:
             conn.close()
     problem = clone.refusal(
@@ -68,6 +68,12 @@ def check_clone(target: MySQLTarget, facts: ServerFacts, where: str) -> None:
     )
     if problem:
         raise EngineError(f"{problem}; nothing was backed up")
+
+
+def _grants(cur: Any) -> list[str]:
+    """The account's grants; MySQL's SHOW GRANTS (no FOR) includes its active roles' privileges."""
+    cur.execute("SHOW GRANTS")
+    return [str(row[0]) for row in cur.fetchall()]
 
 
 def _grants_backup_admin(grant: str) -> bool:
