@@ -8,6 +8,9 @@ an OOM kill would stop it: no `finally`, no atexit, no flush. `NAME@N` kills at 
 (a retention run's second deletion round). The test suite (tests/chaos/test_crash_points.py) runs
 each point in turn and checks what the next run makes of it; docs/RELIABILITY.md is its table.
 
+`XBP_PAUSE_AT=NAME[@N]` stops the process there instead (SIGSTOP), as a paused VM or a stalled
+worker would, until a test sends SIGCONT: a holder that outlives its lease.
+
 Children never see the variable (core/common/children.py passes a fixed set of variables), so
 only the process of the protocol dies, not a tool it started.
 """
@@ -18,6 +21,7 @@ import os
 import signal
 
 ENV = "XBP_CRASH_AT"
+PAUSE_ENV = "XBP_PAUSE_AT"
 
 # Every point the product calls, so the suite can prove it covers each one.
 POINTS = (
@@ -42,13 +46,16 @@ _hits: dict[str, int] = {}
 
 
 def crash_point(name: str) -> None:
-    """SIGKILL this process if $XBP_CRASH_AT names `name` (or `name@N` and this is the Nth hit)."""
-    wanted = os.environ.get(ENV)
-    if not wanted or not wanted.startswith(name):
-        return
-    point, _, nth = wanted.partition("@")
-    if point != name:
-        return
-    _hits[name] = _hits.get(name, 0) + 1
-    if _hits[name] == (int(nth) if nth.isdigit() else 1):
-        os.kill(os.getpid(), signal.SIGKILL)
+    """SIGKILL this process if $XBP_CRASH_AT names `name` (or `name@N` and this is the Nth hit);
+    SIGSTOP it if $XBP_PAUSE_AT does."""
+    for env, sig in ((ENV, signal.SIGKILL), (PAUSE_ENV, signal.SIGSTOP)):
+        wanted = os.environ.get(env)
+        if not wanted or not wanted.startswith(name):
+            continue
+        point, _, nth = wanted.partition("@")
+        if point != name:
+            continue
+        key = f"{env}:{name}"
+        _hits[key] = _hits.get(key, 0) + 1
+        if _hits[key] == (int(nth) if nth.isdigit() else 1):
+            os.kill(os.getpid(), sig)
