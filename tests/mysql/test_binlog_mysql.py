@@ -152,3 +152,54 @@ def test_each_shipped_mysql_binlog_records_the_gtid_set_it_holds(mysql, tmp_path
         BinlogError, match=r"gtid '0-1-5' is a MariaDB GTID .* is MySQL: give a MySQL GTID set"
     ):
         lag_target(_target(mysql), "0-1-5")
+
+
+def _events(capsys, common: list[str], *more: str) -> list[dict]:
+    rc, out, err = _cli(capsys, "binlogs", "events", *common, "--json", *more)
+    assert rc == 0, err
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def test_binlogs_events_lists_mysql_transactions_with_their_gtids_and_finds_the_drop(mysql, tmp_path, capsys):
+    db = _history(mysql)
+    uuid = mysql.query("SELECT @@server_uuid")[0][0]
+    closed = [r[0] for r in mysql.query("SHOW BINARY LOGS")][:-1]
+    config = _config(tmp_path, mysql, binlog_binary=shutil.which("mysqlbinlog"))
+    common = ["--config", str(config), "--cluster", "c1", "--host", "db1"]
+    assert _cli(capsys, "binlogs", "ship", *common)[0] == 0
+
+    listed = _events(capsys, common)
+    assert [m["gtid"] for m in listed] == _server_gtids(mysql, closed[0]) + _server_gtids(mysql, closed[1])
+    assert [m["kinds"] for m in listed] == [["CREATE"], ["CREATE"], *[["INSERT"]] * 4, ["DROP"]]
+    assert all(m["complete"] for m in listed)
+
+    (drop,) = _events(capsys, common, "--kind", "DROP")
+    gtid_rows = [r for r in mysql.query(f"SHOW BINLOG EVENTS IN '{closed[1]}'") if r[2] == "Gtid"]
+    assert drop["gtid"] == str(gtid_rows[-1][5]).split("'")[1] == f"{uuid}:7"
+    assert drop["to_position"] == f"{closed[1]}:{gtid_rows[-1][1]}"  # its GTID event: replay stops before it
+    assert drop["to_gtid"] == f"{uuid}:1-6"  # every transaction before it, as a MySQL GTID set
+    assert f"DROP TABLE `{db}`.`t`" in drop["summary"]
+    inserts = _events(capsys, common, "--table", f"{db}.t", "--kind", "INSERT")
+    assert [m["gtid"] for m in inserts] == [f"{uuid}:{n}" for n in range(3, 7)]
+
+    rc, out, err = _cli(capsys, "binlogs", "events", *common, "--kind", "DROP")
+    assert rc == 0 and f"{uuid}:7" in out and "DROP" in out and "no transaction matches" not in err
+
+
+def test_a_mysql_binlog_the_reader_cannot_read_is_an_error_naming_it(mysql, tmp_path, capsys):
+    """A tagged GTID (MySQL 8.3+'s uuid:tag:number, its own serialised event) is shipped, but
+    `binlogs events` cannot read it: an error naming the binlog, not "no transaction matches"."""
+    db = unique_name("tg")
+    mysql.execute_script(
+        f"CREATE DATABASE {db}; CREATE TABLE {db}.t (id INT PRIMARY KEY);"
+        f"SET gtid_next = 'AUTOMATIC:audit'; INSERT INTO {db}.t VALUES (1); SET gtid_next = 'AUTOMATIC';"
+        "FLUSH BINARY LOGS;"
+    )
+    tagged = [r[0] for r in mysql.query("SHOW BINARY LOGS")][-2]
+    config = _config(tmp_path, mysql, binlog_binary=shutil.which("mysqlbinlog"))
+    common = ["--config", str(config), "--cluster", "c1", "--host", "db1"]
+    rc, _out, err = _cli(capsys, "binlogs", "ship", *common)
+    assert rc == 0, err
+    rc, out, err = _cli(capsys, "binlogs", "events", *common)
+    assert rc != 0
+    assert tagged in err and "tagged GTID" in err and "no transaction matches" not in err, err

@@ -111,3 +111,59 @@ def test_a_mysql_copy_must_hold_the_servers_gtid_set_before_it_and_nothing_after
     )
     assert f"holds {U2}:1" in str(checked_copy(f"{U1}:1-12,{U2}:1", before, f"{U1}:1-15"))
     assert "not a MySQL GTID set" in str(checked_copy("0-1-5", before, f"{U1}:1-15"))
+
+
+def _backup(flavour: str, version: str, gtid: str):
+    from datetime import UTC, datetime
+
+    from xtrabackup_provider.core.catalog.manifest import Manifest
+
+    at = datetime(2026, 11, 1, 10, 30, tzinfo=UTC)
+    bid = f"20261101T1030{len(version):02d}Z-full"
+    obj = {"key": f"c1/db1/backups/{bid}/b.zst", "size": 1, "sha256": "0" * 64, "raw_size": 1}
+    return Manifest(
+        backup_id=bid,
+        cluster="c1",
+        host="db1",
+        kind="full",
+        chain_root=bid,
+        engine_flavour=flavour,
+        engine_version="8.0.35-33",
+        engine_major="8.0",
+        server_uuid=U1,
+        server_id=1,
+        server_version=version,
+        from_lsn=0,
+        to_lsn=10,
+        last_lsn=10,
+        started_at=at,
+        finished_at=at,
+        objects=[obj | {"compression": "zstd", "encryption": "none"}],
+        raw_bytes=1,
+        stored_bytes=1,
+        gtid=gtid,
+        binlog_file="b.000001",
+        binlog_position=4,
+    )
+
+
+def test_pitr_to_a_gtid_of_the_other_servers_form_is_refused_naming_the_backup():
+    from xtrabackup_provider.core.pitr.plan import PitrError, PitrTarget, choose_backup
+
+    mysql = _backup("xtrabackup", "9.7.4-2", f"{U1}:1-10")
+    mariadb = _backup("mariabackup", "10.11.6-MariaDB", "0-1-10")
+    with pytest.raises(
+        PitrError,
+        match=rf"--to-gtid '0-1-5' is a MariaDB GTID .*backup {mysql.backup_id} \(9.7.4-2\) is MySQL",
+    ):
+        choose_backup([mysql], PitrTarget.at_gtid("0-1-5"))
+    with pytest.raises(
+        PitrError,
+        match=rf"is a MySQL GTID set, but backup {mariadb.backup_id} \(10.11.6-MariaDB\) is MariaDB",
+    ):
+        choose_backup([mariadb], PitrTarget.at_gtid(f"{U1}:1-5"))
+    with pytest.raises(
+        PitrError, match="to a MySQL GTID set is not supported yet; give --to-time or --to-position"
+    ):
+        choose_backup([mysql], PitrTarget.at_gtid(f"{U1}:1-5"))
+    assert choose_backup([mariadb], PitrTarget.at_gtid("0-1-12")) == mariadb

@@ -105,7 +105,10 @@ class BinlogSummary:
         elif event.gtid is not None:
             self.gtid_first.setdefault(event.gtid.domain, event.gtid)
             self.gtid_last[event.gtid.domain] = event.gtid
-        elif event.type == MYSQL_GTID_TAGGED_EVENT and self.mysql_unread_at is None:
+        elif self.mysql_unread_at is None and (
+            event.type == MYSQL_GTID_TAGGED_EVENT
+            or (event.type == MYSQL_PREVIOUS_GTIDS_EVENT and event.gtid_set is None)
+        ):
             self.mysql_unread_at = event.offset
 
 
@@ -187,7 +190,10 @@ def iter_events(
         elif etype == MYSQL_GTID_EVENT:
             gtid = mysql_gtid(body, server_id, source, offset)
         elif etype == MYSQL_PREVIOUS_GTIDS_EVENT:
-            gtid_set = previous_gtids(body, source, offset)
+            try:
+                gtid_set = previous_gtids(body, source, offset)
+            except BinlogFormatError:
+                gtid_set = None  # a tagged set: the summary says it was not read (mysql_unread_at)
         yield Event(offset, end, timestamp, etype, server_id, gtid, gtid_set), gtid_list
 
 

@@ -14,14 +14,16 @@ Continuous mode (--stop-never) is in binlog_stream.py; it reuses the shipper bel
 from __future__ import annotations
 
 import logging
+import secrets
 import shutil
 import subprocess
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from ..catalog.backups import Catalog
+from ..catalog.lock import DEFAULT_LEASE, SHIP_LOCK_NAME, HostLock
 from ..catalog.manifest import StoredObject
 from ..common import children
 from ..common.crashpoints import crash_point
@@ -81,6 +83,7 @@ class ShipRequest:
     replica_server_id: int | None = None  # continuous mode's replication client id
     # A server the host's catalog does not know (core/binlog/identity.py) is refused unless accepted.
     accept_new_server: bool = False
+    lease: timedelta = DEFAULT_LEASE  # the host's shipping lock: one shipper at a time (core/catalog/lock.py)
 
 
 @dataclass
@@ -250,6 +253,10 @@ class BinlogShipper:
         # mariadb-binlog reads MariaDB's client options, mysqlbinlog MySQL 8's (the TLS spelling).
         self.client = self.dialect.client_family
         self.bcat = BinlogCatalog(req.catalog, self.facts.server_uuid)
+        # One shipper of the host at a time; a run that lost the lock registers nothing (fencing), and
+        # its objects' keys are its own (upload_id), so no manifest ever names another run's bytes.
+        self.lock = HostLock(req.catalog, req.lease, purpose="binlog shipping", name=SHIP_LOCK_NAME)
+        self.upload_id = secrets.token_hex(4)
         self.report = ShipReport(self.facts.server_uuid)
         self.gpg = GpgHome()
         self.recipients: list[str] = []
@@ -257,6 +264,7 @@ class BinlogShipper:
 
     def __enter__(self) -> BinlogShipper:
         try:
+            self.lock.acquire()
             self.recipients = _import_recipients(self.gpg, self.req.public_keys, self.req.allow_unencrypted)
         except BaseException:
             self.close()
@@ -269,6 +277,8 @@ class BinlogShipper:
     def close(self) -> None:
         self.gpg.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
+        if self.lock.etag is not None:
+            self.lock.release()
 
     @property
     def where(self) -> str:
@@ -349,6 +359,7 @@ class BinlogShipper:
         gap = find_gap(index, server_logs)
         if gap is None:
             return None
+        self.lock.confirm("recording the gap")
         key = self.bcat.write_gap(gap)
         index.gaps.append(gap)
         self.report.gaps.append(f"{gap.first_missing}..{gap.last_missing}")
@@ -383,9 +394,11 @@ class BinlogShipper:
     ) -> BinlogManifest:
         check_origin(self.where, name, summary, self.identity)
         encrypted = bool(self.recipients)
-        segment = self.upload_range(path, self.bcat.object_key(name, encrypted), 0, summary.size)
+        key = self.bcat.object_key(name, encrypted, self.upload_id)
+        segment = self.upload_range(path, key, 0, summary.size)
         manifest = self.manifest(name, summary, [segment], complete=True)
         crash_point("binlog.after_object")
+        self.lock.confirm(f"registering {name}")
         self.bcat.write_manifest(manifest)
         self.bcat.drop_partial(partial)
         self.report.shipped.append(name)
@@ -411,10 +424,11 @@ class BinlogShipper:
         start = partial.size if partial else 0
         new = []
         if summary.size > start:
-            key = self.bcat.segment_key(name, start, bool(self.recipients))
+            key = self.bcat.segment_key(name, start, bool(self.recipients), self.upload_id)
             new.append(self.upload_range(path, key, start, summary.size - start))
         segments = (list(partial.segments) if partial else []) + new
         manifest = self.manifest(name, summary, segments, complete=False, covers_until=covers_until)
+        self.lock.confirm(f"registering the progress of {name}")
         self.bcat.write_manifest(manifest, new if partial else None)
         self.report.progress_uploads += 1
         return manifest
@@ -476,6 +490,13 @@ class BinlogShipper:
         covers_until: datetime | None = None,
     ) -> BinlogManifest:
         cat = self.req.catalog
+        if summary.mysql_unread_at is not None:
+            log.warning(
+                "%s holds tagged GTIDs (MySQL 8.3+) from offset %d, which this version does not read: its manifest "
+                "records the untagged ones only, and a wait for a tagged GTID never counts it as shipped",
+                name,
+                summary.mysql_unread_at,
+            )
         return BinlogManifest(
             name=name,
             cluster=cat.cluster,

@@ -285,7 +285,7 @@ def check_mysql_gtid_set(text: str, what: str = "GTID set") -> str:
 GtidForm = Literal["mariadb", "mysql"]
 
 
-def gtid_form(text: str | None) -> GtidForm | None:
+def gtid_form(text: str | None, what: str = "GTID") -> GtidForm | None:
     """Which server's form a GTID text is in (None: empty); ValueError when it is neither."""
     if not (text or "").strip():
         return None
@@ -299,7 +299,7 @@ def gtid_form(text: str | None) -> GtidForm | None:
         return "mysql"
     except ValueError:
         raise ValueError(
-            f"{quoted(text)} is neither a MariaDB GTID position (domain-server_id-sequence, e.g. 0-1-42) nor "
+            f"{what} {quoted(text)} is neither a MariaDB GTID position (domain-server_id-sequence, e.g. 0-1-42) nor "
             f"a MySQL GTID set ({_MYSQL_EXAMPLE})"
         ) from None
 

@@ -37,7 +37,16 @@ from ..catalog.backups import Catalog
 from ..catalog.manifest import Manifest
 from ..catalog.targets import READ_ERRORS, Source, Targets
 from ..common.tempdirs import private_dir
-from ..common.values import GtidPos, binlog_number, format_gtid_pos, parse_gtid_pos, quoted
+from ..common.values import (
+    GtidPos,
+    GtidSet,
+    MysqlGtid,
+    binlog_number,
+    format_gtid_pos,
+    gtid_form,
+    parse_gtid_pos,
+    quoted,
+)
 from .plan import PitrError, PitrTarget
 from .recover import PitrRequest, fetch_binlogs
 
@@ -225,20 +234,32 @@ def _read(
         if previous is None or here != (previous[0], previous[1] + 1):
             state = {}  # not the next binlog: its own Gtid_list says the state at its start
         start = 4
+        # MySQL: the exact GTID set before each transaction, from the binlog's Previous_gtids.
+        logged = GtidSet.parse(m.gtid_set_before)
         if begin is not None and m.name == begin[0]:
-            start, state = begin[1], parse_gtid_pos(begin[2])
+            mysql = gtid_form(begin[2]) == "mysql"
+            start, state = begin[1], {} if mysql else parse_gtid_pos(begin[2])
+            logged = GtidSet.parse(begin[2]) if mysql else logged
         (path,) = fetch_binlogs(fetch, [m], scratch / str(n), targets)
         try:
             for txn in transactions([path], start, state):
-                if isinstance(txn, Transaction) and req.filter.matches(txn):
-                    yield _moment(txn)
+                if not isinstance(txn, Transaction):
+                    continue
+                if req.filter.matches(txn):
+                    yield _moment(txn, logged)
+                if isinstance(txn.gtid, MysqlGtid):
+                    logged = logged.with_gtid(txn.gtid)
         finally:
             shutil.rmtree(scratch / str(n), ignore_errors=True)
         previous = here
 
 
-def _moment(txn: Transaction) -> Moment:
+def _moment(txn: Transaction, logged: GtidSet) -> Moment:
     before = dict(txn.before)
+    if isinstance(txn.gtid, MysqlGtid):  # MySQL: the GTID set the server had logged before it
+        to_gtid = str(logged)
+    else:
+        to_gtid = format_gtid_pos(before) if txn.gtid.domain in before else ""
     return Moment(
         time=datetime.fromtimestamp(txn.time, UTC),
         gtid=str(txn.gtid),
@@ -247,7 +268,7 @@ def _moment(txn: Transaction) -> Moment:
         kinds=txn.kinds(),
         summary=txn.summary(),
         complete=txn.complete,
-        to_gtid=format_gtid_pos(before) if txn.gtid.domain in before else "",
+        to_gtid=to_gtid,
         to_position=f"{txn.file}:{txn.offset}",
         unparsed=txn.touched().unparsed,
     )

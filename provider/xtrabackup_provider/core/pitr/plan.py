@@ -16,7 +16,17 @@ from ..binlog.catalog import BinlogCatalog, BinlogIndex, BinlogManifest
 from ..binlog.timeline import timelines
 from ..catalog.backups import Catalog
 from ..catalog.manifest import Manifest
-from ..common.values import GtidPos, binlog_number, format_gtid_pos, gtid_reached, parse_gtid_pos, parse_utc
+from ..common.values import (
+    GtidPos,
+    GtidSet,
+    binlog_number,
+    check_gtid_for,
+    format_gtid_pos,
+    gtid_form,
+    gtid_reached,
+    parse_gtid_pos,
+    parse_utc,
+)
 from ..restore.chain import plan_chain
 
 log = logging.getLogger(__name__)
@@ -49,6 +59,10 @@ class PitrTarget:
     @classmethod
     def at_gtid(cls, text: str) -> PitrTarget:
         try:
+            if (
+                gtid_form(text, "--to-gtid") == "mysql"
+            ):  # refused by the plan, naming the backup (_check_gtid_form)
+                return cls("gtid", gtid=str(GtidSet.parse(text, "--to-gtid")))
             pos = parse_gtid_pos(text, "--to-gtid")
         except ValueError as exc:
             raise PitrError(str(exc)) from exc
@@ -121,6 +135,7 @@ def _before(m: Manifest, target: PitrTarget) -> bool:
 def choose_backup(manifests: list[Manifest], target: PitrTarget, backup_id: str | None = None) -> Manifest:
     """The newest backup with binlog coordinates before the target (or the one asked for)."""
     usable = [m for m in manifests if m.binlog_file and m.binlog_position is not None]
+    _check_gtid_form(target, [m for m in usable if m.backup_id == backup_id] if backup_id else usable)
     if backup_id:
         chosen = next((m for m in usable if m.backup_id == backup_id), None)
         if chosen is None:
@@ -143,6 +158,40 @@ def choose_backup(manifests: list[Manifest], target: PitrTarget, backup_id: str 
             "point-in-time recovery starts from a backup taken before the target"
         )
     return max(before, key=lambda m: m.backup_id)
+
+
+def _check_gtid_form(target: PitrTarget, backups: list[Manifest]) -> None:
+    """A --to-gtid of the other server's form than the newest backup's is refused by name (a MySQL
+    GTID set against MariaDB backups, a MariaDB GTID against MySQL ones); MySQL's own is not planned."""
+    if target.kind != "gtid" or not backups or target.gtid is None:
+        return
+    m = max(backups, key=lambda b: b.backup_id)
+    family = _family(m)
+    if family is None:
+        return
+    whose = f"backup {m.backup_id} ({m.server_version or m.engine_flavour})"
+    try:
+        check_gtid_for(target.gtid, family, "--to-gtid", whose)
+    except ValueError as exc:
+        raise PitrError(str(exc)) from None
+    if family == "mysql":
+        raise PitrError(
+            f"--to-gtid {target.gtid}: point-in-time recovery of {whose} to a MySQL GTID set is not supported yet; "
+            "give --to-time or --to-position (binlogs events lists each transaction's position)"
+        )
+
+
+def _family(m: Manifest) -> str | None:
+    """Whose GTIDs a backup holds: its recorded GTID's form, else its server's (None: unknown)."""
+    try:
+        form = gtid_form(m.gtid)
+    except ValueError:
+        form = None
+    if form is not None:
+        return form
+    if m.server_version:
+        return "mariadb" if "mariadb" in m.server_version.lower() else "mysql"
+    return {"mariabackup": "mariadb", "clone": "mysql"}.get(m.engine_flavour)
 
 
 def _reaches(m: BinlogManifest, target: PitrTarget) -> bool:
