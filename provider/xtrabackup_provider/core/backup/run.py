@@ -135,6 +135,11 @@ def plan(
     if req.kind == "full":
         # When the policy takes a full anyway, keep its reason.
         return auto if auto.kind == "full" else Decision("full", "a full backup was requested")
+    if req.kind == "incremental" and not tool.capabilities.incremental:
+        raise BackupError(
+            f"an incremental was requested but the {tool.flavour} engine takes full backups only; "
+            "ask for a full (kind full or auto)"
+        )
     if req.kind == "incremental" and auto.kind != "incremental":
         # Only past the policy's own limits (age, length, size), never onto a chain that does not
         # validate or that another server or tool version made: that could not be restored.
