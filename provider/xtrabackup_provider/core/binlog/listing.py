@@ -18,6 +18,7 @@ target.
 from __future__ import annotations
 
 import struct
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -29,6 +30,7 @@ from .events import (
     GTID_EVENT,
     GTID_LIST_EVENT,
     MAX_GTID_LIST,
+    MYSQL_ANONYMOUS_GTID_EVENT,
     MYSQL_GTID_EVENT,
     MYSQL_GTID_HEAD,
     MYSQL_GTID_TAGGED_EVENT,
@@ -167,11 +169,16 @@ def _decode(file: str, offset: int, end: int, ts: int, etype: int, server_id: in
                 f"{file}: a tagged GTID (MySQL 8.3+, uuid:tag:number) at offset {offset}, which this version does "
                 "not read; read this binlog with mysqlbinlog -v"
             )
+        if etype == MYSQL_ANONYMOUS_GTID_EVENT:  # not listed would read as "no transaction matches"
+            raise BinlogFormatError(
+                f"{file}: a transaction without a GTID at offset {offset} (written while MySQL's gtid_mode was not "
+                "ON), which binlogs events cannot name; read this binlog with mysqlbinlog -v"
+            )
         if etype == GTID_EVENT and len(body) >= 13:
             seq, domain, flags = struct.unpack_from("<QIB", body)
             return BodyEvent(file, offset, end, ts, etype, server_id, Gtid(domain, server_id, seq), flags)
         if etype in (*_QUERIES, EXECUTE_LOAD_QUERY_EVENT) and len(body) >= _QUERY_HEAD.size:
-            schema, text, mode, undecoded = _query(etype, body)
+            schema, text, mode, undecoded, longer = _query(etype, body)
             return BodyEvent(
                 file,
                 offset,
@@ -183,6 +190,7 @@ def _decode(file: str, offset: int, end: int, ts: int, etype: int, server_id: in
                 schema=schema,
                 sql_mode=mode,
                 undecoded=undecoded,
+                cut=longer,
             )
         if etype == ANNOTATE_ROWS_EVENT:
             return BodyEvent(file, offset, end, ts, etype, server_id, text=body.decode(errors="replace"))
@@ -217,9 +225,10 @@ def _decode(file: str, offset: int, end: int, ts: int, etype: int, server_id: in
     return event
 
 
-def _query(etype: int, body: bytes) -> tuple[str, str, int | None, bool]:
-    """A Query event's default schema, statement, sql_mode and whether the statement's character
-    set could not be read for sure (`body` without its checksum)."""
+def _query(etype: int, body: bytes) -> tuple[str, str, int | None, bool, bool]:
+    """A Query event's default schema, statement, sql_mode, whether the statement's bytes could not
+    be read for sure (charsets.py, a compressed body that does not inflate) and whether it is
+    longer than MAX_TEXT once inflated (`body` without its checksum)."""
     _thread, _exec, db_len, _err, status_len = _QUERY_HEAD.unpack_from(body)
     status = _QUERY_HEAD.size + (_LOAD_HEAD if etype == EXECUTE_LOAD_QUERY_EVENT else 0)
     found = _status_vars(body[status : status + status_len])
@@ -227,11 +236,33 @@ def _query(etype: int, body: bytes) -> tuple[str, str, int | None, bool]:
     charset = int.from_bytes(found[Q_CHARSET_CODE][:2], "little") if Q_CHARSET_CODE in found else None
     at = status + status_len
     schema = body[at : at + db_len].decode(errors="replace")
+    raw: bytes | None = body[at + db_len + 1 :]
+    longer = False
     if etype == QUERY_COMPRESSED_EVENT:
-        return schema, "<compressed statement>", mode, False
-    raw = body[at + db_len + 1 :]
-    text = decode(raw, charset)
-    return schema, raw.decode(errors="replace") if text is None else text, mode, text is None
+        raw, longer = _inflate(body[at + db_len + 1 :])
+    text = None if raw is None else decode(raw, charset)
+    if text is None:
+        return (
+            schema,
+            "<statement not read>" if raw is None else raw.decode(errors="replace"),
+            mode,
+            True,
+            longer,
+        )
+    return schema, text, mode, False, longer
+
+
+def _inflate(data: bytes) -> tuple[bytes | None, bool]:
+    """A compressed statement (log_bin_compress: a header byte 0x80 | algorithm << 4 | n, the
+    length in n bytes, zlib), up to MAX_TEXT bytes, and whether it is longer; None when it does
+    not inflate (an algorithm not known, damage). A body cut at MAX_TEXT inflates in part."""
+    if not data or data[0] & 0xF0 != 0x80:
+        return None, False
+    try:
+        text = zlib.decompressobj().decompress(data[1 + (data[0] & 0x07) :], MAX_TEXT + 1)
+    except zlib.error:
+        return None, False
+    return text[:MAX_TEXT], len(text) > MAX_TEXT
 
 
 def _status_vars(status: bytes) -> dict[int, bytes]:
