@@ -14,8 +14,6 @@ Run as `python -m xtrabackup_provider.core.engine.clone stream DIR` (the stream 
 
 from __future__ import annotations
 
-__all__ = ["stream_argv", "extract_argv", "copy_back_argv", "refusal", "metadata_files"]
-
 import argparse
 import os
 import shutil
