@@ -203,3 +203,24 @@ def test_a_mysql_binlog_the_reader_cannot_read_is_an_error_naming_it(mysql, tmp_
     rc, out, err = _cli(capsys, "binlogs", "events", *common)
     assert rc != 0
     assert tagged in err and "tagged GTID" in err and "no transaction matches" not in err, err
+
+
+def test_a_mysql_binlog_with_transactions_without_gtids_is_an_error_naming_it(mysql, tmp_path, capsys):
+    """Transactions written while gtid_mode was not ON carry no GTID (Anonymous_gtid events):
+    `binlogs events` names the binlog instead of saying "no transaction matches"."""
+    db = unique_name("an")
+    mysql.execute_script(
+        f"CREATE DATABASE {db}; CREATE TABLE {db}.t (id INT PRIMARY KEY);"
+        "SET GLOBAL gtid_mode = ON_PERMISSIVE; SET GLOBAL gtid_mode = OFF_PERMISSIVE;"
+        f"INSERT INTO {db}.t VALUES (1); DROP TABLE {db}.t;"
+    )
+    anonymous = mysql.query("SHOW BINARY LOG STATUS")[0][0]
+    # (with gtid_mode ON again, the server refuses to send anonymous transactions to mysqlbinlog)
+    mysql.execute_script("SET GLOBAL gtid_mode = ON_PERMISSIVE; FLUSH BINARY LOGS;")
+    config = _config(tmp_path, mysql, binlog_binary=shutil.which("mysqlbinlog"))
+    common = ["--config", str(config), "--cluster", "c1", "--host", "db1"]
+    rc, _out, err = _cli(capsys, "binlogs", "ship", *common)
+    assert rc == 0, err
+    rc, out, err = _cli(capsys, "binlogs", "events", *common, "--kind", "DROP")
+    assert rc != 0
+    assert anonymous in err and "without a GTID" in err and "no transaction matches" not in err, err
