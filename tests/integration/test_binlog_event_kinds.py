@@ -58,6 +58,7 @@ STATEMENTS = [
         "SET STATEMENT max_statement_time=10 FOR DELETE FROM k5 WHERE id > 1",
     ),
     ("long_comment", "shop", None, "ROW", LONG_COMMENT + "TRUNCATE TABLE shop.k6"),
+    ("create_or_replace", "shop", None, "ROW", "CREATE OR REPLACE TABLE k8 (id INT)"),  # drops k8's rows
     (
         "compressed",  # log_bin_compress: a Query_compressed event
         "shop",
@@ -123,7 +124,7 @@ CREATE DATABASE shop; CREATE DATABASE x1; CREATE DATABASE y1;
 CREATE TABLE x1.t (id INT); CREATE TABLE y1.t (id INT);
 USE shop;
 CREATE TABLE k1 (id INT); CREATE TABLE k2 (id INT); CREATE TABLE k3 (id INT); CREATE TABLE k4 (id INT);
-CREATE TABLE k5 (id INT); CREATE TABLE k6 (id INT); CREATE TABLE k7 (id INT);
+CREATE TABLE k5 (id INT); CREATE TABLE k6 (id INT); CREATE TABLE k7 (id INT); CREATE TABLE k8 (id INT); INSERT INTO k8 VALUES (1);
 INSERT INTO k3 VALUES (1); INSERT INTO k4 VALUES (1); INSERT INTO k5 VALUES (1), (2), (3);
 CREATE TABLE t1 (id INT, note VARCHAR(10)); CREATE TABLE t2 (id INT, note VARCHAR(10));
 CREATE TABLE victim (id INT, v INT);
@@ -225,6 +226,12 @@ def test_a_statement_is_listed_under_its_own_kind_wherever_its_first_word_is(
     rows = _events(written, monkeypatch, capsys, "--kind", kind)
     assert written.gtids[name] in rows, f"--kind {kind} does not list the {name} statement"
     assert rows[written.gtids[name]]["kinds"] == [kind]
+
+
+def test_a_create_or_replace_of_a_table_is_a_drop_too(written, monkeypatch, capsys):
+    rows = _events(written, monkeypatch, capsys, "--kind", "DROP")
+    assert written.gtids["create_or_replace"] in rows, "--kind DROP hides the table CREATE OR REPLACE dropped"
+    assert rows[written.gtids["create_or_replace"]]["kinds"] == ["CREATE", "DROP"]
 
 
 def test_kinds_are_not_given_to_statements_of_another_kind(written, monkeypatch, capsys):

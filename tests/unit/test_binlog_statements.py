@@ -298,6 +298,24 @@ def test_a_statement_has_its_own_kind_wherever_its_first_word_is(sql, kind):
     assert not MomentFilter(kinds={"GRANT"}).matches(txn)
 
 
+@pytest.mark.parametrize(
+    "sql, kinds",
+    [
+        ("CREATE OR REPLACE TABLE t (id INT)", ["CREATE", "DROP"]),
+        ("create or replace temporary table t select 1", ["CREATE", "DROP"]),
+        ("SET STATEMENT a=1 FOR CREATE OR REPLACE DATABASE d", ["CREATE", "DROP"]),
+        ("CREATE OR REPLACE SEQUENCE s", ["CREATE", "DROP"]),
+        ("CREATE OR REPLACE VIEW v AS SELECT 1", ["CREATE"]),  # a definition, no rows
+        ("CREATE TABLE t (id INT)", ["CREATE"]),
+    ],
+)
+def test_a_create_or_replace_of_what_holds_rows_is_a_drop_too(sql, kinds):
+    for sql_mode in (0, None):  # None: read under every sql_mode
+        txn = _txn(sql, "shop", sql_mode)
+        assert txn.kinds() == kinds
+        assert MomentFilter(kinds={"DROP"}).matches(txn) == ("DROP" in kinds)
+
+
 def test_transaction_control_is_a_kind_only_without_anything_else():
     txn = _txn("SAVEPOINT a", "shop")
     txn.statements.append("DELETE FROM t")

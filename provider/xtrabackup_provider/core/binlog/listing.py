@@ -363,8 +363,9 @@ class Transaction:
         for statement in self.read():
             unknown |= statement.kind is None
             seen = control if statement.kind in CONTROL_KINDS else found
-            if statement.kind and statement.kind not in seen:
-                seen.append(statement.kind)
+            for kind in (statement.kind, *statement.also):
+                if kind and kind not in seen:
+                    seen.append(kind)
         for per in self.rows.values():
             for kind in per:
                 if kind.upper() not in found:

@@ -412,6 +412,7 @@ class Statement:
     named: Named | None  # None: its tables cannot be told (`why`)
     why: str = ""
     routine: bool = False  # it may write through a stored function: any of ROUTINE_KINDS, any table
+    also: tuple[str, ...] = ()  # kinds it is too: DROP for CREATE OR REPLACE TABLE / DATABASE / SEQUENCE
 
 
 def read_statement(text: str, sql_mode: int | None = 0) -> Statement:
@@ -430,7 +431,7 @@ def read_statement(text: str, sql_mode: int | None = 0) -> Statement:
         if kind is None:  # the text stops making sense somewhere: its start may still tell
             kind = _kind(tokens(text, sql_mode, strict=False), 0)
         return Statement(kind, None, str(exc), routine=kind in ("SELECT", "DO"))
-    return Statement(kind, r.named)
+    return Statement(kind, r.named, also=_also(toks))
 
 
 def _merge(reads: list[Statement]) -> Statement:
@@ -438,15 +439,16 @@ def _merge(reads: list[Statement]) -> Statement:
     kinds = {s.kind for s in reads}
     kind = kinds.pop() if len(kinds) == 1 else None
     routine = any(s.routine for s in reads)
+    also = tuple(sorted({a for s in reads for a in s.also}))
     failed = next((s for s in reads if s.named is None), None)
     if failed is not None:
-        return Statement(kind, None, f"{failed.why} (its sql_mode is not known)", routine)
+        return Statement(kind, None, f"{failed.why} (its sql_mode is not known)", routine, also)
     named = Named()
     for s in reads:
         assert s.named is not None
         named.tables |= s.named.tables
         named.schemas |= s.named.schemas
-    return Statement(kind, named, routine=routine)
+    return Statement(kind, named, routine=routine, also=also)
 
 
 def read_names(text: str, sql_mode: int | None = 0) -> Named:
@@ -464,20 +466,40 @@ CONTROL_KINDS = _words("BEGIN COMMIT ROLLBACK XA SAVEPOINT")
 def _kind(t: list[Tok], i: int) -> str | None:
     """The kind of the statement starting at token `i`: its first word, past SET STATEMENT ... FOR,
     a WITH list and opening parentheses; None when it cannot be told (cut short, CALL)."""
+    start = _start(t, i)
+    head = _Reader(t).word(start) if start is not None else ""
+    return head if head and head != "CALL" else None  # a procedure may do anything
+
+
+def _also(t: list[Tok]) -> tuple[str, ...]:
+    """DROP for a CREATE OR REPLACE of a table, sequence or database: it drops the one there."""
+    start = _start(t, 0)
+    r = _Reader(t)
+    if start is None or r.word(start) != "CREATE" or r.word(start + 1) != "OR":
+        return ()
+    try:
+        kind, _ = _object(r, start + 1)
+    except Unparsed:
+        return ()
+    return ("DROP",) if kind in ("TABLE", "SEQUENCE", "DATABASE", "SCHEMA") else ()
+
+
+def _start(t: list[Tok], i: int) -> int | None:
+    """Where the statement at token `i` starts: past SET STATEMENT ... FOR, a WITH list, "("."""
     r = _Reader(t)
     while r.punct(i) == "(":
         i += 1
     head = r.word(i)
     if head == "SET" and r.word(i + 1) == "STATEMENT":
         j = next((j for j in range(i + 2, len(t)) if r.word(j) == "FOR" and t[j].depth == t[i].depth), None)
-        return None if j is None else _kind(t, j + 1)
+        return None if j is None else _start(t, j + 1)
     if head == "WITH":
         return _after_with(r, i + 1)
-    return head if head and head != "CALL" else None  # a procedure may do anything
+    return i
 
 
-def _after_with(r: _Reader, i: int) -> str | None:
-    """WITH [RECURSIVE] name [(columns)] AS (query) [, ...] <statement>: its kind."""
+def _after_with(r: _Reader, i: int) -> int | None:
+    """WITH [RECURSIVE] name [(columns)] AS (query) [, ...] <statement>: where it starts."""
     i = r.skip(i, "RECURSIVE")
     try:
         while True:
@@ -490,7 +512,7 @@ def _after_with(r: _Reader, i: int) -> str | None:
                 return None
             i = r.close(i + 1)
             if r.punct(i) != ",":
-                return _kind(r.t, i)
+                return _start(r.t, i)
             i += 1
     except Unparsed:
         return None
