@@ -333,11 +333,14 @@ class BinlogCatalog:
     def manifest_key(self, name: str, partial: bool = False) -> str:
         return f"{self.prefix}/{name}{PARTIAL if partial else ''}.json"
 
-    def object_key(self, name: str, encrypted: bool) -> str:
-        return f"{self.prefix}/{name}.zst" + (".gpg" if encrypted else "")
+    def object_key(self, name: str, encrypted: bool, upload_id: str = "") -> str:
+        """A closed binlog's object; `upload_id` (the shipping run's) makes the key that run's own."""
+        tag = f".{upload_id}" if upload_id else ""
+        return f"{self.prefix}/{name}{tag}.zst" + (".gpg" if encrypted else "")
 
-    def segment_key(self, name: str, offset: int, encrypted: bool) -> str:
-        return f"{self.prefix}/{name}{PARTIAL}-{offset:012d}.zst" + (".gpg" if encrypted else "")
+    def segment_key(self, name: str, offset: int, encrypted: bool, upload_id: str = "") -> str:
+        tag = f".{upload_id}" if upload_id else ""
+        return f"{self.prefix}/{name}{PARTIAL}-{offset:012d}{tag}.zst" + (".gpg" if encrypted else "")
 
     def gap_key(self, gap: BinlogGap) -> str:
         return f"{self.prefix}/{GAP_DIR}/{gap.first_missing}..{gap.last_missing}.json"
@@ -426,6 +429,28 @@ class BinlogCatalog:
                     f"refusing to register {manifest.name}: {seg.object.key} is {found}, expected {seg.object.size}"
                 )
         self.store.put_bytes(self.manifest_key(manifest.name, not manifest.complete), manifest.to_json())
+
+    def remove_uploads_of(self, upload_id: str) -> list[str]:
+        """Delete the objects a shipping run proven dead (killed before its manifest) uploaded and no
+        manifest names; returns their keys. Another run's objects are never touched: their keys carry
+        that run's own upload id."""
+        tag = f".{upload_id}.zst"
+        index = self.index()
+        debris = []
+        for info in self.store.list(self.prefix + "/"):
+            rest = info.key[len(self.prefix) + 1 :]
+            if "/" in rest or tag not in rest:
+                continue
+            name = rest.split(PARTIAL)[0] if PARTIAL in rest else rest[: rest.index(tag)]
+            try:  # an unreadable manifest might name it: then it stays
+                found = [m[name] for m in (index.complete, index.partial) if name in m]
+            except BinlogError:
+                continue
+            if info.key not in {seg.object.key for m in found for seg in m.segments}:
+                debris.append(info.key)
+        if debris:
+            self.store.delete(debris)
+        return debris
 
     def write_gap(self, gap: BinlogGap) -> str:
         key = self.gap_key(gap)

@@ -14,7 +14,6 @@ Continuous mode (--stop-never) is in binlog_stream.py; it reuses the shipper bel
 from __future__ import annotations
 
 import logging
-import secrets
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -256,7 +255,7 @@ class BinlogShipper:
         # One shipper of the host at a time; a run that lost the lock registers nothing (fencing), and
         # its objects' keys are its own (upload_id), so no manifest ever names another run's bytes.
         self.lock = HostLock(req.catalog, req.lease, purpose="binlog shipping", name=SHIP_LOCK_NAME)
-        self.upload_id = secrets.token_hex(4)
+        self.upload_id = upload_id(self.lock.token)
         self.report = ShipReport(self.facts.server_uuid)
         self.gpg = GpgHome()
         self.recipients: list[str] = []
@@ -265,6 +264,10 @@ class BinlogShipper:
     def __enter__(self) -> BinlogShipper:
         try:
             self.lock.acquire()
+            if self.lock.dead_holder is not None and (
+                removed := self.bcat.remove_uploads_of(upload_id(self.lock.dead_holder.token))
+            ):
+                log.warning("removed what a killed shipping run left unregistered: %s", ", ".join(removed))
             self.recipients = _import_recipients(self.gpg, self.req.public_keys, self.req.allow_unencrypted)
         except BaseException:
             self.close()
@@ -539,6 +542,12 @@ class _SmallWriter:
 
     def abort(self) -> None:
         self.buffer.clear()
+
+
+def upload_id(lock_token: str) -> str:
+    """The tag in the keys of a shipping run's objects: its lock token's, so the run that takes the
+    lock over from a holder proven dead knows which unregistered objects were that holder's."""
+    return lock_token[:8]
 
 
 def _import_recipients(gpg: GpgHome, public_keys: list[str], allow_unencrypted: bool) -> list[str]:

@@ -56,6 +56,7 @@ from .backups import Catalog
 log = logging.getLogger(__name__)
 
 LOCK_NAME = "backup.lock"
+SHIP_LOCK_NAME = "binlog-ship.lock"  # one binlog shipper per host (core/binlog/ship.py)
 DEFAULT_LEASE = timedelta(minutes=2)  # renewed every third of it while the run lives
 # One second of resolution on each of the two store times, and a little more.
 STORE_CLOCK_MARGIN = timedelta(seconds=2)
@@ -162,10 +163,16 @@ class HostLock:
     `purpose` names what the holder does ("backup", "retention"): it is written into the lock and
     into the error another run gets."""
 
-    def __init__(self, catalog: Catalog, lease: timedelta = DEFAULT_LEASE, purpose: str = "backup") -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        lease: timedelta = DEFAULT_LEASE,
+        purpose: str = "backup",
+        name: str = LOCK_NAME,
+    ) -> None:
         self.purpose = purpose
         self.store = catalog.store
-        self.key = f"{catalog.host_prefix}/{LOCK_NAME}"
+        self.key = f"{catalog.host_prefix}/{name}"  # one lock per name: backups, binlog shipping
         self.what = f"{catalog.cluster}/{catalog.host}"
         self.lease = lease
         self.token = uuid.uuid4().hex
