@@ -50,3 +50,33 @@ def test_a_client_of_the_other_family_or_older_than_mysql_is_refused_naming_both
     assert old is not None and "8.4.2, older than the server (MySQL 9.7.4)" in old
     assert mysql.binlog_follow_id_option == "--connection-server-id"
     assert mariadb.binlog_follow_id_option == "--stop-never-slave-server-id"
+
+
+def test_the_shipping_dag_gives_each_host_its_own_binlog_client():
+    from xtrabackup_provider.core.config.schema import FleetConfig
+    from xtrabackup_provider.dags.binlog_shipping import build_dag
+
+    config = FleetConfig.model_validate(
+        {
+            "storage": {"local_path": "/srv/store"},
+            "clusters": [
+                {
+                    "name": "mixed",
+                    "hosts": [
+                        {
+                            "name": "my1",
+                            "flavour": "xtrabackup",
+                            "binlog_binary": "/opt/mysql-9.7/bin/mysqlbinlog",
+                        },
+                        {"name": "ma1"},
+                    ],
+                    "binlogs": {"binary": "/usr/bin/mariadb-binlog"},
+                }
+            ],
+        }
+    )
+    cluster = config.clusters[0]
+    assert cluster.binlogs is not None
+    ship = build_dag(config, cluster, cluster.binlogs).get_task("ship_binlogs")
+    per_host = {kw["host"]: kw["binary"] for kw in ship.expand_input.value}
+    assert per_host == {"my1": "/opt/mysql-9.7/bin/mysqlbinlog", "ma1": "/usr/bin/mariadb-binlog"}

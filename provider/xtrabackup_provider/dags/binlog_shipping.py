@@ -49,7 +49,6 @@ def build_dag(config: FleetConfig, cluster: ClusterConfig, binlogs: BinlogConfig
             flush=binlogs.flush and not continuous,
             continuous_seconds=seconds,
             progress_seconds=binlogs.progress_seconds,
-            binary=binlogs.binary,
             compression_level=config.policy.compression_level,
             storage_class=binlogs.storage_class,
             sse=storage.sse,
@@ -59,7 +58,12 @@ def build_dag(config: FleetConfig, cluster: ClusterConfig, binlogs: BinlogConfig
             retry_delay=timedelta(seconds=30),
         ).expand_kwargs(
             [
-                {"host": h.name, "mysql_conn_id": h.mysql_conn_id or f"mysql_{h.name.replace('.', '_')}"}
+                {
+                    "host": h.name,
+                    "mysql_conn_id": h.mysql_conn_id or f"mysql_{h.name.replace('.', '_')}",
+                    # the host's own binlog client (its server family's), else the cluster's
+                    "binary": h.binlog_binary or binlogs.binary,
+                }
                 for h in cluster.hosts
             ]
         )
