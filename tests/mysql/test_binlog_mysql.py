@@ -181,6 +181,10 @@ def test_binlogs_events_lists_mysql_transactions_with_their_gtids_and_finds_the_
     assert f"DROP TABLE `{db}`.`t`" in drop["summary"]
     inserts = _events(capsys, common, "--table", f"{db}.t", "--kind", "INSERT")
     assert [m["gtid"] for m in inserts] == [f"{uuid}:{n}" for n in range(3, 7)]
+    window = _events(capsys, common, "--gtid-from", f"{uuid}:4", "--gtid-to", f"{uuid.upper()}:5")
+    assert [m["gtid"] for m in window] == [f"{uuid}:4", f"{uuid}:5"]
+    rc, _out, err = _cli(capsys, "binlogs", "events", *common, "--gtid-from", f"{uuid}:2-4")
+    assert rc == 2 and "--gtid-from" in err and "one GTID per source" in err, err
 
     rc, out, err = _cli(capsys, "binlogs", "events", *common, "--kind", "DROP")
     assert rc == 0 and f"{uuid}:7" in out and "DROP" in out and "no transaction matches" not in err

@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from ..core.catalog.manifest import SERVER_UUID_RE
-from ..core.common.values import GtidPos, format_gtid_pos, parse_gtid_pos
+from ..core.common.values import GtidPos, GtidSet, MysqlGtid, format_gtid_pos, gtid_form, parse_gtid_pos
 from .options import BadArgument, bad
 
 NAME_MAX = 64  # characters in a MariaDB database or table name
@@ -78,6 +78,8 @@ def grep_pattern(text: str) -> re.Pattern[str]:
 def gtid_position(flag: str) -> Any:
     def gtid(text: str) -> GtidPos:
         try:
+            if gtid_form(text, flag) == "mysql":
+                return _mysql_gtids(flag, text)
             pos = parse_gtid_pos(text, flag)
         except ValueError as exc:
             raise BadArgument(str(exc)) from None
@@ -86,6 +88,18 @@ def gtid_position(flag: str) -> Any:
         return pos
 
     return gtid
+
+
+def _mysql_gtids(flag: str, text: str) -> GtidPos:
+    """MySQL: one GTID per source (`uuid:42`), standing under its source as a MariaDB GTID stands
+    under its domain (core/common/values.py MysqlGtid)."""
+    pos: GtidPos = {}
+    for source, intervals in GtidSet.parse(text, flag).intervals().items():
+        if len(intervals) != 1 or intervals[0][0] != intervals[0][1]:
+            raise bad(flag, text, f"give one GTID per source (e.g. {source}:42), not a range")
+        gtid = MysqlGtid.of(source, intervals[0][0])
+        pos[gtid.domain] = gtid
+    return pos
 
 
 def check_window(args: argparse.Namespace) -> None:
