@@ -57,7 +57,7 @@ from ..pipeline.gpg import GpgHome
 from . import prepare
 from .chain import RestoreError, check_target, copy_back, fetch_one, import_private_for
 from .sources import backup_on, clear_dir, fetch_with_fallback
-from .standby_lock import DEFAULT_WAIT_SECONDS, LOCK_FILE, standby_lock
+from .standby_lock import DEFAULT_WAIT_SECONDS, LOCK_FILE, standby_lock, target_lock
 
 log = logging.getLogger(__name__)
 
@@ -342,7 +342,12 @@ def restore_standby(
     require_standby_dir(directory)
     targets = Targets.of(catalog, source_name, fallbacks)
     targets.read(f"the backups of {catalog.host}", lambda c: c.latest_chain())
-    with standby_lock(directory, "restore from the standby", lock_wait):
+    # The target first, from the check that it is empty to the end (another restore into it is
+    # refused at once), then the standby.
+    with (
+        target_lock(target_datadir, "restore from the standby"),
+        standby_lock(directory, "restore from the standby", lock_wait),
+    ):
         report = _restore_locked(
             targets,
             directory,
