@@ -364,7 +364,7 @@ class ProvisionConfig(_Model):
 
 class HostConfig(_Model):
     name: str = Field(pattern=NAME)
-    flavour: Literal["mariabackup", "xtrabackup"] = "mariabackup"
+    flavour: Literal["mariabackup", "xtrabackup", "clone"] = "mariabackup"
     binary: str | None = None
     # The binlog client for this host's server (mysqlbinlog / mariadb-binlog of the server's own
     # family and version): default the cluster's `binlogs.binary`, else the server family's client.
