@@ -90,7 +90,7 @@ server-roots:
 
 # The MySQL suites (tests marked `mysql`) against a real MySQL 9.7, its programs first on PATH.
 test-mysql: setup server-roots
-	@PATH=$(ROOTS)/mysql-9.7/bin:$$PATH scripts/run-pytest.sh -m "mysql and not slow" tests $(PYTEST_ARGS)
+	@PATH=$(ROOTS)/mysql-9.7/bin:$$PATH scripts/run-pytest.sh -m "mysql and not slow" tests/mysql $(PYTEST_ARGS)
 
 # The MariaDB suites again with MariaDB 11.8's server and tools first on PATH.
 MARIADB_11_8_TESTS ?= tests/integration

@@ -97,6 +97,7 @@ class XtraBackupOperator(BackupStorageOperator):
         from ..core.backup.run import BackupRequest, run_backup
         from ..core.catalog.manifest import GateResult
         from ..core.common.progress import ProgressLogger
+        from ..core.engine.tools import FLAVOURS
         from ..hooks.xtrabackup import XtraBackupHook
 
         skip_unless_branch_chose(self, context)  # downstream of a branch of your own (EXTENDING)
@@ -105,11 +106,16 @@ class XtraBackupOperator(BackupStorageOperator):
             raise AirflowFailException(
                 f"backup of {self.cluster}/{self.host}: kind must be auto, full or incremental, not {self.kind!r}"
             )
+        if self.flavour not in FLAVOURS:
+            raise AirflowFailException(
+                f"backup of {self.cluster}/{self.host}: flavour must be one of {', '.join(FLAVOURS)}, "
+                f"not {self.flavour!r}"
+            )
         catalog = self.catalog()
         request = BackupRequest(
             catalog=catalog,
             target=XtraBackupHook(self.mysql_conn_id).get_target(),
-            flavour="xtrabackup" if self.flavour == "xtrabackup" else "mariabackup",
+            flavour=self.flavour,
             binary=self.binary,
             datadir=self.datadir,
             kind=self.kind,
