@@ -1,26 +1,30 @@
-"""The MySQL replay half of point-in-time recovery (core/pitr/mysql_pipe.py), on real MySQL 9.7
-servers with the real mysqlbinlog 9.7: binlogs shipped from a source are fetched from the store and
-piped into a fresh server holding what a backup would (the source's first transactions), stopped
-right before a DROP TABLE by a MySQL GTID set, by a time and by a position. Each time the table's
-CHECKSUM TABLE equals the source's at that moment and the server's gtid_executed is the source's
-then: nothing past the stop, nothing replayed twice."""
+"""Point-in-time recovery on MySQL (core/pitr/mysql_pipe.py), on real MySQL 9.7 servers with the
+real mysqlbinlog 9.7: binlogs shipped from a source are fetched from the store and piped into a
+fresh server holding what a backup would (the source's first transactions), stopped right before a
+DROP TABLE by a MySQL GTID set, by a time and by a position; and end to end from a clone backup
+restored by the CLI, to the "stop before" GTID set `binlogs events` prints for the DROP. Each time
+the table's CHECKSUM TABLE equals the source's at that moment and the server's gtid_executed is the
+source's then: nothing past the stop, nothing replayed twice."""
 
 from __future__ import annotations
 
+import json
 import secrets
 import shutil
 import time
 from datetime import UTC, datetime
 
 import pytest
+import yaml
 
-from helpers import unique_name
+from helpers import cli, unique_name
 from xtrabackup_provider.core.binlog.catalog import BinlogCatalog
 from xtrabackup_provider.core.binlog.ship import ShipRequest, ship_binlogs
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.common.values import GtidSet
+from xtrabackup_provider.core.db.sandbox import SandboxServer, table_checksums
 from xtrabackup_provider.core.db.server import MySQLTarget
-from xtrabackup_provider.core.pitr.mysql_pipe import replay_mysql
+from xtrabackup_provider.core.pitr.mysql_pipe import replay_from_backup, replay_mysql
 from xtrabackup_provider.core.pitr.plan import PitrError, PitrTarget
 from xtrabackup_provider.core.pitr.recover import PitrRequest, fetch_binlogs
 from xtrabackup_provider.core.storage.local import LocalStore
@@ -99,3 +103,75 @@ def test_mysql_binlogs_replay_to_just_before_a_drop_by_gtid_time_and_position(pa
 
     with pytest.raises(PitrError, match="MySQL replays to a MySQL GTID set"):
         replay_mysql(_target(replay), files, PitrTarget("gtid", gtid="0-1-5"))
+
+
+def test_a_clone_backup_restored_by_the_cli_is_taken_to_just_before_a_drop(mysql_factory, tmp_path):
+    source = mysql_factory("pitrclone", root_password=secrets.token_urlsafe(12))
+    try:
+        _from_a_clone_backup(source, tmp_path)
+    finally:
+        mysql_factory.discard(source)
+
+
+def _from_a_clone_backup(source, tmp_path) -> None:
+    source.query("INSTALL PLUGIN clone SONAME 'mysql_clone.so'")
+    db = unique_name("pc")
+    source.execute_script(
+        f"CREATE DATABASE {db}; CREATE TABLE {db}.t (id INT PRIMARY KEY, v TEXT); CREATE TABLE {db}.u (id INT);"
+        f"INSERT INTO {db}.t VALUES (1, 'a'), (2, 'b');"
+    )
+    config = tmp_path / "fleet.yaml"
+    host = {
+        "name": "db1",
+        "flavour": "clone",
+        "binlog_binary": shutil.which("mysqlbinlog"),
+        "defaults_file": str(source.write_client_defaults(tmp_path / "client.cnf")),
+    }
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "storage": {"local_path": str(tmp_path / "store")},
+                "encryption": {"enabled": False},
+                "clusters": [{"name": "c1", "hosts": [host]}],
+            }
+        )
+    )
+    common = ["--config", str(config), "--cluster", "c1", "--host", "db1"]
+    backup = cli("backup", *common)
+    assert backup.returncode == 0, backup.stderr
+    # After the backup: more work, then the mistake and what followed it.
+    source.execute_script(
+        f"INSERT INTO {db}.t VALUES (3, 'c'); UPDATE {db}.t SET v = 'z' WHERE id = 1; FLUSH BINARY LOGS;"
+        f"DELETE FROM {db}.t WHERE id = 2;"
+    )
+    expected = table_checksums(source, [db])
+    at_stop = source.query("SELECT @@global.gtid_executed")[0][0]
+    source.execute_script(f"DROP TABLE {db}.t; INSERT INTO {db}.u VALUES (1); FLUSH BINARY LOGS;")
+    shipped = cli("binlogs", "ship", *common)
+    assert shipped.returncode == 0, shipped.stderr
+    events = cli("binlogs", "events", *common, "--kind", "DROP", "--json")
+    assert events.returncode == 0, events.stderr
+    (drop,) = [json.loads(line) for line in events.stdout.splitlines()]
+    assert drop["to_gtid"] == at_stop  # "stop before the DROP" is what the source had executed then
+
+    target = tmp_path / "restored" / "data"
+    restored = cli("restore", *common, "--target-datadir", str(target), "--create-parents")
+    assert restored.returncode == 0, restored.stderr
+    catalog = Catalog(LocalStore(tmp_path / "store"), "backups", "c1", "db1")
+    (manifest,) = catalog.manifests()
+    sandbox = SandboxServer.on_datadir(target, tmp_path / "sb", server_id=992, family="mysql")
+    sandbox.start()
+    with sandbox:
+        assert table_checksums(sandbox, [db]) != expected, "the backup is before the later work"
+        server = MySQLTarget(socket=str(sandbox.socket), user="root")  # the sandbox skips grants
+        reached = replay_from_backup(
+            catalog,
+            manifest,
+            server,
+            PitrTarget.at_gtid(drop["to_gtid"]),
+            scratch_dir=tmp_path,
+            binlog_binary=shutil.which("mysqlbinlog") or "mysqlbinlog",
+        )
+        assert str(reached) == at_stop
+        assert table_checksums(sandbox, [db]) == expected
+        assert sandbox.query(f"SELECT COUNT(*) FROM {db}.u")[0][0] == 0

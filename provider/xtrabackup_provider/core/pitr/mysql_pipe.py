@@ -11,17 +11,25 @@ is in. The stop:
   at or after it and everything later are not replayed;
 - a position FILE:POS: the files up to FILE, `--stop-position` in the last one.
 
-The restored server's physical copy is the clone engine's (core/engine); this module is the replay
-half, proven on a real MySQL 9.7 (tests/mysql/test_binlog_mysql_pitr.py)."""
+`replay_from_backup` takes a server restored from a MySQL backup (the clone engine's) forward:
+the shipped binlogs from the backup's binlog position until one reaches the target, fetched and
+checked as PITR fetches them, then replayed as above. Proven on MySQL 9.7
+(tests/mysql/test_binlog_mysql_pitr.py); the `restore --to-*` command does not call it yet."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
+from ..binlog.catalog import BinlogCatalog, BinlogManifest
+from ..catalog.backups import Catalog
+from ..catalog.manifest import Manifest
+from ..common.tempdirs import private_dir
 from ..common.values import GtidSet, binlog_number
 from ..db.dialect import dialect_for
 from ..db.server import MySQLTarget, defaults_file, query
 from .plan import PitrError, PitrTarget
+from .recover import PitrRequest, fetch_binlogs
 from .replay import reader_argv, run_replay
 
 _MAX_PACKET = "--max-allowed-packet=1G"  # a row event of a big transaction is one statement
@@ -82,3 +90,55 @@ def replay_mysql(
         client = [client_binary, f"--defaults-file={creds}", "--binary-mode", "--batch", _MAX_PACKET]
         run_replay(reader_argv(binlog_binary, [*args, *map(str, files)]), client)
     return GtidSet.parse(str(query(server, f"SELECT {dialect.gtid_executed_variable}")[0][0] or ""))
+
+
+def binlogs_to(catalog: Catalog, backup: Manifest, target: PitrTarget) -> list[BinlogManifest]:
+    """The shipped binlogs from `backup`'s binlog to the first that reaches `target`, contiguous;
+    PitrError naming what is missing otherwise."""
+    if not backup.binlog_file:
+        raise PitrError(f"backup {backup.backup_id} recorded no binlog position: nothing to replay from")
+    chain, why = BinlogCatalog(catalog, backup.server_uuid).index().chain_from(backup.binlog_file)
+    for n, m in enumerate(chain):
+        if _reaches(m, target):
+            return chain[: n + 1]
+    end = chain[-1].name if chain else backup.binlog_file
+    raise PitrError(
+        f"the binlogs shipped after backup {backup.backup_id} ({backup.server_uuid}) end at {end} before "
+        f"{target.describe()} ({why}); ship them (binlogs ship --flush) or give an earlier target"
+    )
+
+
+def _reaches(m: BinlogManifest, target: PitrTarget) -> bool:
+    if target.kind == "time":
+        assert target.time is not None
+        seen = [t for t in (m.covers_until, m.last_event_time) if t is not None]
+        return bool(seen) and max(seen) >= target.time
+    if target.kind == "gtid":
+        before, held = m.gtid_sets()
+        return GtidSet.parse(target.gtid, "--to-gtid") <= before | held
+    return m.name == target.file
+
+
+def replay_from_backup(
+    catalog: Catalog,
+    backup: Manifest,
+    server: MySQLTarget,
+    target: PitrTarget,
+    *,
+    scratch_dir: Path | None = None,
+    private_key: str | None = None,
+    passphrase: str | None = None,
+    binlog_binary: str = "mysqlbinlog",
+    client_binary: str = "mysql",
+) -> GtidSet:
+    """Take `server` (restored from `backup`, running) to `target` with the binlogs shipped after
+    the backup; returns its gtid_executed after. The copies live in a private scratch directory,
+    removed afterwards."""
+    needed = binlogs_to(catalog, backup, target)
+    scratch = private_dir("mysqlpitr", str(scratch_dir) if scratch_dir else None)
+    try:
+        fetch = PitrRequest(catalog, scratch, target, private_key=private_key, passphrase=passphrase)
+        files = fetch_binlogs(fetch, needed, scratch / "binlogs")
+        return replay_mysql(server, files, target, binlog_binary=binlog_binary, client_binary=client_binary)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

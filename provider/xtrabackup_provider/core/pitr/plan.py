@@ -176,8 +176,9 @@ def _check_gtid_form(target: PitrTarget, backups: list[Manifest]) -> None:
         raise PitrError(str(exc)) from None
     if family == "mysql":
         raise PitrError(
-            f"--to-gtid {target.gtid}: point-in-time recovery of {whose} to a MySQL GTID set is not supported yet; "
-            "give --to-time or --to-position (binlogs events lists each transaction's position)"
+            f"--to-gtid {target.gtid}: the restore command does not replay MySQL binlogs yet ({whose}): restore "
+            "the backup, start the server, and replay the shipped binlogs with mysqlbinlog "
+            f"--include-gtids={target.gtid} into mysql (docs/pitr.md)"
         )
 
 
