@@ -114,10 +114,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     except Exception as exc:
-        # The store translates its own S3 errors (StorageError); this catches a botocore error
-        # from a direct client call, so that no S3 failure ends in a traceback either.
-        if (message := _s3_failure(exc, config)) is None:
+        # A server error no verb handled (a missing privilege, a lock wait, a lost connection during
+        # a statement): one line naming the server and statement (core/db/errors.py), for any verb.
+        # The store translates its own S3 errors (StorageError); a botocore error from a direct
+        # client call is said in one line too.
+        if (message := _server_failure(exc, args) or _s3_failure(exc, config)) is None:
             raise
+        logging.getLogger(__name__).debug("the error came from here", exc_info=True)
         print(f"error: {message}", file=sys.stderr)
         return 2
 
@@ -127,6 +130,18 @@ def _holding(config: FleetConfig) -> FleetConfig:
     loaded before, from the cache, was not parsed again)."""
     secretenv.hold(secretenv.names_in(config.model_dump()))
     return config
+
+
+def _server_failure(exc: Exception, args: argparse.Namespace) -> str | None:
+    """One line for a MySQLdb error: the verb and host, then the server, statement and what to do."""
+    from ..core.db.errors import describe, is_server_error
+
+    if not is_server_error(exc):
+        return None
+    verb = " ".join(str(v) for v in (args.command, getattr(args, f"{args.command}_command", None)) if v)
+    cluster, host = getattr(args, "cluster", None), getattr(args, "host", None)
+    where = f" for {cluster}/{host}" if cluster and host else f" for cluster {cluster}" if cluster else ""
+    return f"{verb}{where}: {describe(exc)}"
 
 
 def _s3_failure(exc: Exception, config: FleetConfig | None) -> str | None:

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from ..common.tempdirs import private_dir
 from .dialect import Dialect, dialect_for, dialect_of
+from .errors import cursor_class
 
 
 class ServerError(RuntimeError):
@@ -192,7 +193,8 @@ def connect(target: MySQLTarget) -> Any:
     import MySQLdb
 
     try:
-        return MySQLdb.connect(**target.connect_kwargs())
+        # Its statements' errors name this server and the statement (errors.py: one line in the CLI).
+        return MySQLdb.connect(**target.connect_kwargs(), cursorclass=cursor_class(target.address))
     except MySQLdb.Error as exc:
         raise ServerError(
             f"cannot connect to MySQL/MariaDB at {target.address} as {target.user}: {exc}"
