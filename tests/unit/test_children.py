@@ -202,3 +202,17 @@ def test_a_tool_killed_by_a_signal_is_named_with_the_signal(tmp_path):
         f"mariabackup --prepare of {tmp_path / 'base'} failed (killed by signal 9)"
     )
     assert children.how_ended(1) == "exit status 1"
+
+
+def test_a_tools_stderr_summary_never_repeats_a_password_hash():
+    """mariabackup without RELOAD prints the account's grants, password hash included; the one
+    line an error quotes from its stderr (and so the logs) must not carry it (issue 38 review)."""
+    stderr = (
+        "[00] 2026-12-05 01:50:00 Error: missing required privilege RELOAD on *.*\n"
+        "[00] 2026-12-05 01:50:00 Current privileges, as reported by 'SHOW GRANTS': \"GRANT SELECT ON *.* TO "
+        "`bk`@`localhost` IDENTIFIED BY PASSWORD '*F47C9A3CE1B5C7E0E1E4D4A4B3C2D1E0F9A8B7C6'\"\n"
+        "ALTER USER x IDENTIFIED WITH caching_sha2_password AS '$A$005$abcdefghijklmnopqrst'\n"
+    )
+    line = children.summarize_stderr(stderr)
+    assert "RELOAD" in line
+    assert "F47C9A3CE1B5" not in line and "abcdefghijklmnopqrst" not in line, line

@@ -163,7 +163,7 @@ def test_defaults_file_is_private_holds_the_password_and_is_removed(private_tmp)
             "[client]",
             'user="backup"',
             'password="s3cr3t-pw"',
-            "host=db1.internal",
+            'host="db1.internal"',
             "port=3307",
         ]
     assert not os.path.exists(path)
@@ -186,7 +186,7 @@ def test_defaults_file_with_socket(private_tmp):
         assert Path(path).read_text().splitlines() == [
             "[client]",
             'user="root"',
-            "socket=/run/mysqld/mysqld.sock",
+            'socket="/run/mysqld/mysqld.sock"',
         ]
 
 
@@ -206,7 +206,7 @@ def test_defaults_file_quotes_special_characters(private_tmp, password, written)
 
 @pytest.mark.parametrize("password", ["line1\nline2", "x\r[mysqld]"])
 def test_defaults_file_refuses_newlines_and_leaves_nothing(private_tmp, password):
-    with pytest.raises(ServerError, match="newlines"), defaults_file(MySQLTarget(password=password)):
+    with pytest.raises(ServerError, match="line break"), defaults_file(MySQLTarget(password=password)):
         pass
     assert list(private_tmp.iterdir()) == []
 

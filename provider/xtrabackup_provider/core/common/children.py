@@ -258,6 +258,19 @@ def tail_text(data: bytes, limit: int = TAIL_BYTES) -> str:
     return data.decode(errors="replace")
 
 
+# A password or its hash in what a tool prints: mariabackup without a privilege prints the account's
+# SHOW GRANTS (`IDENTIFIED BY PASSWORD '*F47C...'`), a server echoes statements in its errors.
+# A string literal may hold '' and backslash escapes.
+_CREDENTIAL = re.compile(
+    r"(\bIDENTIFIED\b[^'\n]{0,80}?|PASSWORD\s*(?:=\s*|\(\s*)?)'(?:[^'\\\n]|\\.|'')*'", re.IGNORECASE
+)
+
+
+def hide_credentials(text: str) -> str:
+    """`text` with every quoted password or password hash after IDENTIFIED / PASSWORD hidden."""
+    return _CREDENTIAL.sub(r"\1'***'", text)
+
+
 def summarize_stderr(text: str | bytes, limit: int = SUMMARY_CHARS) -> str:
     """One readable line from a tool's stderr: its own error lines first ([ERROR], Error number,
     FATAL, error:), then the other lines that name a cause (failed, Can't, not empty...), each once
@@ -266,6 +279,7 @@ def summarize_stderr(text: str | bytes, limit: int = SUMMARY_CHARS) -> str:
     if isinstance(text, bytes):
         text = tail_text(text)
     text = _HEXDUMP.sub("\n", text)
+    text = hide_credentials(text)
     lines: list[str] = []
     for raw in text.split("\n"):
         line = "".join(c for c in raw.replace("\t", " ") if c.isprintable()).strip()

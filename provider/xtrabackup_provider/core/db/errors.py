@@ -13,11 +13,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..common.children import hide_credentials
+
 SERVER = "xbp_server"  # the attributes the cursor sets on the error
 STATEMENT = "xbp_statement"
 
 _NEEDS = re.compile(r"you need \(at least one of\) the (.+?) privilege", re.I)
-_SECRET = re.compile(r"((?:PASSWORD|IDENTIFIED\s+BY)\s*(?:=\s*)?)'(?:[^'\\]|\\.|'')*'", re.I)
 _CLOSED = (
     "the server closed the connection (it restarted or shut down, the session was killed, or "
     "wait_timeout / max_allowed_packet was exceeded): check that the server runs and its error log, then run again"
@@ -77,7 +78,7 @@ def shown(statement: Any) -> str:
     hidden, cut at 120 characters."""
     if isinstance(statement, bytes | bytearray):
         statement = bytes(statement).decode("utf-8", "replace")
-    text = _SECRET.sub(lambda m: f"{m.group(1)}'***'", " ".join(str(statement).split()))
+    text = hide_credentials(" ".join(str(statement).split()))
     return text if len(text) <= 120 else text[:117] + "..."
 
 
