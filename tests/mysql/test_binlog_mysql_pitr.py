@@ -155,23 +155,42 @@ def _from_a_clone_backup(source, tmp_path) -> None:
     assert drop["to_gtid"] == at_stop  # "stop before the DROP" is what the source had executed then
 
     target = tmp_path / "restored" / "data"
-    restored = cli("restore", *common, "--target-datadir", str(target), "--create-parents")
+    wrong = cli("restore", *common, "--target-datadir", str(target), "--create-parents", "--to-gtid", "0-1-5")
+    assert wrong.returncode != 0
+    assert [line for line in wrong.stderr.splitlines() if line.startswith("error:")] == [
+        "error: --to-gtid '0-1-5' is a MariaDB GTID (domain-server_id-sequence), but host c1/db1 is MySQL: give "
+        "a MySQL GTID set (uuid:first-last, e.g. 3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5)"
+    ], wrong.stderr
+    assert not target.exists(), "nothing is restored for a refused target"
+
+    restored = cli(
+        "restore", *common, "--target-datadir", str(target), "--create-parents", "--to-gtid", drop["to_gtid"]
+    )
     assert restored.returncode == 0, restored.stderr
-    catalog = Catalog(LocalStore(tmp_path / "store"), "backups", "c1", "db1")
-    (manifest,) = catalog.manifests()
+    assert f"reached GTID set {at_stop}" in restored.stdout, restored.stdout
     sandbox = SandboxServer.on_datadir(target, tmp_path / "sb", server_id=992, family="mysql")
     sandbox.start()
     with sandbox:
+        assert table_checksums(sandbox, [db]) == expected
+        assert sandbox.query("SELECT @@global.gtid_executed")[0][0].replace("\n", "") == at_stop
+        assert sandbox.query(f"SELECT COUNT(*) FROM {db}.u")[0][0] == 0
+
+    # The same replay on a copy restored without a target, by the core function the command runs.
+    plain = tmp_path / "plain" / "data"
+    assert cli("restore", *common, "--target-datadir", str(plain), "--create-parents").returncode == 0
+    catalog = Catalog(LocalStore(tmp_path / "store"), "backups", "c1", "db1")
+    (manifest,) = catalog.manifests()
+    sandbox = SandboxServer.on_datadir(plain, tmp_path / "sb2", server_id=993, family="mysql")
+    sandbox.start()
+    with sandbox:
         assert table_checksums(sandbox, [db]) != expected, "the backup is before the later work"
-        server = MySQLTarget(socket=str(sandbox.socket), user="root")  # the sandbox skips grants
         reached = replay_from_backup(
             catalog,
             manifest,
-            server,
+            MySQLTarget(socket=str(sandbox.socket), user="root"),  # the sandbox skips grants
             PitrTarget.at_gtid(drop["to_gtid"]),
             scratch_dir=tmp_path,
             binlog_binary=shutil.which("mysqlbinlog") or "mysqlbinlog",
         )
         assert str(reached) == at_stop
         assert table_checksums(sandbox, [db]) == expected
-        assert sandbox.query(f"SELECT COUNT(*) FROM {db}.u")[0][0] == 0

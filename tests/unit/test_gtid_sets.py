@@ -162,6 +162,8 @@ def test_pitr_to_a_gtid_of_the_other_servers_form_is_refused_naming_the_backup()
         match=rf"is a MySQL GTID set, but backup {mariadb.backup_id} \(10.11.6-MariaDB\) is MariaDB",
     ):
         choose_backup([mariadb], PitrTarget.at_gtid(f"{U1}:1-5"))
-    with pytest.raises(PitrError, match="the restore command does not replay MySQL binlogs yet"):
+    with pytest.raises(
+        PitrError, match="this restore replays MariaDB binlogs only; restore a MySQL host with the CLI"
+    ):
         choose_backup([mysql], PitrTarget.at_gtid(f"{U1}:1-5"))
     assert choose_backup([mariadb], PitrTarget.at_gtid("0-1-12")) == mariadb

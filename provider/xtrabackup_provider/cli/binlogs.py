@@ -184,7 +184,10 @@ def add_restore_targets(p: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--to-time", help="point in time, ISO 8601 (UTC if no offset; binlogs have 1 s resolution)"
     )
-    group.add_argument("--to-gtid", help="replay up to and including this GTID (MariaDB, e.g. 0-1-42)")
+    group.add_argument(
+        "--to-gtid",
+        help="replay up to and including this GTID (MariaDB, e.g. 0-1-42) or GTID set (MySQL, e.g. uuid:1-42)",
+    )
     group.add_argument(
         "--to-position", metavar="FILE:POS", help="replay the events before this binlog position"
     )
@@ -326,20 +329,46 @@ def pitr_target(args: argparse.Namespace) -> Any:
     return None
 
 
+def _mysql_pitr_restore(args: argparse.Namespace, req: Any) -> int:
+    """A MySQL host's backup, restored and replayed to the target (core/pitr/mysql_pipe.py)."""
+    from dataclasses import asdict
+
+    from ..core.pitr.mysql_pipe import mysql_point_in_time_restore
+
+    report = mysql_point_in_time_restore(req)
+    if args.json:
+        print(json.dumps(asdict(report), indent=2))
+        return 0
+    print(
+        f"restored {report.backup_id} (chain {' -> '.join(report.chain)}) from target {report.source} into "
+        f"{report.target_datadir}"
+    )
+    print(
+        f"replayed {len(report.binlogs)} binlog(s) from GTID set {report.start_gtid or '-'} to {report.target} "
+        f"({report.replay})"
+    )
+    print(f"reached GTID set {report.reached_gtid or '-'}")
+    if report.reached_gtid:
+        print(f"to make it a replica: SET GLOBAL gtid_purged = '{report.reached_gtid}'")
+    print_notes(report.fallbacks)
+    return 0
+
+
 def restore_source(args: argparse.Namespace, config: FleetConfig) -> dict[str, Any]:
     """What a point-in-time restore reads and how, from the restore flags: the storage targets, the
     backup, the private key, the tools, the scratch dir and the replay (PitrRequest, TableRestoreRequest)."""
     key, passphrase = read_private_key(config, args.private_key_file)
     settings = config.cluster(args.cluster).binlogs or BinlogConfig()
+    host = config.find_host(args.cluster, args.host)
     return {
         **read_from(config, args),
         "backup_id": None if args.backup_id == "latest" else args.backup_id,
         "private_key": key,
         "passphrase": passphrase,
-        "binary": config.find_host(args.cluster, args.host).binary,
-        "binlog_binary": config.find_host(args.cluster, args.host).binlog_binary
+        "binary": host.binary,
+        "binlog_binary": host.binlog_binary
         or settings.binary
-        or "mariadb-binlog",
+        or ("mariadb-binlog" if host.flavour == "mariabackup" else "mysqlbinlog"),
         "scratch_dir": args.scratch_dir,
         "max_free_memory_pct": config.policy.prepare_max_free_memory_pct,
         "replay": args.replay,
@@ -362,6 +391,8 @@ def cmd_pitr_restore(args: argparse.Namespace, config: FleetConfig, target: Any)
     )
     if getattr(args, "from_standby", None):
         report = standby_point_in_time_restore(req, args.from_standby, move=args.move_standby)
+    elif config.find_host(args.cluster, args.host).flavour != "mariabackup":
+        return _mysql_pitr_restore(args, req)
     else:
         report = point_in_time_restore(req)
     if args.json:

@@ -132,7 +132,14 @@ def binlog_tool(binary: str | None, facts: ServerFacts, where: str = "") -> str:
     the other family (MariaDB's mysqlbinlog against MySQL, MySQL's against MariaDB) or older than a
     MySQL server is refused here, before anything is copied, naming both versions: it would fail on
     the first binlog, or misread it."""
-    dialect = dialect_for(facts.version)
+    return check_binlog_client(binary, facts.version, where)
+
+
+def check_binlog_client(
+    binary: str | None, version: str, where: str = "", done: str = "nothing was shipped"
+) -> str:
+    """binlog_tool for a server known by its version string (a backup's `server_version`)."""
+    dialect = dialect_for(version)
     tool = binary or dialect.binlog_client
     found = shutil.which(tool)
     if found is None:
@@ -154,7 +161,7 @@ def binlog_tool(binary: str | None, facts: ServerFacts, where: str = "") -> str:
         ) from None
     problem = dialect.binlog_client_problem(found, proc.stdout or proc.stderr or "")
     if problem:
-        raise BinlogError(f"{where or 'binlog shipping'}: {problem}, and {_CONFIGURE}; nothing was shipped")
+        raise BinlogError(f"{where or 'binlog shipping'}: {problem}, and {_CONFIGURE}; {done}")
     return tool
 
 

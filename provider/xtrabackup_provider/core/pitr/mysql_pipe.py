@@ -13,20 +13,25 @@ is in. The stop:
 
 `replay_from_backup` takes a server restored from a MySQL backup (the clone engine's) forward:
 the shipped binlogs from the backup's binlog position until one reaches the target, fetched and
-checked as PITR fetches them, then replayed as above. Proven on MySQL 9.7
-(tests/mysql/test_binlog_mysql_pitr.py); the `restore --to-*` command does not call it yet."""
+checked as PITR fetches them, then replayed as above. `mysql_point_in_time_restore` is what
+`restore --to-*` runs for a MySQL host: the backup before the target, restored by the restore verb,
+a socket-only server started on it, the replay, the server stopped. Proven on MySQL 9.7
+(tests/mysql/test_binlog_mysql_pitr.py)."""
 
 from __future__ import annotations
 
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..binlog.catalog import BinlogCatalog, BinlogManifest
+from ..binlog.catalog import BinlogCatalog, BinlogError, BinlogManifest
+from ..binlog.ship import check_binlog_client
 from ..catalog.backups import Catalog
 from ..catalog.manifest import Manifest
 from ..common.tempdirs import private_dir
-from ..common.values import GtidSet, binlog_number
+from ..common.values import GtidSet, binlog_number, check_gtid_for, gtid_form
 from ..db.dialect import dialect_for
+from ..db.sandbox import SandboxServer, stop_orphans
 from ..db.server import MySQLTarget, defaults_file, query
 from .plan import PitrError, PitrTarget
 from .recover import PitrRequest, fetch_binlogs
@@ -142,3 +147,142 @@ def replay_from_backup(
         return replay_mysql(server, files, target, binlog_binary=binlog_binary, client_binary=client_binary)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+REPLAY_SERVER_ID = 4_100_000_001  # the restored copy's server_id while it replays (no replica sees it)
+
+
+@dataclass
+class MysqlPitrReport:
+    backup_id: str
+    chain: list[str]
+    target_datadir: str
+    source: str
+    target: str
+    binlogs: list[str] = field(default_factory=list)
+    start_gtid: str = ""  # what the backup held
+    reached_gtid: str = ""  # gtid_executed after the replay
+    replay: str = "pipe: mysqlbinlog | mysql"
+    fallbacks: list[str] = field(default_factory=list)
+
+
+def _is_mysql(m: Manifest) -> bool:
+    try:
+        form = gtid_form(m.gtid)
+    except ValueError:
+        form = None
+    return form == "mysql" or (
+        form is None and "mariadb" not in m.server_version.lower() and bool(m.server_version)
+    )
+
+
+def choose_mysql_backup(catalog: Catalog, target: PitrTarget, backup_id: str | None = None) -> Manifest:
+    """The newest MySQL backup before `target` (or the one named), with binlog coordinates."""
+    usable = [
+        m for m in catalog.manifests([]) if m.binlog_file and m.binlog_position is not None and _is_mysql(m)
+    ]
+    if target.kind == "gtid":
+        whose = f"host {catalog.cluster}/{catalog.host}"
+        try:
+            check_gtid_for(target.gtid or "", "mysql", "--to-gtid", whose)
+            wanted = GtidSet.parse(target.gtid, "--to-gtid")
+        except ValueError as exc:
+            raise PitrError(str(exc)) from None
+
+    def before(m: Manifest) -> bool:
+        if target.kind == "gtid":
+            return GtidSet.parse(m.gtid) <= wanted
+        if target.kind == "time":
+            assert target.time is not None
+            return m.finished_at <= target.time
+        assert m.binlog_file and target.file and target.position is not None
+        mine, theirs = binlog_number(m.binlog_file), binlog_number(target.file)
+        return mine[0] == theirs[0] and (mine[1], m.binlog_position or 0) <= (theirs[1], target.position)
+
+    if backup_id:
+        chosen = next((m for m in usable if m.backup_id == backup_id), None)
+        if chosen is None:
+            raise PitrError(
+                f"backup {backup_id} is no MySQL backup with binlog coordinates in {catalog.describe()}"
+            )
+        if not before(chosen):
+            raise PitrError(f"backup {backup_id} holds more than {target.describe()}; pick an older one")
+        return chosen
+    found = [m for m in usable if before(m)]
+    if not found:
+        raise PitrError(
+            f"no MySQL backup of {catalog.describe()} is before {target.describe()} (usable: {len(usable)}); "
+            "point-in-time recovery starts from a backup taken before the target"
+        )
+    return max(found, key=lambda m: m.backup_id)
+
+
+def mysql_point_in_time_restore(req: PitrRequest) -> MysqlPitrReport:
+    """Restore the MySQL backup before `req.target` into `req.target_datadir` and replay the shipped
+    binlogs up to the target in a socket-only server started on it. What could make the replay
+    fail (the binlogs, the client) is checked before anything is restored."""
+    from ..restore.chain import RestoreRequest, restore
+
+    backup = choose_mysql_backup(req.catalog, req.target, req.backup_id)
+    binlogs_to(req.catalog, backup, req.target)  # shipped far enough: refused before the restore
+    binlog_binary = req.binlog_binary if req.binlog_binary != "mariadb-binlog" else "mysqlbinlog"
+    client = req.client_binary if req.client_binary != "mariadb" else "mysql"
+    try:
+        binlog_binary = check_binlog_client(
+            binlog_binary,
+            backup.server_version or "8.4.0",
+            f"backup {backup.backup_id}",
+            "nothing was restored",
+        )
+    except BinlogError as exc:
+        raise PitrError(str(exc)) from None
+    restored = restore(
+        RestoreRequest(
+            catalog=req.catalog,
+            target_datadir=req.target_datadir,
+            backup_id=backup.backup_id,
+            private_key=req.private_key,
+            passphrase=req.passphrase,
+            binary=req.binary,
+            scratch_dir=req.scratch_dir,
+            move_back=req.move_back,
+            max_free_memory_pct=req.max_free_memory_pct,
+            source_name=req.source_name,
+            fallbacks=req.fallbacks,
+            without_read_lease=req.without_read_lease,
+        )
+    )
+    basedir = private_dir("replay", "/tmp", on_sweep=stop_orphans)  # 0700; a short socket path
+    try:
+        server = SandboxServer.on_datadir(
+            Path(req.target_datadir), basedir, server_id=REPLAY_SERVER_ID, family="mysql"
+        )
+        server.start()
+        try:
+            account = MySQLTarget(socket=str(server.socket), user="root")  # grant tables skipped
+            reached = replay_from_backup(
+                req.catalog,
+                backup,
+                account,
+                req.target,
+                scratch_dir=req.scratch_dir,
+                private_key=req.private_key,
+                passphrase=req.passphrase,
+                binlog_binary=binlog_binary,
+                client_binary=client,
+            )
+        finally:
+            server.stop()
+    finally:
+        shutil.rmtree(basedir, ignore_errors=True)
+    return MysqlPitrReport(
+        backup_id=backup.backup_id,
+        chain=restored.chain,
+        target_datadir=str(req.target_datadir),
+        source=restored.source,
+        target=req.target.describe(),
+        binlogs=[m.name for m in binlogs_to(req.catalog, backup, req.target)],
+        start_gtid=backup.gtid or "",
+        reached_gtid=str(reached),
+        fallbacks=restored.fallbacks,
+    )

@@ -176,9 +176,8 @@ def _check_gtid_form(target: PitrTarget, backups: list[Manifest]) -> None:
         raise PitrError(str(exc)) from None
     if family == "mysql":
         raise PitrError(
-            f"--to-gtid {target.gtid}: the restore command does not replay MySQL binlogs yet ({whose}): restore "
-            "the backup, start the server, and replay the shipped binlogs with mysqlbinlog "
-            f"--include-gtids={target.gtid} into mysql (docs/pitr.md)"
+            f"--to-gtid {target.gtid} on {whose}: this restore replays MariaDB binlogs only; restore a MySQL "
+            "host with the CLI's `restore --to-gtid` (its flavour clone or xtrabackup: mysqlbinlog | mysql)"
         )
 
 
