@@ -167,3 +167,53 @@ def test_pitr_to_a_gtid_of_the_other_servers_form_is_refused_naming_the_backup()
     ):
         choose_backup([mysql], PitrTarget.at_gtid(f"{U1}:1-5"))
     assert choose_backup([mariadb], PitrTarget.at_gtid("0-1-12")) == mariadb
+
+
+def _binlog(n: int, before: str = "", held: str = ""):
+    from datetime import UTC, datetime
+
+    from xtrabackup_provider.core.binlog.catalog import BinlogManifest
+
+    obj = {
+        "key": f"p/mysql-bin.{n:06d}.zst",
+        "size": 1,
+        "sha256": "0" * 64,
+        "raw_size": 10,
+        "compression": "zstd",
+    }
+    obj["encryption"] = "none"
+    return BinlogManifest(
+        name=f"mysql-bin.{n:06d}",
+        cluster="c1",
+        host="db1",
+        server_uuid=U1,
+        server_id=7,
+        complete=True,
+        size=10,
+        sha256="cd" * 32,
+        events=3,
+        gtid_set_before=before,
+        gtid_set=held,
+        segments=[{"offset": 0, "raw_size": 10, "raw_sha256": "ab" * 32, "object": obj}],
+        shipped_at=datetime(2026, 11, 30, tzinfo=UTC),
+    )
+
+
+def test_a_binlog_manifest_keeps_mysql_sets_in_normal_form_and_leaves_them_out_when_empty():
+    import json
+
+    from xtrabackup_provider.core.binlog.catalog import BinlogIndex, BinlogManifest
+
+    mariadb = json.loads(_binlog(1).to_json())
+    assert "gtid_set" not in mariadb and "gtid_set_before" not in mariadb  # as readers before them read it
+    mysql = _binlog(2, f"{U1.upper()}:1-3", f"{U1}:4-5:6")
+    stored = json.loads(mysql.to_json())
+    assert stored["gtid_set_before"] == f"{U1}:1-3" and stored["gtid_set"] == f"{U1}:4-6"
+    assert BinlogManifest.model_validate_json(mysql.to_json()) == mysql
+    with pytest.raises(ValueError, match="not a MySQL GTID set"):
+        _binlog(3, held="0-1-5")
+    index = BinlogIndex.of(U1, [_binlog(1, "", f"{U1}:1-3"), _binlog(2, f"{U1}:1-3", f"{U1}:4-6")])
+    assert index.covers_gtid(GtidSet.parse(f"{U1}:1-6"))
+    assert index.covers_gtid(GtidSet.parse(f"{U1}:2"))
+    assert not index.covers_gtid(GtidSet.parse(f"{U1}:1-7"))
+    assert not index.covers_gtid(GtidSet.parse(f"{U2}:1"))
