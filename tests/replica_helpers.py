@@ -25,17 +25,22 @@ from xtrabackup_provider.core.db.server import MySQLTarget
 
 @dataclass
 class NewHost:
-    """A host with an empty datadir and a my.cnf: `start_command` starts mariadbd on it in the
-    background (like `systemctl start mariadb`); `stop()` stops that server by its pid file."""
+    """A host with an empty datadir and a my.cnf: `start_command` starts mariadbd (family "mysql":
+    mysqld) on it in the background (like `systemctl start mariadb`); `stop()` stops that server by
+    its pid file."""
 
     basedir: Path
     server_id: int
     port: int = field(default_factory=free_port)
+    family: str = "mariadb"
 
     def __post_init__(self) -> None:
         self.basedir.mkdir(parents=True, exist_ok=True)
         self.datadir.mkdir(exist_ok=True)
         (self.basedir / "tmp").mkdir(exist_ok=True)
+        if self.family == "mysql":
+            self.cnf.write_text("\n".join(self._mysql_cnf()))
+            return
         lines = [
             "[mysqld]",
             f"datadir={self.datadir}",
@@ -60,6 +65,33 @@ class NewHost:
         ]
         self.cnf.write_text("\n".join(lines))
 
+    def _mysql_cnf(self) -> list[str]:
+        """MySQL 8.4+ / 9.x: GTIDs on (auto-position), the replica words, no X plugin listener."""
+        return [
+            "[mysqld]",
+            f"datadir={self.datadir}",
+            f"socket={self.socket}",
+            f"port={self.port}",
+            "bind-address=127.0.0.1",
+            f"server-id={self.server_id}",
+            f"pid-file={self.pid_file}",
+            f"log-error={self.basedir / 'error.log'}",
+            f"tmpdir={self.basedir / 'tmp'}",
+            f"secure-file-priv={self.basedir / 'tmp'}",
+            "user=root",
+            "skip-name-resolve",
+            "mysqlx=OFF",
+            "log-bin=mysql-bin",
+            "log-replica-updates",
+            "gtid-mode=ON",
+            "enforce-gtid-consistency=ON",
+            "relay-log=relay-bin",
+            "read-only=1",
+            "innodb-buffer-pool-size=64M",
+            "innodb-redo-log-capacity=100M",
+            "",
+        ]
+
     @property
     def datadir(self) -> Path:
         return self.basedir / "data"
@@ -78,7 +110,8 @@ class NewHost:
 
     @property
     def start_command(self) -> list[str]:
-        return ["sh", "-c", f"setsid mariadbd --defaults-file={self.cnf} </dev/null >/dev/null 2>&1 &"]
+        program = "mysqld" if self.family == "mysql" else "mariadbd"
+        return ["sh", "-c", f"setsid {program} --defaults-file={self.cnf} </dev/null >/dev/null 2>&1 &"]
 
     def target(self, password: str | None) -> MySQLTarget:
         """root over the socket: the restored data holds the source's root account."""
@@ -86,7 +119,9 @@ class NewHost:
 
     def server(self, password: str | None) -> SandboxServer:
         """A SandboxServer handle for queries (it does not own the process)."""
-        return SandboxServer(self.basedir, self.datadir, self.port, self.server_id, root_password=password)
+        return SandboxServer(
+            self.basedir, self.datadir, self.port, self.server_id, root_password=password, family=self.family
+        )
 
     def stop(self, timeout: float = 60) -> None:
         try:

@@ -325,6 +325,8 @@ def check_binlogs_kept(
 
     `first_needed`: the binlog of the source that holds the position, when it is known (a backup of
     the source itself records it); it is the first missing binlog when the check fails."""
+    if not dialect_for(str(query(source_admin, "SELECT @@version")[0][0])).is_mariadb:
+        return _check_mysql_binlogs_kept(source_admin, source, gtid, backup=backup, first_needed=first_needed)
     oldest, state = oldest_binlog_state(source_admin)
     have, want = parse_gtid_pos(state), parse_gtid_pos(gtid)
     behind = {d: g for d, g in want.items() if d in have and g.seq < have[d].seq}
@@ -340,4 +342,26 @@ def check_binlogs_kept(
         f"but the source's oldest binlog {oldest} starts after {format_gtid_pos(have)}. {missing} "
         f"Provision from a newer backup (one taken after GTID {format_gtid_pos(have)}), or keep binlogs "
         "longer on the source (binlog_expire_logs_seconds)"
+    )
+
+
+def _check_mysql_binlogs_kept(
+    source_admin: MySQLTarget, source: ReplicationSource, gtid: str, *, backup: str, first_needed: str | None
+) -> None:
+    """MySQL: an auto-positioned replica holding `gtid` needs every transaction the source has and
+    `gtid` has not; the source has lost those in its gtid_purged (they are in no binlog any more)."""
+    rows = query(
+        source_admin,
+        "SELECT @@global.gtid_purged, GTID_SUBSET(@@global.gtid_purged, %s), GTID_SUBTRACT(@@global.gtid_purged, %s)",
+        (gtid, gtid),
+    )
+    purged, kept, lost = ("".join(str(v or "").split()) for v in rows[0])
+    if kept == "1":
+        return
+    missing = f"First missing binlog: {first_needed}." if first_needed else ""
+    raise PurgedBinlogsError(
+        f"{source.describe()} has purged binlogs the replica needs: {backup} holds GTID set {gtid or '(empty)'}, "
+        f"but the source's gtid_purged {purged} also holds {lost}, which is in no binlog any more. {missing} "
+        f"Provision from a newer backup (one holding {purged}), or keep binlogs longer on the source "
+        "(binlog_expire_logs_seconds)"
     )

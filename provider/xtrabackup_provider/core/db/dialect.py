@@ -190,6 +190,38 @@ class Dialect:
         return statements
 
     @property
+    def skip_replica_start_option(self) -> str:
+        """The server option that keeps a restored copy's replica threads stopped at startup: MySQL
+        8.0.26 renamed --skip-slave-start (and 8.4+ dropped the old name)."""
+        if not self.is_mariadb and self.at_least(8, 0, 26):
+            return "--skip-replica-start"
+        return "--skip-slave-start"
+
+    @property
+    def replica_setup_privileges(self) -> tuple[str, ...]:
+        """The global privileges an account needs to make a server a replica and watch it: RESET
+        REPLICA ALL (RELOAD), CHANGE MASTER / CHANGE REPLICATION SOURCE and START REPLICA (MariaDB's
+        REPLICATION SLAVE ADMIN, MySQL's dynamic REPLICATION_SLAVE_ADMIN), SHOW REPLICA STATUS
+        (MariaDB 10.5.9+'s SLAVE MONITOR, MySQL's REPLICATION CLIENT)."""
+        if self.is_mariadb:
+            return ("RELOAD", "REPLICATION SLAVE ADMIN", "SLAVE MONITOR")
+        return ("RELOAD", "REPLICATION_SLAVE_ADMIN", "REPLICATION CLIENT")
+
+    @property
+    def super_covers(self) -> tuple[str, ...]:
+        """Which of replica_setup_privileges SUPER also grants: MariaDB before 11.0 the replica
+        ones; MySQL (SUPER deprecated, still honoured in 9.x) the replica admin and status ones."""
+        if self.is_mariadb:
+            return () if self.at_least(11) else ("REPLICATION SLAVE ADMIN", "SLAVE MONITOR")
+        return ("REPLICATION_SLAVE_ADMIN", "REPLICATION CLIENT")
+
+    @property
+    def replica_setup_statements(self) -> str:
+        """The statements replica_setup_privileges are for, in this server's words (messages)."""
+        change = "CHANGE MASTER TO" if self.is_mariadb else "CHANGE REPLICATION SOURCE TO"
+        return f"{self.reset_replica_all}, {change}, {self.start_replica}, {self.replica_status}"
+
+    @property
     def max_replication_password(self) -> int:
         """MySQL's replica keeps at most 32 characters of the source password (error 3056)."""
         return 1024 if self.is_mariadb else 32

@@ -3,8 +3,8 @@ datadir, start its server, make it a replica of the source from the backup's GTI
 TO ... MASTER_USE_GTID=slave_pos, core/binlog/replication.py), wait until it has caught up, and
 optionally gate on a pt-table-checksum pass.
 
-Refused before anything is downloaded: a datadir that is not empty, a backup that is not a
-MariaDB one, a replication account that cannot log in to the source from this host (where the
+Refused before anything is downloaded: a datadir that is not empty, a backup of an engine it does
+not build from (mariabackup on MariaDB, clone on MySQL), a replication account that cannot log in to the source from this host (where the
 new server's IO thread will connect from) or may not read its binlogs, a new server's account
 (it comes with the restored data: the source's accounts) without the privileges provisioning
 uses on it, and a source that has purged binlogs the backup's position needs (the error names
@@ -54,6 +54,7 @@ from ..catalog.manifest import Manifest
 from ..catalog.targets import Source, Targets
 from ..common import children
 from ..db.checksum import ChecksumOptions, ChecksumRun, run_checksum
+from ..db.dialect import dialect_for
 from ..db.grants import GrantsUnreadable, account_grants, client_hosts
 from ..db.replica import (
     GRACE_SECONDS,
@@ -257,11 +258,8 @@ def _watch(req: ProvisionRequest) -> ReplicaWatch:
     return watch_for(_what(req), req.source, req.grace_seconds)
 
 
-# What provisioning runs on the new server through its account: RESET SLAVE ALL (RELOAD), CHANGE
-# MASTER / START SLAVE / SET GLOBAL gtid_slave_pos (REPLICATION SLAVE ADMIN), SHOW SLAVE STATUS
-# (SLAVE MONITOR). Before MariaDB 11.0, SUPER includes the last two.
-REPLICA_PRIVILEGES = ("RELOAD", "REPLICATION SLAVE ADMIN", "SLAVE MONITOR")
-_SUPER_COVERS = ("REPLICATION SLAVE ADMIN", "SLAVE MONITOR")
+# What provisioning runs on the new server through its account, and the privileges that takes, are
+# the dialect's (core/db/dialect.py replica_setup_privileges): MariaDB's and MySQL's names differ.
 
 
 def check_replica_account(source_admin: MySQLTarget, replica: MySQLTarget, version: str) -> None:
@@ -285,11 +283,9 @@ def check_replica_account(source_admin: MySQLTarget, replica: MySQLTarget, versi
             f"exist on {where}; the restored data brings the source's accounts: create it there, take a new "
             "backup and provision from it. Nothing was restored"
         )
-    major = version.split(".")[0]
-    super_counts = "SUPER" in grants.privileges and (not major.isdigit() or int(major) < 11)
-    missing = [
-        p for p in REPLICA_PRIVILEGES if not grants.has(p) and not (super_counts and p in _SUPER_COVERS)
-    ]
+    dialect = dialect_for(version)
+    covered = dialect.super_covers if "SUPER" in grants.privileges else ()
+    missing = [p for p in dialect.replica_setup_privileges if not grants.has(p) and p not in covered]
     if not missing:
         return
     if grants.roles:
@@ -297,8 +293,8 @@ def check_replica_account(source_admin: MySQLTarget, replica: MySQLTarget, versi
         return
     raise ProvisionError(
         f"the new server's account {grants.account} lacks {', '.join(missing)} on {where} (the restored data "
-        "brings the source's accounts), which provisioning needs on the new server (RESET SLAVE ALL, CHANGE "
-        f"MASTER TO, START SLAVE, SHOW SLAVE STATUS): GRANT {', '.join(missing)} ON *.* TO {grants.account} on "
+        f"brings the source's accounts), which provisioning needs on the new server ({dialect.replica_setup_statements}): "
+        f"GRANT {', '.join(missing)} ON *.* TO {grants.account} on "
         "the source, take a new backup and provision from it. Nothing was restored"
     )
 
@@ -429,11 +425,17 @@ def checksum_gate(
     return summary
 
 
+# Engines whose restored copy provisioning has been proven to start and attach: mariabackup on MariaDB
+# (gtid_slave_pos, MASTER_USE_GTID), clone on MySQL (the copy's own gtid_executed, SOURCE_AUTO_POSITION).
+PROVISION_FLAVOURS = ("mariabackup", "clone")
+
+
 def _refuse_flavour(backup: Manifest) -> None:
-    if backup.engine_flavour != "mariabackup":
+    if backup.engine_flavour not in PROVISION_FLAVOURS:
         raise ProvisionError(
-            f"backup {backup.backup_id} was taken with {backup.engine_flavour}: provision-replica sets up MariaDB "
-            "GTID replication (gtid_slave_pos, MASTER_USE_GTID) and cannot configure a MySQL replica"
+            f"backup {backup.backup_id} was taken with {backup.engine_flavour}: provision-replica builds replicas "
+            "from mariabackup (MariaDB) and clone (MySQL) backups only: back the source up with flavour clone "
+            "and provision from that backup. Nothing was restored"
         )
 
 
