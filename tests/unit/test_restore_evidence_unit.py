@@ -121,9 +121,16 @@ def test_the_restored_gtid_lies_between_what_the_server_reported_around_the_back
     assert (
         missing == "domain 1: the server was at 1-2-5 before the backup, the restored copy has no GTID there"
     )
-    assert (
-        gtid_window(shape, "3E11FA47-71CA-11E1-9E33-C80AA9429562:1-5") == []
-    )  # MySQL sets: not compared here
+
+
+def test_a_mysql_restored_gtid_set_lies_between_the_sets_executed_around_the_backup():
+    u, v = "3e11fa47-71ca-11e1-9e33-c80aa9429562", "4e11fa47-71ca-11e1-9e33-c80aa9429562"
+    shape = _shape(before=f"{u}:1-100", after=f"{u}:1-120,{v}:1-3")
+    assert gtid_window(shape, f"{u}:1-110,{v}:1-2") == []
+    (early,) = gtid_window(shape, f"{u}:1-99")
+    assert early.startswith(f"the restored copy lacks {u}:100, which the server had executed before")
+    (late,) = gtid_window(shape, f"{u}:1-121")
+    assert late.startswith(f"the restored copy holds {u}:121, which the server had not executed")
 
 
 def test_innodbs_own_binlog_record_must_not_be_past_the_manifests(tmp_path):

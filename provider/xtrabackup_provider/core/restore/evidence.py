@@ -24,7 +24,8 @@ last binlog position against the manifest. Each check gives a CheckResult; the r
   can be a thousand times off what the copy holds. The detection matrix (docs/BENCHMARKS.md)
   found no fault that sizes caught and the row counts or estimates missed;
 - GTID: in every domain, the restored copy's position lies between the positions the server
-  reported right before and right after the backup.
+  reported right before and right after the backup (MySQL: the restored GTID set holds the set
+  executed before the backup and lies within the set executed after it).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from typing import Any, Literal
 from ..catalog.manifest import Manifest
 from ..catalog.shape import SourceShape, TableShape
 from ..common import children
-from ..common.values import binlog_number, parse_gtid_pos
+from ..common.values import GtidSet, binlog_number, gtid_form, parse_gtid_pos
 from ..db.sandbox import SandboxServer, quote_ident
 from ..db.shape import table_shapes, tables_sql
 
@@ -173,7 +174,7 @@ def innochecksum_check(datadir: Path, binary: str = "innochecksum", workers: int
         return CheckResult.of(
             "innochecksum",
             [
-                f"{binary} not found on this worker: it comes with mariadb-server (package mariadb-server-core)"
+                f"{binary} not found on this worker: it comes with the server (package mariadb-server-core or mysql-server-core)"
             ],
         )
     bad = [f"{p.relative_to(datadir)}: {s}" for p, s in zip(files, said, strict=True) if s is not None]
@@ -295,10 +296,15 @@ def compare_shape(shape: SourceShape, restored: list[TableShape], exact: Collect
 def gtid_window(shape: SourceShape, restored_gtid: str | None) -> list[str]:
     """The restored GTID must lie between what the server reported before and after the backup."""
     try:
+        if gtid_form(restored_gtid) == "mysql":
+            return mysql_gtid_window(shape, str(restored_gtid))
+    except ValueError:
+        return []  # neither form: the position check names it
+    try:
         before, after = parse_gtid_pos(shape.gtid_before), parse_gtid_pos(shape.gtid_after)
         got = parse_gtid_pos(restored_gtid)
     except ValueError:
-        return []  # MySQL GTID sets: compared as text by the position check
+        return []
     problems = []
     for domain, gtid in got.items():
         low, high = before.get(domain), after.get(domain)
@@ -317,6 +323,28 @@ def gtid_window(shape: SourceShape, restored_gtid: str | None) -> list[str]:
             problems.append(
                 f"domain {domain}: the server was at {gtid} before the backup, the restored copy has no GTID there"
             )
+    return problems
+
+
+def mysql_gtid_window(shape: SourceShape, restored_gtid: str) -> list[str]:
+    """MySQL: the restored copy's GTID set holds every transaction the server had executed before the
+    backup began and none it had not executed when it ended (before <= restored <= after)."""
+    try:
+        got = GtidSet.parse(restored_gtid, "the restored GTID set")
+        before = GtidSet.parse(shape.gtid_before, "the GTID set before the backup")
+        after = GtidSet.parse(shape.gtid_after, "the GTID set after the backup")
+    except ValueError as exc:
+        return [str(exc)]
+    problems = []
+    if shape.gtid_after and not got <= after:
+        problems.append(
+            f"the restored copy holds {got - after}, which the server had not executed when the backup ended "
+            f"({after or 'nothing'})"
+        )
+    if not before <= got:
+        problems.append(
+            f"the restored copy lacks {before - got}, which the server had executed before the backup started"
+        )
     return problems
 
 

@@ -30,6 +30,8 @@ from ..catalog.backups import Catalog
 from ..catalog.manifest import CatalogError, Manifest
 from ..catalog.reports import REPORT_NAME
 from ..catalog.targets import Source, Targets
+from ..common.values import GtidSet
+from ..db.dialect import Dialect, dialect_for
 from ..db.heartbeat import SOURCE_HEARTBEAT_TABLE
 from ..db.sandbox import SandboxServer, quote_ident
 from ..db.shape import SYSTEM_SCHEMAS
@@ -203,9 +205,13 @@ def _run_checks(
     """Restore, then each check of the level in turn; a step that raises is the failed check."""
     stage = "restore"
     server: SandboxServer | None = None
-    refused = _deep_preflight(req)
     try:
         _refuse_flavour(manifest)
+    except RestoreTestError as exc:
+        results.append(CheckResult.of(stage, [f"{type(exc).__name__}: {exc}"]))
+        return
+    refused = _deep_preflight(req, _dialect(manifest))
+    try:
         restored = restore(
             RestoreRequest(
                 catalog=targets.first.catalog,
@@ -225,8 +231,13 @@ def _run_checks(
         report.timings["innochecksum"] = time.monotonic() - t0
         stage = "server_start"
         t0 = time.monotonic()
+        dialect = _dialect(manifest)
         server = SandboxServer.on_datadir(
-            datadir, req.workdir / "sb", server_id=SANDBOX_SERVER_ID, extra_args=["--skip-slave-start"]
+            datadir,
+            req.workdir / "sb",
+            server_id=SANDBOX_SERVER_ID,
+            extra_args=[dialect.skip_replica_start_option],
+            family=dialect.family,
         )
         server.start()
         report.timings["start"] = time.monotonic() - t0
@@ -249,7 +260,7 @@ def _run_checks(
         if req.level in ("full", "deep"):
             stage = "roll_forward"
             t0 = time.monotonic()
-            rolled = _roll_forward(req, datadir, manifest)
+            rolled = _roll_forward(req, datadir, manifest, dialect)
             results.append(rolled)
             report.timings["roll_forward"] = time.monotonic() - t0
             if not rolled.failed:
@@ -257,7 +268,7 @@ def _run_checks(
             if req.level == "deep":
                 stage = "replica_checksum"
                 t0 = time.monotonic()
-                results.append(refused or _deep(req, datadir, gtid, rolled))
+                results.append(refused or _deep(req, datadir, gtid, rolled, dialect))
                 report.timings["replica_checksum"] = time.monotonic() - t0
     except Exception as exc:  # noqa: BLE001 - any failure is the verdict, reported with its check
         results.append(CheckResult.of(stage, [f"{type(exc).__name__}: {exc}"]))
@@ -267,16 +278,36 @@ def _run_checks(
             server.stop()
 
 
+# Engines whose restored copies a restore test has been proven to start and check: mariabackup (a
+# mariadbd sandbox), clone (a mysqld sandbox: MySQL's own server and innochecksum on the worker).
+TESTED_FLAVOURS = ("mariabackup", "clone")
+
+
 def _refuse_flavour(manifest: Manifest) -> None:
-    if manifest.engine_flavour != "mariabackup":
+    if manifest.engine_flavour not in TESTED_FLAVOURS:
         raise RestoreTestError(
-            f"backup {manifest.backup_id} was taken with {manifest.engine_flavour}: a restore test starts the "
-            "restored copy with MariaDB's mariadbd, which cannot open a MySQL datadir, and this provider has no "
-            "mysqld sandbox. Set `restore_test: false` on the host and restore it by hand"
+            f"backup {manifest.backup_id} was taken with {manifest.engine_flavour}: restore tests run on mariabackup "
+            "(MariaDB) and clone (MySQL) backups only. Set `restore_test: false` on the host and restore it by hand, "
+            "or back it up with flavour clone"
         )
 
 
-def _roll_forward(req: RestoreTestRequest, datadir: Path, manifest: Manifest) -> CheckResult:
+def _dialect(manifest: Manifest) -> Dialect:
+    """The restored copy's server family, from the engine (a clone is MySQL's) and the server version."""
+    if manifest.engine_flavour == "mariabackup":
+        return dialect_for(manifest.server_version or "10.11.0-MariaDB")
+    return dialect_for(manifest.server_version or "8.4.0")
+
+
+def _roll_forward(
+    req: RestoreTestRequest, datadir: Path, manifest: Manifest, dialect: Dialect
+) -> CheckResult:
+    if not dialect.is_mariadb:
+        return CheckResult.skipped(
+            "roll_forward",
+            f"not run: rolling a {dialect.name} backup forward over its shipped binlogs is not supported yet "
+            "(the roll-forward replays MariaDB binlogs); use pitr-test for MySQL binlogs",
+        )
     if req.roll_forward is None:
         return CheckResult.skipped(
             "roll_forward", "not run: the caller gave no roll-forward (core.pitr.roll_forward)"
@@ -284,11 +315,13 @@ def _roll_forward(req: RestoreTestRequest, datadir: Path, manifest: Manifest) ->
     return req.roll_forward(datadir, manifest, req.workdir / "roll-forward")
 
 
-def _deep_preflight(req: RestoreTestRequest) -> CheckResult | None:
+def _deep_preflight(req: RestoreTestRequest, dialect: Dialect) -> CheckResult | None:
     """Level deep: the replica's checks before the restore (the replication account logs in); a
     refusal is the failed replica_checksum, and the sandbox is never attached to the source."""
     if req.level != "deep" or req.deep is None:
         return None
+    if not dialect.is_mariadb:
+        return CheckResult.of("replica_checksum", [_DEEP_MYSQL.format(name=dialect.name)])
     try:
         req.deep.preflight()
     except Exception as exc:  # noqa: BLE001 - any refusal is the check's verdict
@@ -299,7 +332,17 @@ def _deep_preflight(req: RestoreTestRequest) -> CheckResult | None:
     return None
 
 
-def _deep(req: RestoreTestRequest, datadir: Path, gtid: str, rolled: CheckResult) -> CheckResult:
+_DEEP_MYSQL = (
+    "level deep is not supported for a {name} backup yet (its sandbox replica and pt-table-checksum compare "
+    "are MariaDB's): run level full, and provision-replica with a checksum gate to compare with the source"
+)
+
+
+def _deep(
+    req: RestoreTestRequest, datadir: Path, gtid: str, rolled: CheckResult, dialect: Dialect
+) -> CheckResult:
+    if not dialect.is_mariadb:
+        return CheckResult.of("replica_checksum", [_DEEP_MYSQL.format(name=dialect.name)])
     if rolled.failed and rolled.detail.get("replayed"):
         return CheckResult.skipped(
             "replica_checksum",
@@ -340,26 +383,51 @@ def verify(
     sample = (
         tables if level != "quick" or len(tables) <= QUICK_SAMPLE else random.sample(tables, QUICK_SAMPLE)
     )
-    bad = [
-        f"{row[0]}: {row[3]}"
-        for t in sample
-        for row in server.query(f"CHECK TABLE {t}")
-        if row[2] in ("status", "error") and row[3] not in ("OK", "Table is already up to date")
-    ]
+    bad = _check_tables(server, sample)
     checks["tables"] = len(tables)
     checks["tables_checked"] = len(sample)
     failed = [f"CHECK TABLE failed for {len(bad)} table(s): {'; '.join(bad[:5])}"] if bad else []
+    table_check = CheckResult.of("check_table", failed, f"{len(sample)} of {len(tables)} table(s)")
+    results.append(table_check)  # kept even when the server it killed fails the checks below
     ours = [
-        CheckResult.of("check_table", failed, f"{len(sample)} of {len(tables)} table(s)"),
+        table_check,
         CheckResult.of("canary", _check_canary(server, manifest, checks), str(checks.get("canary", ""))),
         CheckResult.of(
             "position",
-            _check_position(datadir, manifest, checks) + innodb_position_problems(datadir, manifest, checks),
+            _check_position(datadir, manifest, checks)
+            + _server_gtid_problems(server, manifest, checks)
+            + innodb_position_problems(datadir, manifest, checks),
             f"GTID {checks.get('gtid') or '-'}",
         ),
     ]
-    results += ours
+    results += ours[1:]
     return [reason for r in ours for reason in r.reasons]
+
+
+_SERVER_GONE = (2006, 2013)  # CR_SERVER_GONE_ERROR, CR_SERVER_LOST
+
+
+def _check_tables(server: SandboxServer, tables: list[str]) -> list[str]:
+    """`table: what CHECK TABLE said` for each table it did not find OK. A CHECK TABLE that fails is
+    that table's problem; one that takes the server down (InnoDB stops a server on a page it cannot
+    read: MySQL does so on a missing page) ends the check, naming the table."""
+    bad = []
+    for t in tables:
+        try:
+            rows = server.query(f"CHECK TABLE {t}")
+        except Exception as exc:  # noqa: BLE001 - MySQLdb errors: the table's verdict
+            errno = exc.args[0] if exc.args else 0
+            if errno in _SERVER_GONE:
+                bad.append(f"{t}: the server stopped during CHECK TABLE ({exc}): a page it read is damaged")
+                break
+            bad.append(f"{t}: {exc}")
+            continue
+        bad += [
+            f"{row[0]}: {row[3]}"
+            for row in rows
+            if row[2] in ("status", "error") and row[3] not in ("OK", "Table is already up to date")
+        ]
+    return bad
 
 
 def _check_canary(server: SandboxServer, manifest: Manifest, checks: dict[str, Any]) -> list[str]:
@@ -383,6 +451,23 @@ def _check_canary(server: SandboxServer, manifest: Manifest, checks: dict[str, A
     if rows:
         return []
     return [f"canary row for {manifest.backup_id} missing from {schema}.{table} {error}".strip()]
+
+
+def _server_gtid_problems(server: SandboxServer, manifest: Manifest, checks: dict[str, Any]) -> list[str]:
+    """MySQL: the restored server's own gtid_executed (what its data holds: mysql.gtid_executed, not
+    a file the backup wrote) must be the manifest's GTID set, or a replica started from it would skip
+    or repeat transactions."""
+    if server.family != "mysql" or not manifest.gtid:
+        return []
+    held = "".join(str(server.query("SELECT @@global.gtid_executed")[0][0] or "").split())
+    checks["gtid_executed"] = held
+    if GtidSet.parse(held, "the restored gtid_executed") == GtidSet.parse(
+        manifest.gtid, "the manifest's GTID"
+    ):
+        return []
+    return [
+        f"the restored server's gtid_executed {held or '(empty)'} is not the manifest's GTID set {manifest.gtid}"
+    ]
 
 
 def _check_position(datadir: Path, manifest: Manifest, checks: dict[str, Any]) -> list[str]:

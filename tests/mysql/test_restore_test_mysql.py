@@ -1,0 +1,140 @@
+"""Restore tests (core/restore/restore_test.py) of clone backups on MySQL 9.7: the restored datadir is
+started by a mysqld sandbox, innochecksum is MySQL's, CHECK TABLE runs on every table at level full,
+and the GTID checks speak MySQL's sets (the restored server's own gtid_executed is the manifest's
+set; it lies between the sets executed before and after the backup). Levels quick and full pass on a
+good backup; bytes damaged before they were stored (a flipped page, a truncated tablespace) fail
+naming the check; level deep is one line saying it is not supported for MySQL. On main every clone
+backup failed at `restore` ("cannot open a MySQL datadir")."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import secrets
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from helpers import root_target, unique_name
+from replica_helpers import flip_page
+from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
+from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.catalog.manifest import Manifest
+from xtrabackup_provider.core.catalog.reports import read_report
+from xtrabackup_provider.core.engine import clone
+from xtrabackup_provider.core.restore.restore_test import RestoreTestRequest, run_restore_test
+from xtrabackup_provider.core.storage.local import LocalStore
+
+pytestmark = pytest.mark.mysql
+
+
+@pytest.fixture(scope="module")
+def source(mysql_factory):
+    server = mysql_factory("rt-my", root_password=secrets.token_urlsafe(16))
+    server.query("INSTALL PLUGIN clone SONAME 'mysql_clone.so'")
+    server.db = unique_name("rt")
+    server.execute_script(
+        f"SET SESSION cte_max_recursion_depth = 10000; CREATE DATABASE {server.db}; USE {server.db};"
+        " CREATE TABLE orders (id INT AUTO_INCREMENT PRIMARY KEY, amount DECIMAL(10,2), note TEXT);"
+        " CREATE TABLE customers (id INT PRIMARY KEY, name VARCHAR(40));"
+        " INSERT INTO orders (amount, note) WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL"
+        "   SELECT n + 1 FROM s WHERE n < 4000) SELECT n * 1.5, REPEAT('x', n % 300) FROM s;"
+        " INSERT INTO customers WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < 800)"
+        "   SELECT n, CONCAT('customer ', n) FROM s;"
+    )
+    yield server
+    mysql_factory.discard(server)
+
+
+@pytest.fixture
+def backup(source, tmp_path) -> tuple[Catalog, Manifest]:
+    catalog = Catalog(LocalStore(tmp_path / "store"), "backups", "c1", "my1")
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    manifest = run_backup(
+        BackupRequest(
+            catalog=catalog,
+            target=root_target(source),
+            flavour="clone",
+            staging_dir=str(staging),
+            allow_unencrypted=True,
+            accept_new_server=True,
+        )
+    )
+    return catalog, manifest
+
+
+def _test(catalog: Catalog, manifest: Manifest, workdir: Path, level: str):
+    return run_restore_test(RestoreTestRequest(catalog, workdir, manifest.backup_id, level=level))
+
+
+def _by_name(report) -> dict[str, dict]:
+    return {r["name"]: r for r in report.results}
+
+
+def test_quick_and_full_restore_tests_of_a_clone_backup_pass(backup, tmp_path):
+    catalog, manifest = backup
+    for level in ("quick", "full"):
+        report = _test(catalog, manifest, tmp_path / f"rt-{level}", level)
+        assert report.verdict == "pass", report.reasons
+        checks = _by_name(report)
+        for name in ("chain", "innochecksum", "check_table", "position", "source_shape"):
+            assert checks[name]["status"] == "pass", (name, checks[name])
+        assert report.checks["gtid_executed"] == manifest.gtid, "the restored server's own GTID set"
+        assert report.checks["tables_checked"] == report.checks["tables"] >= 2 or level == "quick"
+        assert read_report(catalog, manifest.backup_id)["verdict"] == "pass"
+        assert not (tmp_path / f"rt-{level}").exists(), "the scratch datadir is removed"
+    assert checks["roll_forward"]["status"] == "skipped" and "MySQL" in checks["roll_forward"]["note"]
+
+
+def test_level_deep_is_refused_in_one_line_naming_the_check(backup, tmp_path):
+    catalog, manifest = backup
+    report = _test(catalog, manifest, tmp_path / "rt", "deep")
+    assert report.verdict == "fail" and report.failed_checks == ["replica_checksum"], report.reasons
+    [reason] = report.reasons
+    assert "level deep is not supported for a MySQL 9.7" in reason and "\n" not in reason
+
+
+def _rewrite(catalog: Catalog, manifest: Manifest, work: Path, change) -> Manifest:
+    """Re-pack the stored clone stream with `change(extracted_dir)` applied, registered with its new
+    size and sha256: bytes bad before they were stored, so every stored-object check passes."""
+    obj = manifest.backup_object
+    raw = subprocess.run(
+        ["zstd", "-dc"], input=catalog.store.get_bytes(obj.key), capture_output=True, check=True
+    ).stdout
+    extracted = work / "x"
+    clone.extract(io.BytesIO(raw), extracted)
+    change(extracted)
+    out = io.BytesIO()
+    clone.write_stream(extracted, out)
+    data = subprocess.run(["zstd", "-q", "-c"], input=out.getvalue(), capture_output=True, check=True).stdout
+    catalog.store.put_bytes(obj.key, data)
+    new_obj = obj.model_copy(update={"size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+    rewritten = manifest.model_copy(update={"objects": [new_obj], "stored_bytes": len(data)})
+    catalog.write(rewritten)
+    return rewritten
+
+
+def test_a_flipped_page_in_the_stored_backup_fails_innochecksum(source, backup, tmp_path):
+    catalog, manifest = backup
+    bad = _rewrite(
+        catalog, manifest, tmp_path / "w", lambda d: flip_page(d / source.db / "orders.ibd", page=5)
+    )
+    report = _test(catalog, bad, tmp_path / "rt", "quick")
+    assert report.verdict == "fail" and "innochecksum" in report.failed_checks, report.reasons
+    assert any("orders.ibd" in r for r in report.reasons), report.reasons
+    assert "innochecksum" in report.headline() and read_report(catalog, bad.backup_id)["verdict"] == "fail"
+
+
+def test_a_truncated_tablespace_in_the_stored_backup_fails_naming_the_check(source, backup, tmp_path):
+    catalog, manifest = backup
+
+    def truncate(extracted: Path) -> None:
+        path = extracted / source.db / "orders.ibd"  # its header and root pages stay; its leaves go
+        path.write_bytes(path.read_bytes()[: 6 * 16384])
+
+    bad = _rewrite(catalog, manifest, tmp_path / "w", truncate)
+    report = _test(catalog, bad, tmp_path / "rt", "full")
+    assert report.verdict == "fail" and report.failed_checks[0] == "check_table", report.reasons
+    assert "orders" in report.reasons[0] and "check_table" in report.headline(), report.reasons
