@@ -185,6 +185,8 @@ def test_binlogs_events_lists_mysql_transactions_with_their_gtids_and_finds_the_
     assert [m["gtid"] for m in window] == [f"{uuid}:4", f"{uuid}:5"]
     rc, _out, err = _cli(capsys, "binlogs", "events", *common, "--gtid-from", f"{uuid}:2-4")
     assert rc == 2 and "--gtid-from" in err and "one GTID per source" in err, err
+    rc, out, err = _cli(capsys, "binlogs", "events", *common, "--gtid-from", "0-1-5")
+    assert rc != 0 and not out and "name MariaDB GTIDs, but the binlogs read are MySQL's" in err, err
 
     rc, out, err = _cli(capsys, "binlogs", "events", *common, "--kind", "DROP")
     assert rc == 0 and f"{uuid}:7" in out and "DROP" in out and "no transaction matches" not in err

@@ -14,6 +14,7 @@ from xtrabackup_provider.core.common.values import (
     check_gtid_for,
     check_mysql_gtid_set,
     gtid_form,
+    parse_gtid_pos,
 )
 
 U1 = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
@@ -217,3 +218,20 @@ def test_a_binlog_manifest_keeps_mysql_sets_in_normal_form_and_leaves_them_out_w
     assert index.covers_gtid(GtidSet.parse(f"{U1}:2"))
     assert not index.covers_gtid(GtidSet.parse(f"{U1}:1-7"))
     assert not index.covers_gtid(GtidSet.parse(f"{U2}:1"))
+
+
+def test_binlogs_events_refuses_gtid_filters_of_the_other_servers_form():
+    from xtrabackup_provider.core.pitr.moments import MomentFilter, _check_gtid_form
+    from xtrabackup_provider.core.pitr.plan import PitrError
+
+    mysql = [_binlog(1, "", f"{U1}:1-3")]
+    mariadb = [_binlog(1).model_copy(update={"gtid_first": "0-7-1", "gtid_last": "0-7-9"})]
+    mine = MysqlGtid.of(U1, 2)
+    theirs = parse_gtid_pos("0-7-2")
+    _check_gtid_form(MomentFilter(gtid_from={mine.domain: mine}), mysql)
+    _check_gtid_form(MomentFilter(gtid_to=theirs), mariadb)
+    _check_gtid_form(MomentFilter(), mysql)
+    with pytest.raises(PitrError, match="name MariaDB GTIDs, but the binlogs read are MySQL's"):
+        _check_gtid_form(MomentFilter(gtid_from=theirs), mysql)
+    with pytest.raises(PitrError, match="name MySQL GTIDs, but the binlogs read are MariaDB's"):
+        _check_gtid_form(MomentFilter(gtid_to={mine.domain: mine}), mariadb)

@@ -189,11 +189,31 @@ def list_moments(req: MomentsRequest) -> Iterator[Moment]:
         lambda catalog: _select(req, catalog),
         errors=(*READ_ERRORS, PitrError, BinlogError),
     )
+    _check_gtid_form(req.filter, shipped)
     scratch = private_dir("moments", req.scratch_dir)  # 0700; swept if this run is killed
     try:
         yield from _read(req, shipped, begin, scratch, targets)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _check_gtid_form(f: MomentFilter, shipped: list[BinlogManifest]) -> None:
+    """--gtid-from/--gtid-to of the other server's form than the binlogs' would match nothing:
+    refused by name (MySQL binlogs record GTID sets, MariaDB's first/last GTIDs per domain)."""
+    given = [*f.gtid_from.values(), *f.gtid_to.values()]
+    if not given:
+        return
+    mysql = [isinstance(g, MysqlGtid) for g in given]
+    if any(m.gtid_set or m.gtid_set_before for m in shipped) and not all(mysql):
+        raise PitrError(
+            "--gtid-from/--gtid-to name MariaDB GTIDs, but the binlogs read are MySQL's: give one GTID per "
+            "source (uuid:N, as binlogs events prints them)"
+        )
+    if any(m.gtid_first or m.gtid_last for m in shipped) and any(mysql):
+        raise PitrError(
+            "--gtid-from/--gtid-to name MySQL GTIDs, but the binlogs read are MariaDB's: give "
+            "domain-server_id-sequence (e.g. 0-1-42)"
+        )
 
 
 Begin = tuple[str, int, str]  # binlog, position, GTID state there: where the listing starts
