@@ -19,6 +19,7 @@ to offsite) in two pristine buckets; each test gets its own copies of them. Then
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import shutil
 import struct
@@ -52,7 +53,8 @@ from xtrabackup_provider.core.db.sandbox import SandboxServer, table_checksums
 from xtrabackup_provider.core.storage.s3 import S3Store
 
 RUN = "import sys; from xtrabackup_provider.cli.main import main; sys.exit(main(sys.argv[1:]))"
-PATH = "/usr/sbin:/usr/bin:/sbin:/bin"  # mariadbd is in /usr/sbin
+# mariadbd is in /usr/sbin; the suite's PATH first (make test-mariadb-11.8: the 11.8 server's own tools)
+PATH = f"{os.environ.get('PATH', '')}:/usr/sbin:/usr/bin:/sbin:/bin"
 ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 
 
