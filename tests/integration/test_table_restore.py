@@ -243,13 +243,15 @@ def test_bad_input_is_one_line_and_nothing_is_created(live, gpg_keys, tmp_path, 
 
 
 @pytest.fixture
-def small_fs(tmp_path) -> Iterator[Path]:
-    """A 40 MiB ext4 filesystem, loop-mounted (root only): a sandbox with too little disk."""
+def small_fs(tmp_path, live) -> Iterator[Path]:
+    """A 40 MiB ext4 filesystem, loop-mounted (root only): a sandbox with too little disk. Plus
+    10 MiB per undo tablespace (MariaDB 11.0+ makes 3 by default), which the backup holds whole."""
     if os.geteuid() != 0 or not (shutil.which("mkfs.ext4") and shutil.which("mount")):
         pytest.skip("a loop-mounted filesystem needs root, mkfs.ext4 and mount")
+    undo = int(live.server.query("SELECT @@innodb_undo_tablespaces")[0][0])
     image, mnt = tmp_path / "small.img", tmp_path / "small"
     with open(image, "wb") as f:
-        f.truncate(40 * 1024 * 1024)
+        f.truncate((40 + 10 * undo) * 1024 * 1024)
     mnt.mkdir()
     made = subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], capture_output=True, text=True)
     mounted = made.returncode == 0 and (
