@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 from invariants import orphans, registered, stale_holds
 from restorer import decrypting_home, restore_chain
-from storeview import HostView, StoreReader
+from storeview import HostView, StoreReader, binlog_pieces
 
 from helpers import RUN, restored_checksums
 from xtrabackup_provider.core.db.sandbox import SandboxServer, table_checksums
@@ -149,3 +149,38 @@ def check_restores(bed: Bed, backup_id: str, expected: dict[str, int], offsite: 
             bed.reader(bed.offsite if offsite else None), view.chain(backup_id), gpg, work
         )
     assert restored_checksums(datadir, work / "sb", [bed.db], server_id=977) == expected
+
+
+def binlog_debris(view: HostView) -> list[str]:
+    """Stricter than `orphans` for binlogs: every binlog object (a partial's segments too) is named
+    by a manifest, and no partial manifest is left beside its binlog's complete one (its segments
+    would then never be removed)."""
+    named = {k for m in (*view.binlogs.values(), *view.partials.values()) for k, _ in binlog_pieces(m)}
+    base = view.prefix + "/binlogs/"
+    out = [k for k in view.objects if k.startswith(base) and not k.endswith(".json") and k not in named]
+    return out + [
+        f"{name}: a partial manifest beside the complete one"
+        for name in view.partials
+        if name in view.binlogs
+    ]
+
+
+def check_binlogs(bed: Bed) -> HostView:
+    """check_invariants, and nothing of binlog shipping is left unregistered or stale."""
+    view = check_invariants(bed)
+    debris = binlog_debris(view)
+    assert debris == [], debris
+    return view
+
+
+def gtid_now(bed: Bed) -> str:
+    return str(bed.server.query("SELECT @@gtid_binlog_pos")[0][0])
+
+
+def check_pitr(bed: Bed, gtid: str, expected: dict[str, int], name: str = "pitr") -> None:
+    """`restore --to-gtid` through the shipped binlogs (the product's PITR) equals the source's data
+    at that GTID (CHECKSUM TABLE)."""
+    target = bed.tmp / name / "data"
+    target.parent.mkdir()
+    out = bed.ok("restore", "--target-datadir", str(target), "--to-gtid", gtid)
+    assert restored_checksums(target, bed.tmp / f"sb-{name}", [bed.db], server_id=979) == expected, out

@@ -21,6 +21,7 @@ from datetime import datetime
 from ..catalog.backups import Catalog
 from ..catalog.lock import Holder
 from ..catalog.manifest import BACKUP_ID_RE, MANIFEST_NAME
+from ..common.crashpoints import crash_point
 from ..storage.base import Deleted
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ def remove_abandoned(catalog: Catalog, dead: Holder | None) -> list[str]:
         if backup_id[:16] < since or MANIFEST_NAME in names:
             continue
         keys = [catalog.object_key(backup_id, n) for n in names]
+        crash_point("abandoned.before_removal")
         done = catalog.store.delete(keys) or Deleted()
         kept = (
             f"; Object Lock keeps {', '.join(done.retained)} until its retention ends"

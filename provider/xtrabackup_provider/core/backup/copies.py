@@ -382,6 +382,7 @@ def _copy_reports(src: Catalog, dest: Catalog, present: set[str]) -> int:
     for bid in sorted(_reported(src) & present - _reported(dest)):
         key = src.object_key(bid, REPORT_NAME)
         dest.store.put_bytes(dest.object_key(bid, REPORT_NAME), src.store.get_bytes(key))
+        crash_point("copy.after_report")
         copied += 1
     return copied
 

@@ -306,6 +306,7 @@ class BinlogShipper:
         for name, size in closed.items():
             if name in index.complete:
                 self.report.already_shipped += 1
+                self.drop_stale_partial(index, name)
                 continue
             path = self.download(name)
             summary = summarize(path)
@@ -322,6 +323,17 @@ class BinlogShipper:
         if gap is not None:
             raise self.gap_error(gap)
         return self.report
+
+    def drop_stale_partial(self, index: BinlogIndex, name: str) -> None:
+        """A partial manifest beside its binlog's complete one: a run killed between registering the
+        binlog and dropping the partial left it (binlog.after_complete); nothing else ever would."""
+        if name in index.partial:
+            try:
+                self.bcat.drop_partial(index.partial[name])
+            except BinlogError as exc:  # unreadable: its segments are unknown, the manifest stays
+                log.warning("could not drop the stale partial manifest of %s: %s", name, exc)
+                return
+            log.warning("dropped the partial manifest of %s, stored complete by an interrupted run", name)
 
     def not_ours(self, name: str, summary: BinlogSummary, index: BinlogIndex) -> bool:
         """A binlog another server_id wrote before this server has any shipped binlog: the server_id
@@ -371,6 +383,7 @@ class BinlogShipper:
             return None
         self.lock.confirm("recording the gap")
         key = self.bcat.write_gap(gap)
+        crash_point("binlog.after_gap")
         index.gaps.append(gap)
         self.report.gaps.append(f"{gap.first_missing}..{gap.last_missing}")
         log.error("binlog gap recorded at %s/%s: %s", self.bcat.store.location, key, gap.describe())
@@ -410,6 +423,7 @@ class BinlogShipper:
         crash_point("binlog.after_object")
         self.lock.confirm(f"registering {name}")
         self.bcat.write_manifest(manifest)
+        crash_point("binlog.after_complete")
         self.bcat.drop_partial(partial)
         self.report.shipped.append(name)
         log.info(
@@ -436,6 +450,7 @@ class BinlogShipper:
         if summary.size > start:
             key = self.bcat.segment_key(name, start, bool(self.recipients), self.upload_id)
             new.append(self.upload_range(path, key, start, summary.size - start))
+            crash_point("binlog.after_segment")
         segments = (list(partial.segments) if partial else []) + new
         manifest = self.manifest(name, summary, segments, complete=False, covers_until=covers_until)
         self.lock.confirm(f"registering the progress of {name}")

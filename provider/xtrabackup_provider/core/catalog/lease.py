@@ -120,6 +120,7 @@ class ReadLease:
                 self.purpose,
             )
             return self
+        crash_point("lease.after_write")
         self._renewer = threading.Thread(target=self._renew, name="read-lease", daemon=True)
         self._renewer.start()
         return self
@@ -206,6 +207,7 @@ def remove_dead_leases(catalog: Catalog) -> list[str]:
     retention already ignores them, so this only keeps the leases folder from growing."""
     dead = scan_leases(catalog)[1]
     if dead:
+        crash_point("lease.before_removal")
         catalog.store.delete(dead)
         log.info("removed %d read lease(s) of readers that are gone", len(dead))
     return dead

@@ -247,6 +247,7 @@ class HostLock:
             etag = self.store.put_new(self.key, body, if_match=current_etag)
             if etag is not None and holder is not None and holder.gone():
                 self.dead_holder = holder
+            crash_point("lock.after_takeover")
         if etag is None:
             raced = self.store.get_versioned(self.key)
             if raced is None and (etag := self.store.put_new(self.key, body)) is not None:
