@@ -17,12 +17,14 @@ from pathlib import Path
 import pytest
 
 from helpers import root_target, unique_name
-from replica_helpers import flip_page
+from replica_helpers import WriteLoad, flip_page
 from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
+from xtrabackup_provider.core.binlog.ship import ShipRequest, ship_binlogs
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.catalog.manifest import Manifest
 from xtrabackup_provider.core.catalog.reports import read_report
 from xtrabackup_provider.core.engine import clone
+from xtrabackup_provider.core.pitr.roll_forward import ShippedBinlogs
 from xtrabackup_provider.core.restore.restore_test import RestoreTestRequest, run_restore_test
 from xtrabackup_provider.core.storage.local import LocalStore
 
@@ -85,7 +87,29 @@ def test_quick_and_full_restore_tests_of_a_clone_backup_pass(backup, tmp_path):
         assert report.checks["tables_checked"] == report.checks["tables"] >= 2 or level == "quick"
         assert read_report(catalog, manifest.backup_id)["verdict"] == "pass"
         assert not (tmp_path / f"rt-{level}").exists(), "the scratch datadir is removed"
-    assert checks["roll_forward"]["status"] == "skipped" and "MySQL" in checks["roll_forward"]["note"]
+    assert checks["roll_forward"]["status"] == "skipped", checks["roll_forward"]
+
+
+def test_level_full_rolls_a_clone_backup_forward_over_the_shipped_binlogs(source, backup, tmp_path):
+    catalog, manifest = backup
+    load = WriteLoad(source, source.db)
+    load.burst(200)
+    source.query(f"UPDATE `{source.db}`.orders SET amount = amount + 1 WHERE id % 3 = 0")
+    source.query("FLUSH BINARY LOGS")
+    load.burst(100)
+    shipped = ship_binlogs(
+        ShipRequest(catalog, root_target(source), allow_unencrypted=True, accept_new_server=True, flush=True)
+    )
+    assert shipped.shipped
+    executed = "".join(str(source.query("SELECT @@global.gtid_executed")[0][0]).split())
+    report = run_restore_test(
+        RestoreTestRequest(
+            catalog, tmp_path / "rt", manifest.backup_id, level="full", roll_forward=ShippedBinlogs(catalog)
+        )
+    )
+    assert report.verdict == "pass", report.reasons
+    rolled = _by_name(report)["roll_forward"]
+    assert rolled["status"] == "pass" and rolled["detail"]["gtid"] == executed, rolled
 
 
 def test_level_deep_is_refused_in_one_line_naming_the_check(backup, tmp_path):

@@ -25,6 +25,7 @@ from ..catalog.targets import READ_ERRORS, Source, Targets
 from ..common.values import binlog_number, format_gtid_pos, parse_gtid_pos
 from ..restore.evidence import CheckResult
 from ..storage.base import StorageError
+from .mysql_roll_forward import mysql_roll_forward
 from .plan import PitrPlan, PitrTarget
 from .recover import PitrReport, PitrRequest, fetch_binlogs, where_replay_stops
 from .replay import replay
@@ -57,6 +58,15 @@ class ShippedBinlogs:
     fallbacks: list[Source] = field(default_factory=list)
 
     def __call__(self, datadir: Path, manifest: Manifest, scratch: Path) -> CheckResult:
+        if manifest.engine_flavour == "clone":  # MySQL's binlogs: replayed by MySQL's own pipe
+            return mysql_roll_forward(
+                self.catalog,
+                datadir,
+                manifest,
+                scratch,
+                private_key=self.private_key,
+                passphrase=self.passphrase,
+            )
         targets = Targets.of(self.catalog, self.source_name, self.fallbacks)
         try:
             chain, want = _newest_on(targets, manifest)

@@ -260,7 +260,7 @@ def _run_checks(
         if req.level in ("full", "deep"):
             stage = "roll_forward"
             t0 = time.monotonic()
-            rolled = _roll_forward(req, datadir, manifest, dialect)
+            rolled = _roll_forward(req, datadir, manifest)
             results.append(rolled)
             report.timings["roll_forward"] = time.monotonic() - t0
             if not rolled.failed:
@@ -299,15 +299,7 @@ def _dialect(manifest: Manifest) -> Dialect:
     return dialect_for(manifest.server_version or "8.4.0")
 
 
-def _roll_forward(
-    req: RestoreTestRequest, datadir: Path, manifest: Manifest, dialect: Dialect
-) -> CheckResult:
-    if not dialect.is_mariadb:
-        return CheckResult.skipped(
-            "roll_forward",
-            f"not run: rolling a {dialect.name} backup forward over its shipped binlogs is not supported yet "
-            "(the roll-forward replays MariaDB binlogs); use pitr-test for MySQL binlogs",
-        )
+def _roll_forward(req: RestoreTestRequest, datadir: Path, manifest: Manifest) -> CheckResult:
     if req.roll_forward is None:
         return CheckResult.skipped(
             "roll_forward", "not run: the caller gave no roll-forward (core.pitr.roll_forward)"
