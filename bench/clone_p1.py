@@ -65,6 +65,7 @@ ZSTD_LEVEL = 3
 PARALLEL = 2  # BackupRequest's default --parallel for mariabackup
 SB_DB = "sbtest"
 STAGES = ("backup", "restore", "total")
+LESS_SETTLE = "backup less the settling server"  # clone only, information
 
 
 # -- pure logic (tests/unit/test_bench_clone_p1.py) -----------------------------------------------------
@@ -286,6 +287,8 @@ class Bench:
         ):
             manifest = backup_run.run_backup(request)
         seconds = time.monotonic() - t0
+        # _clone, _settle and stream_to_store follow one another: the rest is the verb's own work.
+        phases["other (checks, key import, manifest)"] = seconds - sum(phases.values())
         self.last_ours = catalog
         return Run(seconds, _cpu() - cpu0, manifest.stored_bytes, phases)
 
@@ -329,18 +332,24 @@ class Bench:
         base = self.fresh("r-ours")
         datadir = base / "data"
         os.sync()
+        inner: dict[str, float] = {}
         cpu0, t0 = _cpu(), time.monotonic()
-        report = restore_mod.restore(
-            restore_mod.RestoreRequest(
-                catalog=self.last_ours,
-                target_datadir=datadir,
-                private_key=self.keys.private_key,
-                passphrase=self.passphrase,
-                option_files=False,
+        with timed_calls(restore_mod, ["_import_private", "fetch_one"], inner):
+            report = restore_mod.restore(
+                restore_mod.RestoreRequest(
+                    catalog=self.last_ours,
+                    target_datadir=datadir,
+                    private_key=self.keys.private_key,
+                    passphrase=self.passphrase,
+                    option_files=False,
+                )
             )
-        )
         seconds = time.monotonic() - t0
-        run = Run(seconds, _cpu() - cpu0, phases=dict(report.timings))
+        phases = dict(report.timings)
+        phases["other (plan, checks, lease)"] = seconds - sum(report.timings.values())
+        # Inside fetch_extract: the key's import into a throwaway GNUPGHOME, then the stream itself.
+        phases.update({f"(of fetch_extract) {k.lstrip('_')}": v for k, v in inner.items()})
+        run = Run(seconds, _cpu() - cpu0, phases=phases)
         self._verify_once("ours", datadir, base)
         shutil.rmtree(base, ignore_errors=True)
         return run
@@ -447,12 +456,13 @@ def report(
         "",
     ]
     ratio_rows = []
-    for stage in STAGES:
+    for stage in (*STAGES, LESS_SETTLE):
         s = summarize(pairs, stage)
+        if stage == LESS_SETTLE and not s.ratios:
+            continue
         each = " / ".join(f"{r:.2f}" for r in s.ratios) or "-"
-        ratio_rows.append(
-            [f"{stage}: ours / shell (wall)", each, fmt_summary(s), f"<= {TARGET:.2f}", s.verdict]
-        )
+        goal, verdict = (f"<= {TARGET:.2f}", s.verdict) if stage in STAGES else ("(info)", "")
+        ratio_rows.append([f"{stage}: ours / shell (wall)", each, fmt_summary(s), goal, verdict])
     lines += [
         C.markdown_table(["P1 ratio", "Pair by pair", "Median (range)", "Goal", "Median"], ratio_rows),
         "",
@@ -533,6 +543,10 @@ def main(argv: list[str] | None = None) -> int:
                     run = fn()
                     runs[key].append(run)
                     getattr(pair, who)[stage] = run.seconds
+                    if stage == "backup" and family == "mysql":
+                        # What the clone costs beside the settling server the shell has no stage for.
+                        settle = run.phases.get("_settle", 0.0)
+                        getattr(pair, who)[LESS_SETTLE] = run.seconds - settle
                     C.log(f"  {run.seconds:.2f} s wall, {run.cpu_seconds:.2f} s CPU")
         except Exception as exc:  # noqa: BLE001 - reported, and the exit status says so
             error = f"{type(exc).__name__}: {exc}"
