@@ -2,9 +2,10 @@
 started by a mysqld sandbox, innochecksum is MySQL's, CHECK TABLE runs on every table at level full,
 and the GTID checks speak MySQL's sets (the restored server's own gtid_executed is the manifest's
 set; it lies between the sets executed before and after the backup). Levels quick and full pass on a
-good backup; bytes damaged before they were stored (a flipped page, a truncated tablespace) fail
-naming the check; level deep is one line saying it is not supported for MySQL. On main every clone
-backup failed at `restore` ("cannot open a MySQL datadir")."""
+good backup, full rolling the copy forward over binlogs shipped after it, and deep attaching it to
+the source (auto-position) for pt-table-checksum; bytes damaged before they were stored (a flipped
+page, a truncated tablespace) fail naming the check. On main every clone backup failed at
+`restore` ("cannot open a MySQL datadir")."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import hashlib
 import io
 import secrets
 import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
@@ -19,12 +21,16 @@ import pytest
 from helpers import root_target, unique_name
 from replica_helpers import WriteLoad, flip_page
 from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
+from xtrabackup_provider.core.binlog.replication import ReplicationSource
 from xtrabackup_provider.core.binlog.ship import ShipRequest, ship_binlogs
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.catalog.manifest import Manifest
 from xtrabackup_provider.core.catalog.reports import read_report
+from xtrabackup_provider.core.db.checksum import ChecksumOptions
+from xtrabackup_provider.core.db.server import MySQLTarget
 from xtrabackup_provider.core.engine import clone
 from xtrabackup_provider.core.pitr.roll_forward import ShippedBinlogs
+from xtrabackup_provider.core.restore.replica_compare import SourceCompare
 from xtrabackup_provider.core.restore.restore_test import RestoreTestRequest, run_restore_test
 from xtrabackup_provider.core.storage.local import LocalStore
 
@@ -112,12 +118,33 @@ def test_level_full_rolls_a_clone_backup_forward_over_the_shipped_binlogs(source
     assert rolled["status"] == "pass" and rolled["detail"]["gtid"] == executed, rolled
 
 
-def test_level_deep_is_refused_in_one_line_naming_the_check(backup, tmp_path):
+def test_level_deep_attaches_the_copy_to_the_source_and_pt_table_checksum_finds_it_equal(
+    source, backup, tmp_path
+):
     catalog, manifest = backup
-    report = _test(catalog, manifest, tmp_path / "rt", "deep")
-    assert report.verdict == "fail" and report.failed_checks == ["replica_checksum"], report.reasons
-    [reason] = report.reasons
-    assert "level deep is not supported for a MySQL 9.7" in reason and "\n" not in reason
+    repl_pw, check_pw = uuid.uuid4().hex, uuid.uuid4().hex
+    user = f"rtrepl{secrets.token_hex(3)}"
+    source.execute_script(
+        f"CREATE USER {user}@'127.0.0.1' IDENTIFIED BY '{repl_pw}'; GRANT REPLICATION SLAVE ON *.* TO {user}@'127.0.0.1';"
+        f"CREATE USER IF NOT EXISTS xbp_checksum@'127.0.0.1' IDENTIFIED BY '{check_pw}';"
+        f"ALTER USER xbp_checksum@'127.0.0.1' IDENTIFIED BY '{check_pw}';"
+        "GRANT SELECT, PROCESS, REPLICATION SLAVE, REPLICATION CLIENT, SUPER ON *.* TO xbp_checksum@'127.0.0.1';"
+        "GRANT ALL ON percona.* TO xbp_checksum@'127.0.0.1';"
+    )
+    WriteLoad(source, source.db).burst(50)  # after the backup: the copy catches up over them
+    deep = SourceCompare(
+        ReplicationSource("127.0.0.1", source.port, user, repl_pw, connect_retry=1, label="c1/my1"),
+        MySQLTarget(host="127.0.0.1", port=source.port, user="xbp_checksum", password=check_pw),
+        poll_seconds=0.2,
+        catch_up_timeout=300,
+        checksum=ChecksumOptions(databases=(source.db,)),
+    )
+    report = run_restore_test(
+        RestoreTestRequest(catalog, tmp_path / "rt", manifest.backup_id, level="deep", deep=deep)
+    )
+    assert report.verdict == "pass", report.reasons
+    compared = _by_name(report)["replica_checksum"]
+    assert compared["status"] == "pass" and compared["detail"]["checksum"]["tables"] >= 2, compared
 
 
 def _rewrite(catalog: Catalog, manifest: Manifest, work: Path, change) -> Manifest:

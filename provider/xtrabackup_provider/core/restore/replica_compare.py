@@ -32,10 +32,11 @@ from pathlib import Path
 
 from ..binlog.replication import ReplicationSource, attach, check_source_login, wait_caught_up, watch_for
 from ..db.checksum import ChecksumOptions, run_checksum
+from ..db.dialect import dialect_for
 from ..db.heartbeat import HEARTBEAT_TABLE
 from ..db.replica import GRACE_SECONDS, read_state, thread_problem
 from ..db.sandbox import SandboxServer, privileged_account
-from ..db.server import MySQLTarget, connect, defaults_file
+from ..db.server import MySQLTarget, connect, defaults_file, query
 from .evidence import CheckResult
 
 log = logging.getLogger(__name__)
@@ -67,8 +68,15 @@ class SourceCompare:
 
     def __call__(self, datadir: Path, basedir: Path, gtid: str) -> CheckResult:
         basedir.mkdir(parents=True, exist_ok=True)
+        # The restored copy is the source's family (a clone of MySQL opens in mysqld only).
+        dialect = dialect_for(str(query(self.source_admin, "SELECT @@version")[0][0]))
         server = SandboxServer.on_datadir(
-            datadir, basedir, server_id=REPLICA_SERVER_ID, log_bin=False, extra_args=["--skip-slave-start"]
+            datadir,
+            basedir,
+            server_id=REPLICA_SERVER_ID,
+            log_bin=False,
+            extra_args=[dialect.skip_replica_start_option],
+            family=dialect.family,
         )
         try:
             server.start()

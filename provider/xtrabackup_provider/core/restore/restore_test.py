@@ -210,7 +210,7 @@ def _run_checks(
     except RestoreTestError as exc:
         results.append(CheckResult.of(stage, [f"{type(exc).__name__}: {exc}"]))
         return
-    refused = _deep_preflight(req, _dialect(manifest))
+    refused = _deep_preflight(req)
     try:
         restored = restore(
             RestoreRequest(
@@ -268,7 +268,7 @@ def _run_checks(
             if req.level == "deep":
                 stage = "replica_checksum"
                 t0 = time.monotonic()
-                results.append(refused or _deep(req, datadir, gtid, rolled, dialect))
+                results.append(refused or _deep(req, datadir, gtid, rolled))
                 report.timings["replica_checksum"] = time.monotonic() - t0
     except Exception as exc:  # noqa: BLE001 - any failure is the verdict, reported with its check
         results.append(CheckResult.of(stage, [f"{type(exc).__name__}: {exc}"]))
@@ -307,13 +307,11 @@ def _roll_forward(req: RestoreTestRequest, datadir: Path, manifest: Manifest) ->
     return req.roll_forward(datadir, manifest, req.workdir / "roll-forward")
 
 
-def _deep_preflight(req: RestoreTestRequest, dialect: Dialect) -> CheckResult | None:
+def _deep_preflight(req: RestoreTestRequest) -> CheckResult | None:
     """Level deep: the replica's checks before the restore (the replication account logs in); a
     refusal is the failed replica_checksum, and the sandbox is never attached to the source."""
     if req.level != "deep" or req.deep is None:
         return None
-    if not dialect.is_mariadb:
-        return CheckResult.of("replica_checksum", [_DEEP_MYSQL.format(name=dialect.name)])
     try:
         req.deep.preflight()
     except Exception as exc:  # noqa: BLE001 - any refusal is the check's verdict
@@ -324,17 +322,7 @@ def _deep_preflight(req: RestoreTestRequest, dialect: Dialect) -> CheckResult | 
     return None
 
 
-_DEEP_MYSQL = (
-    "level deep is not supported for a {name} backup yet (its sandbox replica and pt-table-checksum compare "
-    "are MariaDB's): run level full, and provision-replica with a checksum gate to compare with the source"
-)
-
-
-def _deep(
-    req: RestoreTestRequest, datadir: Path, gtid: str, rolled: CheckResult, dialect: Dialect
-) -> CheckResult:
-    if not dialect.is_mariadb:
-        return CheckResult.of("replica_checksum", [_DEEP_MYSQL.format(name=dialect.name)])
+def _deep(req: RestoreTestRequest, datadir: Path, gtid: str, rolled: CheckResult) -> CheckResult:
     if rolled.failed and rolled.detail.get("replayed"):
         return CheckResult.skipped(
             "replica_checksum",
