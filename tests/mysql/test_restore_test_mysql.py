@@ -189,3 +189,24 @@ def test_a_truncated_tablespace_in_the_stored_backup_fails_naming_the_check(sour
     report = _test(catalog, bad, tmp_path / "rt", "full")
     assert report.verdict == "fail" and report.failed_checks[0] == "check_table", report.reasons
     assert "orders" in report.reasons[0] and "check_table" in report.headline(), report.reasons
+
+
+def test_a_backup_whose_recorded_gtid_set_is_not_its_datas_fails_the_position_check(backup, tmp_path):
+    """The manifest and the copy's own xtrabackup_binlog_info agree on a set the data does not hold
+    (one transaction short): only the restored server's gtid_executed shows it."""
+    catalog, manifest = backup
+    uuid_part, _, last = manifest.gtid.rpartition("-")
+    short = f"{uuid_part}-{int(last) - 1}"
+
+    def record_short(extracted: Path) -> None:
+        info = extracted / "xtrabackup_binlog_info"
+        info.write_text(info.read_text().replace(manifest.gtid, short))
+
+    bad = _rewrite(catalog, manifest, tmp_path / "w", record_short)
+    bad = bad.model_copy(update={"gtid": short})
+    catalog.write(bad)
+    report = _test(catalog, bad, tmp_path / "rt", "quick")
+    assert report.verdict == "fail" and "position" in report.failed_checks, report.reasons
+    assert any(
+        f"gtid_executed {manifest.gtid} is not the manifest's GTID set {short}" in r for r in report.reasons
+    )
