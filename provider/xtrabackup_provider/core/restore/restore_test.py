@@ -294,9 +294,12 @@ def _refuse_flavour(manifest: Manifest) -> None:
 
 def _dialect(manifest: Manifest) -> Dialect:
     """The restored copy's server family, from the engine (a clone is MySQL's) and the server version."""
-    if manifest.engine_flavour == "mariabackup":
-        return dialect_for(manifest.server_version or "10.11.0-MariaDB")
-    return dialect_for(manifest.server_version or "8.4.0")
+    fallback = "10.11.0-MariaDB" if manifest.engine_flavour == "mariabackup" else "8.4.0"
+    try:
+        found = dialect_for(manifest.server_version or fallback)
+    except ValueError:  # a version text it cannot read: the engine says the family
+        return dialect_for(fallback)
+    return found if found.is_mariadb == (manifest.engine_flavour == "mariabackup") else dialect_for(fallback)
 
 
 def _roll_forward(req: RestoreTestRequest, datadir: Path, manifest: Manifest) -> CheckResult:
