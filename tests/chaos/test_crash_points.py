@@ -558,7 +558,7 @@ TABLE: dict[str, tuple[str, str, Callable[..., None]]] = {
     "binlog.after_segment@2": ("open binlog progress (continuous shipping)", "a partial names the earlier segments, a later one is unregistered: the next run removes it, adopts the partial, stores the rest", _binlog_segment_crash(2)),
     "binlog.after_complete": ("binlog registration of a binlog shipped in segments", "the binlog is registered; the next run drops the stale partial manifest and its segments; PITR through it equals the source", crash_binlog_after_complete),
     "binlog.after_gap": ("binlog gap marker", "finds the gap recorded and ships on; PITR into the gap is refused naming it, past a new full it equals the source", crash_binlog_after_gap),
-    "lock.after_takeover": ("lock takeover", "KNOWN HOLE (xfail): takes over the lock of the run that took over (both gone) but leaves the first killed shipper's object, named by nothing", crash_lock_after_takeover),
+    "lock.after_takeover": ("lock takeover", "takes over the lock of the run that took over (both gone); the dead holders are handed on in the lock, so it removes the first killed shipper's object too", crash_lock_after_takeover),
     "retention.between_rounds": ("retention delete round", "takes over the lock and finishes the plan; meanwhile every chain left resolves", _retention_crash("retention.between_rounds")),
     "retention.before_data": ("retention delete round", "finds nothing left to delete: the data of the deleted manifests is debris retention names; the next backup takes over the lock", _retention_crash("retention.before_data")),
     "retention.after_data": ("retention delete round", "finds nothing left to delete; the next backup takes over the lock", _retention_crash("retention.after_data")),
@@ -578,11 +578,7 @@ TABLE: dict[str, tuple[str, str, Callable[..., None]]] = {
 
 
 # Known holes: the test shows the outcome a user needs, and fails (strict) until the product gives it.
-HOLES = {
-    "lock.after_takeover": "the proof that a shipper is dead is not handed on: a run that takes the lock over "
-    "from the run that took it from a killed shipper removes only that run's uploads, and the first one's "
-    "unregistered object stays, named by no manifest and by no retention plan",
-}
+HOLES: dict[str, str] = {}
 
 
 @pytest.mark.parametrize(

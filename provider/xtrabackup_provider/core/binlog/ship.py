@@ -271,10 +271,11 @@ class BinlogShipper:
     def __enter__(self) -> BinlogShipper:
         try:
             self.lock.acquire()
-            if self.lock.dead_holder is not None and (
-                removed := self.bcat.remove_uploads_of(upload_id(self.lock.dead_holder.token))
-            ):
-                log.warning("removed what a killed shipping run left unregistered: %s", ", ".join(removed))
+            for token in self.lock.dead_before:  # the holder proven dead, and those it took on
+                if removed := self.bcat.remove_uploads_of(upload_id(token)):
+                    log.warning(
+                        "removed what a killed shipping run left unregistered: %s", ", ".join(removed)
+                    )
             self.recipients = _import_recipients(self.gpg, self.req.public_keys, self.req.allow_unencrypted)
         except BaseException:
             self.close()

@@ -118,6 +118,9 @@ class Holder:
     pid_start: int | None = None
     purpose: str = "backup"  # what the holder does: "backup" or "retention"
     lease_seconds: float | None = None  # absent in locks of older releases: DEFAULT_LEASE
+    # Holders proven dead before this one, whose leftovers it took on: handed on to the run that takes
+    # the lock over from this one, should it die too before it cleaned up.
+    dead_before: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, data: bytes) -> Holder | None:
@@ -179,6 +182,7 @@ class HostLock:
         self.etag: str | None = None
         self.lost: str | None = None  # why this run no longer holds the lock (sticky)
         self.dead_holder: Holder | None = None  # the holder this run took the lock from, proven dead
+        self.dead_before: tuple[str, ...] = ()  # its token and those it took on: theirs to clean up
         self._mutex = threading.Lock()  # one conditional write of the lock at a time
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
@@ -201,6 +205,7 @@ class HostLock:
             pid_start=_start_ticks(pid),
             purpose=self.purpose,
             lease_seconds=self.lease.total_seconds(),
+            dead_before=self.dead_before,
         )
         return json.dumps(asdict(holder), indent=2).encode()
 
@@ -244,9 +249,15 @@ class HostLock:
                 self.where,
                 holder.describe() if holder else "an unreadable holder",
             )
+            if holder is not None and holder.gone():
+                # Taken on before the takeover is written, so the lock says it at once.
+                self.dead_before = (holder.token, *holder.dead_before)
+                body = self._body(now)
             etag = self.store.put_new(self.key, body, if_match=current_etag)
             if etag is not None and holder is not None and holder.gone():
                 self.dead_holder = holder
+            elif etag is None:
+                self.dead_before = ()
             crash_point("lock.after_takeover")
         if etag is None:
             raced = self.store.get_versioned(self.key)
