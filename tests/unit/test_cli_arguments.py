@@ -164,3 +164,14 @@ def test_any_value_of_an_events_filter_is_used_or_refused_in_one_line(
         assert not any(c in lines[0] for c in "\t\r\x0b\x0c"), f"a value not shown with repr: {lines[0]!r}"
         if not value.strip():
             assert flag in lines[0] and repr(value) in lines[0], lines[0]
+
+
+def test_the_restore_says_how_each_flavours_copy_becomes_a_replica():
+    """A clone copy holds its GTIDs in gtid_executed: `SET GLOBAL gtid_purged` (printed before for
+    every MySQL restore) fails there, so it is told to use auto-position alone."""
+    from xtrabackup_provider.cli.backups import replica_advice
+
+    assert "gtid_slave_pos = '0-1-5'" in replica_advice("mariabackup", "0-1-5")
+    assert "gtid_purged = 'u:1-5'" in replica_advice("xtrabackup", "u:1-5")
+    clone = replica_advice("clone", "u:1-5")
+    assert "gtid_purged" not in clone and "SOURCE_AUTO_POSITION = 1" in clone

@@ -306,15 +306,25 @@ def cmd_restore(args: argparse.Namespace, config: FleetConfig) -> int:
             f"into {report.target_datadir}"
         )
         print(f"binlog position: {report.binlog_file}:{report.binlog_position} gtid {report.gtid}")
-        if report.gtid:  # MariaDB's replicas start from gtid_slave_pos, MySQL's from gtid_purged
-            mariadb = config.find_host(args.cluster, args.host).flavour == "mariabackup"
-            variable = "gtid_slave_pos" if mariadb else "gtid_purged"
-            print(f"to make it a replica: SET GLOBAL {variable} = '{report.gtid}'")
+        if report.gtid:
+            print(replica_advice(config.find_host(args.cluster, args.host).flavour, report.gtid))
         print_notes(report.fallbacks)
         if report.option_files:
             where = option_files_dir(args.target_datadir)
             print(f"the server's option files of {report.backup_id} ({len(report.option_files)}): {where}")
     return 0
+
+
+def replica_advice(flavour: str, gtid: str) -> str:
+    """How the restored copy becomes a replica: MariaDB's start from gtid_slave_pos; a MySQL
+    XtraBackup copy is told its GTIDs through gtid_purged; a clone copy holds them already."""
+    if flavour == "clone":
+        return (
+            f"to make it a replica: its gtid_executed already holds {gtid}; CHANGE REPLICATION SOURCE TO ... "
+            "SOURCE_AUTO_POSITION = 1, then START REPLICA"
+        )
+    variable = "gtid_slave_pos" if flavour == "mariabackup" else "gtid_purged"
+    return f"to make it a replica: SET GLOBAL {variable} = '{gtid}'"
 
 
 def cmd_standby_restore(args: argparse.Namespace, config: FleetConfig) -> int:

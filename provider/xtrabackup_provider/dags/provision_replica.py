@@ -48,10 +48,11 @@ def _conn_id(host: HostConfig) -> str:
 def build_dag(config: FleetConfig, cluster: ClusterConfig, host: HostConfig) -> DAG:
     rep, source, settings = cluster.replication, cluster.replication_source(), host.provision
     assert rep is not None and source is not None and settings is not None
-    if host.flavour != "mariabackup":
+    if host.flavour not in ("mariabackup", "clone"):
         raise ConfigError(
-            f"{config.source}: cluster {cluster.name!r}, host {host.name!r}: provision-replica sets up MariaDB GTID "
-            f"replication and cannot build a {host.flavour} (MySQL) replica; drop its `provision` section"
+            f"{config.source}: cluster {cluster.name!r}, host {host.name!r}: provision-replica builds replicas from "
+            f"mariabackup or clone backups, not {host.flavour}; back the host up with flavour clone, or drop its "
+            "`provision` section"
         )
     if not host.datadir:
         raise ConfigError(
