@@ -12,12 +12,16 @@ Kinds: kill_worker, kill_tool (mariabackup or gpg mid-stream; zstd runs inside t
 process as python-zstandard threads, so killing "zstd" is killing the worker), kill_cli (a CLI
 backup killed mid-commit at a crash point), restart_db, scratch_full, clock_skew (a CLI backup
 under libfaketime), reseed_replica, s3_partition (an endpoint down for minutes, a retention run
-against it meanwhile). The proxies' background faults (latency, 5xx, SlowDown, resets, truncated
+against it meanwhile), second_shipper (a CLI `binlogs ship` beside the follower: refused by the
+shipping lock, and every binlog manifest still names its own bytes), second_restore (two CLI
+restores into one new target started together: one refused by the target's lock, the other's
+restore intact). The proxies' background faults (latency, 5xx, SlowDown, resets, truncated
 answers) are counted from their own logs.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -30,12 +34,24 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from fleet import BACKUP_HOST, Fleet
+from fleet import BACKUP_HOST, CHECKED_DBS, Fleet
+from invariants import registered
+from restorer import decrypting_home, restore_chain
+from storeview import HostView, StoreReader, pieces
 
-from helpers import RUN, S3_ACCESS_KEY, S3_REGION, S3_SECRET_KEY, start_replication, wait_caught_up
+from helpers import (
+    RUN,
+    S3_ACCESS_KEY,
+    S3_REGION,
+    S3_SECRET_KEY,
+    restored_checksums,
+    start_replication,
+    wait_caught_up,
+)
 
 HERE = Path(__file__).resolve().parent
 FAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
@@ -46,13 +62,22 @@ CLI_CRASH_POINTS = (
     "parts.between_commits",
 )
 KINDS = ("kill_worker", "kill_tool", "kill_cli", "restart_db", "scratch_full", "clock_skew",
-         "reseed_replica", "s3_partition")  # fmt: skip
+         "reseed_replica", "s3_partition", "second_shipper", "second_restore")  # fmt: skip
+# Kinds whose fault without a victim is not counted (issue 39): logged in faults.jsonl only.
+COUNTED_WITH_VICTIM_ONLY = frozenset({"second_shipper", "second_restore"})
 BUSY = "cannot start: another"  # the host lock's refusal (core/catalog/lock.py)
 UNREACHABLE = "Cannot reach the S3 endpoint"  # core/storage/s3.py, while an endpoint is partitioned
 # Binlog shipping refusing a new history under the old names (core/binlog/ship.py, catalog.py).
 REFUSED_HISTORY = r"binlogs were reset \(RESET MASTER\?\)"
 # The first backup of a re-seeded replica is a full, saying why (core/backup/lineage.py, decide.py).
 RESEED_FULL = r"(does not descend from|the server changed since)"
+# The binlog shipping lock's refusal of a second shipper, naming the holder's pid (core/catalog/lock.py).
+SHIPPER_BUSY = (
+    r"binlog shipping of {0} cannot start: another binlog shipping of {0} is running: [^\n]*\(pid \d+\)"
+)
+# A second restore into a target another restore holds (core/restore/standby_lock.py), or finding
+# the first one's finished restore there.
+TARGET_HELD = r"target datadir \S+ (is held by another restore \(|[^\n]*not an empty directory)"
 # Airflow fails a task whose worker died once its heartbeat is missed
 # ([scheduler] task_instance_heartbeat_timeout, 300 s) and records it in its audit log.
 HEARTBEAT_TIMEOUT = "audit:heartbeat timeout"
@@ -87,6 +112,8 @@ class Injector:
     fleet: Fleet
     log: list[Fault] = field(default_factory=list)
     busy: set[str] = field(default_factory=set)  # resources a running fault holds
+    uncounted: list[Fault] = field(default_factory=list)  # faults that found no victim (not counted)
+    verified: set[tuple[str, str]] = field(default_factory=set)  # (key, sha256) of binlog objects read
     mutex: threading.Lock = field(default_factory=threading.Lock)
 
     def env(self, **extra: str) -> dict[str, str]:
@@ -107,6 +134,34 @@ class Injector:
             f"$ {' '.join(args)}  (env {sorted(env)})\nexit {proc.returncode}\n{proc.stdout}{proc.stderr}"
         )
         return proc
+
+    def cli_together(self, name: str, *args: str, runs: int = 2) -> list[tuple[int, str]]:
+        """`runs` CLI processes of the same command started together: (exit, output) of each, each
+        output also a CLI log."""
+        argv = [sys.executable, "-c", RUN, *args, "--config", str(self.fleet.config)]
+        procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  env=self.env()) for _ in range(runs)]  # fmt: skip
+        out = []
+        for n, proc in enumerate(procs):
+            text, _ = proc.communicate(timeout=1800)
+            (self.fleet.work / "cli").mkdir(exist_ok=True)
+            (self.fleet.work / "cli" / f"{time.time():.3f}-{name}-{n}.log").write_text(
+                f"$ {' '.join(args)}\nexit {proc.returncode}\n{text}"
+            )
+            out.append((proc.returncode, text))
+        return out
+
+    def verdict(self, name: str, text: str) -> None:
+        """The fault's own check of its effect, as a CLI log its evidence names."""
+        (self.fleet.work / "cli").mkdir(exist_ok=True)
+        (self.fleet.work / "cli" / f"{time.time():.3f}-{name}-verdict.log").write_text(
+            f"{name} verdict: {text}\n"
+        )
+
+    def primary(self) -> StoreReader:
+        """The primary store read directly (not through the fault proxy), as the checker does."""
+        ep = self.fleet.endpoints["primary"]
+        return StoreReader(ep.client(), ep.bucket)
 
     def cli_backup(
         self, name: str, cluster: str, *flags: str, patience: float = 480, **env: str
@@ -150,7 +205,15 @@ class Injector:
             fault = Fault(kind, "-", t0, None, note=f"HARNESS ERROR: {exc!r}"[:500])
         fault.t1 = time.time()
         with self.mutex:
-            self.log.append(fault)
+            if (
+                fault.kind in COUNTED_WITH_VICTIM_ONLY
+                and fault.evidence is None
+                and "HARNESS" not in fault.note
+            ):
+                self.uncounted.append(fault)
+                fault.note = f"not counted (no victim): {fault.note}"
+            else:
+                self.log.append(fault)
             with (self.fleet.work / "faults.jsonl").open("a") as fh:
                 fh.write(json.dumps(fault.as_dict()) + "\n")
         return fault
@@ -441,6 +504,148 @@ class Injector:
         return Fault("s3_partition", f"{name} for {minutes:.1f} min", t0,
                      r"(Could not connect to the endpoint URL|Connection refused|EndpointConnectionError)",
                      bound_s=minutes * 60 + 300, clusters=self.clusters(), note=name)  # fmt: skip
+
+    # -- second writers (issue 38) ------------------------------------------------------------------
+
+    def second_shipper(self, rng: random.Random) -> Fault:
+        """A DBA's `binlogs ship` of the backed-up host while the DAG's follower ships it: refused at
+        once by the shipping lock, naming the follower's pid. Its effect is checked on the store
+        once the follower has stored more (or 10 minutes passed): every binlog manifest of the host
+        names objects whose bytes have the manifest's sha256, and no shipped binlog is missing. A
+        second shipper that was not refused (no follower held the lock) found no victim."""
+        # r1 held: a restart or re-seed of the server would refuse the CLI for another reason.
+        held = self.claim(rng, [(f"shipper:{c}", f"server:{c}-r1") for c in self.clusters()])
+        try:
+            c = held[0].split(":")[1]
+            dag = f"mysql_binlog_shipping_{c}"
+            t0 = time.time()
+            while not (victims := self.running(dag)) and time.time() < t0 + 360:
+                time.sleep(2)  # the follower runs 4 of every 5 minutes
+            time.sleep(rng.uniform(5, 20))  # past its start: it holds the lock
+            proc = self.cli("second_shipper", "binlogs", "ship", "--cluster", c, "--host", BACKUP_HOST)
+            out = proc.stdout + proc.stderr
+            refused = re.search(SHIPPER_BUSY.format(re.escape(f"{c}/{BACKUP_HOST}")), out)
+            if proc.returncode == 0 or refused is None:
+                return Fault("second_shipper", f"{c}-{BACKUP_HOST}", t0, None, clusters=[c],
+                             note=f"not refused (no follower held the lock): exit {proc.returncode}: {out.strip()[-200:]}")  # fmt: skip
+            verdict = self._binlogs_intact(c, after=time.time())
+            self.verdict("second_shipper", verdict)
+        finally:
+            self.release(held)
+        return Fault("second_shipper", f"{c}-{BACKUP_HOST}", t0, SHIPPER_BUSY.format(re.escape(f"{c}/{BACKUP_HOST}")),
+                     more_evidence=[r"second_shipper verdict: ok"], bound_s=time.time() - t0 + 120,
+                     where="second_shipper", clusters=[c], victims=victims,
+                     note=f"exit {proc.returncode}; {verdict}")  # fmt: skip
+
+    def running(self, dag: str) -> list[list[str]]:
+        stack = self.fleet.stack
+        assert stack is not None
+        rows = stack.db(
+            "SELECT dag_id, task_id, run_id FROM task_instance WHERE state='running' AND dag_id=?", dag
+        )
+        return [list(r) for r in rows]
+
+    def _binlogs_intact(self, c: str, after: float, patience: float = 600) -> str:
+        """ "ok: ..." when every binlog manifest of the cluster's host on the primary store names
+        objects whose bytes hash to its sha256 and no shipped binlog is missing; else what is wrong."""
+        reader, deadline = self.primary(), time.time() + patience
+        while True:
+            view = reader.host(f"backups/{c}/{BACKUP_HOST}")
+            stored = [*view.binlogs.values(), *view.partials.values()]
+            went_on = any(_epoch(m.get("shipped_at")) > after for m in stored)
+            if went_on or time.time() > deadline:
+                break
+            time.sleep(15)
+        checked, wrong = self._sha256_checked(reader, view)
+        wrong += [v for v in registered(view) if "binlog" in v]
+        shipping = "shipping went on" if went_on else f"nothing shipped for {patience:.0f} s after"
+        if wrong:
+            return f"VIOLATION: {'; '.join(wrong)[:600]} ({checked} object(s) checked; {shipping})"
+        return f"ok: {checked} binlog object(s) of {len(stored)} manifest(s) hash to their manifest's sha256, none missing ({shipping})"
+
+    def _sha256_checked(self, reader: StoreReader, view: HostView) -> tuple[int, list[str]]:
+        checked, wrong = 0, []
+        for name, m in sorted(
+            [*view.binlogs.items(), *((f"{n} (partial)", p) for n, p in view.partials.items())]
+        ):
+            for seg in m.get("segments", []):
+                obj = seg["object"]
+                if (obj["key"], obj["sha256"]) not in self.verified:
+                    digest = hashlib.sha256()
+                    try:
+                        for key, _size in pieces(obj):
+                            digest.update(reader.get_bytes(key))
+                    except reader.client.exceptions.NoSuchKey:
+                        continue  # retention, or a completed partial, removed it since the listing
+                    if digest.hexdigest() != obj["sha256"]:
+                        wrong.append(f"binlog {name} names {obj['key']}, whose sha256 is not the manifest's")
+                        continue
+                    self.verified.add((obj["key"], obj["sha256"]))
+                checked += 1
+        return checked, wrong
+
+    def second_restore(self, rng: random.Random) -> Fault:
+        """Two CLI restores of the cluster's newest backup into one new target directory, started
+        together (as a restorer does one): one restores, the other is refused at once naming the
+        target. The winner's restore must be intact: started, its CHECKSUM TABLE equals the
+        checker's own restore of that backup (tests/chaos/restorer.py: the tools alone, which the
+        checker compares with the reference replica). Both failing otherwise found no victim."""
+        held = self.claim(rng, [(f"restore:{c}",) for c in self.clusters()])
+        work = Path()
+        try:
+            c = held[0].split(":")[1]
+            t0 = time.time()
+            reader = self.primary()
+            view = reader.host(f"backups/{c}/{BACKUP_HOST}")
+            done = sorted(b for b, m in view.manifests.items() if m.get("gtid"))
+            if not done:
+                return Fault("second_restore", c, t0, None, clusters=[c], note="no backup yet")
+            bid = done[-1]
+            work = self.fleet.root / f"second-restore-{c}-{int(t0)}"
+            work.mkdir(parents=True)
+            target = work / "data"
+            runs = self.cli_together("second_restore", "restore", "--cluster", c, "--host", BACKUP_HOST,
+                                     "--backup-id", bid, "--target-datadir", str(target))  # fmt: skip
+            won = [out for rc, out in runs if rc == 0]
+            lost = [out for rc, out in runs if rc != 0 and re.search(TARGET_HELD, out)]
+            exits = [rc for rc, _ in runs]
+            if not won and not lost:
+                return Fault("second_restore", f"{c} {bid}", t0, None, clusters=[c],
+                             note=f"neither restored nor refused: exits {exits}: {runs[0][1].strip()[-200:]}")  # fmt: skip
+            verdict = self._restore_intact(reader, view, bid, work) if len(won) == 1 and len(lost) == 1 else (
+                f"VIOLATION: exits {exits}, {len(won)} restored, {len(lost)} refused naming the target")  # fmt: skip
+            self.verdict("second_restore", verdict)
+        finally:
+            self.release(held)
+            if work != Path():
+                shutil.rmtree(work, ignore_errors=True)
+        return Fault("second_restore", f"{c} {bid}", t0, TARGET_HELD, more_evidence=[r"second_restore verdict: ok"],
+                     bound_s=time.time() - t0 + 120, where="second_restore", clusters=[c],
+                     note=f"exits {exits}; {verdict}")  # fmt: skip
+
+    def _restore_intact(self, reader: StoreReader, view: HostView, bid: str, work: Path) -> str:
+        target = work / "data"
+        if not target.is_dir() or not any(target.iterdir()):
+            return f"VIOLATION: the target {target} was emptied"
+        try:
+            got = restored_checksums(target, work / "sb", CHECKED_DBS, server_id=992)
+            with decrypting_home(self.fleet.keys.private_key, self.fleet.keys.passphrase) as gpg:
+                reference = restore_chain(reader, view.chain(bid), gpg, work / "ref")
+            expected = restored_checksums(reference, work / "refsb", CHECKED_DBS, server_id=993)
+        except Exception as exc:  # noqa: BLE001 - a restore that does not start is the finding
+            return f"VIOLATION: the restored target does not start or check: {exc!r}"[:600]
+        if got != expected:
+            diff = ", ".join(f"{k}: {got.get(k)} != {expected.get(k)}" for k in sorted(set(got) | set(expected))
+                             if got.get(k) != expected.get(k))  # fmt: skip
+            return f"VIOLATION: the restore of {bid} differs from the checker's own: {diff[:400]}"
+        return f"ok: the restore of {bid} starts and its {len(got)} table checksums equal the checker's own restore"
+
+
+def _epoch(value: Any) -> float:
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
 
 
 def _processes() -> list[tuple[int, list[str]]]:
