@@ -528,14 +528,19 @@ class Injector:
             if proc.returncode == 0 or refused is None:
                 return Fault("second_shipper", f"{c}-{BACKUP_HOST}", t0, None, clusters=[c],
                              note=f"not refused (no follower held the lock): exit {proc.returncode}: {out.strip()[-200:]}")  # fmt: skip
+            # The holder it names is the follower: a process under the cluster's worker.
+            pid = int(re.findall(r"\(pid (\d+)\)", refused.group(0))[-1])
+            holder = self._worker_of(pid)
             verdict = self._binlogs_intact(c, after=time.time())
+            if holder != f"worker-{c}-{BACKUP_HOST}":
+                verdict = f"VIOLATION: the refusal names pid {pid}, not a process of worker-{c}-{BACKUP_HOST}; {verdict}"
             self.verdict("second_shipper", verdict)
         finally:
             self.release(held)
         return Fault("second_shipper", f"{c}-{BACKUP_HOST}", t0, SHIPPER_BUSY.format(re.escape(f"{c}/{BACKUP_HOST}")),
                      more_evidence=[r"second_shipper verdict: ok"], bound_s=time.time() - t0 + 120,
                      where="second_shipper", clusters=[c], victims=victims,
-                     note=f"exit {proc.returncode}; {verdict}")  # fmt: skip
+                     note=f"exit {proc.returncode}; holder pid {pid} ({holder}); {verdict}")  # fmt: skip
 
     def running(self, dag: str) -> list[list[str]]:
         stack = self.fleet.stack
