@@ -155,7 +155,7 @@ class Injector:
         """The fault's own check of its effect, as a CLI log its evidence names."""
         (self.fleet.work / "cli").mkdir(exist_ok=True)
         (self.fleet.work / "cli" / f"{time.time():.3f}-{name}-verdict.log").write_text(
-            f"{name} verdict: {text}\n"
+            f"{name.split('-')[0]} verdict: {text}\n"
         )
 
     def primary(self) -> StoreReader:
@@ -522,7 +522,8 @@ class Injector:
             while not (victims := self.running(dag)) and time.time() < t0 + 360:
                 time.sleep(2)  # the follower runs 4 of every 5 minutes
             time.sleep(rng.uniform(5, 20))  # past its start: it holds the lock
-            proc = self.cli("second_shipper", "binlogs", "ship", "--cluster", c, "--host", BACKUP_HOST)
+            tag = f"second_shipper-{c}-{t0:.0f}"  # its own logs: no other fault's evidence counts
+            proc = self.cli(tag, "binlogs", "ship", "--cluster", c, "--host", BACKUP_HOST)
             out = proc.stdout + proc.stderr
             refused = re.search(SHIPPER_BUSY.format(re.escape(f"{c}/{BACKUP_HOST}")), out)
             if proc.returncode == 0 or refused is None:
@@ -534,12 +535,12 @@ class Injector:
             verdict = self._binlogs_intact(c, after=time.time())
             if holder != f"worker-{c}-{BACKUP_HOST}":
                 verdict = f"VIOLATION: the refusal names pid {pid}, not a process of worker-{c}-{BACKUP_HOST}; {verdict}"
-            self.verdict("second_shipper", verdict)
+            self.verdict(tag, verdict)
         finally:
             self.release(held)
         return Fault("second_shipper", f"{c}-{BACKUP_HOST}", t0, SHIPPER_BUSY.format(re.escape(f"{c}/{BACKUP_HOST}")),
                      more_evidence=[r"second_shipper verdict: ok"], bound_s=time.time() - t0 + 120,
-                     where="second_shipper", clusters=[c], victims=victims,
+                     where=f"-{tag}", clusters=[c], victims=victims,
                      note=f"exit {proc.returncode}; holder pid {pid} ({holder}); {verdict}")  # fmt: skip
 
     def running(self, dag: str) -> list[list[str]]:
@@ -609,7 +610,8 @@ class Injector:
             work = self.fleet.root / f"second-restore-{c}-{int(t0)}"
             work.mkdir(parents=True)
             target = work / "data"
-            runs = self.cli_together("second_restore", "restore", "--cluster", c, "--host", BACKUP_HOST,
+            tag = f"second_restore-{c}-{t0:.0f}"  # its own logs: no other fault's evidence counts
+            runs = self.cli_together(tag, "restore", "--cluster", c, "--host", BACKUP_HOST,
                                      "--backup-id", bid, "--target-datadir", str(target))  # fmt: skip
             won = [out for rc, out in runs if rc == 0]
             lost = [out for rc, out in runs if rc != 0 and re.search(TARGET_HELD, out)]
@@ -619,13 +621,13 @@ class Injector:
                              note=f"neither restored nor refused: exits {exits}: {runs[0][1].strip()[-200:]}")  # fmt: skip
             verdict = self._restore_intact(reader, view, bid, work) if len(won) == 1 and len(lost) == 1 else (
                 f"VIOLATION: exits {exits}, {len(won)} restored, {len(lost)} refused naming the target")  # fmt: skip
-            self.verdict("second_restore", verdict)
+            self.verdict(tag, verdict)
         finally:
             self.release(held)
             if work != Path():
                 shutil.rmtree(work, ignore_errors=True)
         return Fault("second_restore", f"{c} {bid}", t0, TARGET_HELD, more_evidence=[r"second_restore verdict: ok"],
-                     bound_s=time.time() - t0 + 120, where="second_restore", clusters=[c],
+                     bound_s=time.time() - t0 + 120, where=f"-{tag}", clusters=[c],
                      note=f"exits {exits}; {verdict}")  # fmt: skip
 
     def _restore_intact(self, reader: StoreReader, view: HostView, bid: str, work: Path) -> str:
