@@ -22,6 +22,7 @@ from xtrabackup_provider.core.binlog.follow import ship_continuous
 from xtrabackup_provider.core.binlog.listing import XID_EVENT
 from xtrabackup_provider.core.binlog.ship import (
     BinlogShipper,
+    ShipReport,
     ShipRequest,
     is_shipped,
     lag_target,
@@ -252,7 +253,29 @@ def test_continuous_mode_ships_the_open_binlog_within_seconds_and_resumes(
     assert current is not None
     before = [s.object.key for s in index.partial[current].segments]
     gtid = _write(mariadb, db, 2)
-    report = ship_continuous(_request(mariadb, catalog, gpg_keys), duration=1.5, progress_interval=0.2)
+    # Followed until its progress is stored, however long the machine takes to get there.
+    again: dict[str, object] = {}
+    second = threading.Event()
+
+    def resume() -> None:
+        try:
+            again["report"] = ship_continuous(
+                _request(mariadb, catalog, gpg_keys), duration=120, progress_interval=0.2, stop=second
+            )
+        except BaseException as exc:  # noqa: BLE001 - surfaced by the assertions below
+            again["error"] = exc
+
+    follower = threading.Thread(target=resume)
+    follower.start()
+    try:
+        wanted = lag_target(target, gtid)
+        wait_for(lambda: is_shipped(catalog, wanted) or "error" in again, 60, 0.2, "the resumed progress")
+    finally:
+        second.set()
+        follower.join(60)
+    assert "error" not in again, again
+    report = again["report"]
+    assert isinstance(report, ShipReport)
     after = BinlogCatalog(catalog, uuid).index().partial[current]
     assert [s.object.key for s in after.segments][: len(before)] == before
     assert len(after.segments) > len(before) and report.open_binlog == current

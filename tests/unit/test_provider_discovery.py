@@ -20,8 +20,10 @@ def test_the_backups_view_plugin_is_found_once():
     build left a second copy of our metadata (provider/*.egg-info) on sys.path, and every Airflow
     command warned `Plugin 'xtrabackup_backups_view' already registered, skipping` (make setup now
     removes it)."""
-    from airflow import plugins_manager
+    from importlib.metadata import distributions
 
-    plugins, errors = plugins_manager._load_entrypoint_plugins()
-    assert [p.name for p in plugins].count("xtrabackup_backups_view") == 1
-    assert not errors
+    # What Airflow's loader iterates (each distribution's entry points, not deduplicated by name).
+    ours = [d for d in distributions() if d.metadata["Name"] == "airflow-provider-xtrabackup"]
+    assert len(ours) == 1, [str(getattr(d, "_path", d)) for d in ours]
+    plugins = [e for e in ours[0].entry_points if e.group == "airflow.plugins"]
+    assert [e.name for e in plugins] == ["xtrabackup_backups_view"]
