@@ -41,9 +41,14 @@ SHIP = textwrap.dedent(
 )
 
 
-def _start(store: Path, server, key_file: Path, **env: str) -> subprocess.Popen[str]:
+def _start(store: Path, server, key_file: Path, elsewhere: bool = False, **env: str) -> subprocess.Popen[str]:
+    """A shipping process; `elsewhere`: as on another worker (its own host name), whose process
+    table this one cannot read, so only its lease tells whether it still holds the lock."""
+    argv = [sys.executable, "-c", SHIP, str(store), str(server.socket), str(key_file)]
+    if elsewhere:
+        argv = ["unshare", "--uts", "sh", "-c", 'hostname other-worker && exec "$0" "$@"', *argv]
     return subprocess.Popen(
-        [sys.executable, "-c", SHIP, str(store), str(server.socket), str(key_file)],
+        argv,
         env={**os.environ, "PW": server.root_password, **env},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -118,7 +123,9 @@ def test_a_shipper_paused_past_its_lease_registers_nothing_and_every_manifest_na
     key_file = tmp_path / "pub.asc"
     key_file.write_text(gpg_keys.public_key)
     store = tmp_path / "store"
-    first = _start(store, server_with_binlogs, key_file, XBP_PAUSE_AT="binlog.after_object", LEASE="2")
+    first = _start(
+        store, server_with_binlogs, key_file, elsewhere=True, XBP_PAUSE_AT="binlog.after_object", LEASE="2"
+    )
     try:
         _wait_stopped(first)
         time.sleep(5)  # past the lease (2 s) and the store clock margin (2 s)

@@ -139,9 +139,10 @@ def ship_continuous(
     stop: threading.Event | None = None,
     poll_interval: float = 0.1,
 ) -> ShipReport:
-    """Ship closed binlogs, then follow the server for `duration` seconds; resumable."""
+    """Ship closed binlogs, then follow the server for `duration` seconds; resumable. The duration
+    counts from the start of the following: taking the shipping lock and the closed binlogs first
+    do not shorten it."""
     stop = stop or threading.Event()
-    deadline = time.monotonic() + duration
     with BinlogShipper(req) as shipper:
         shipper.run_batch()
         index = shipper.index()
@@ -164,6 +165,7 @@ def ship_continuous(
             )
             log.info("following %s from %s for %.0fs", shipper.where, first, duration)
             proc = children.popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
+            deadline = time.monotonic() + duration
             try:
                 _follow(follower, proc, deadline, stop, poll_interval)
             finally:
