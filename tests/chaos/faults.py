@@ -529,12 +529,14 @@ class Injector:
             if proc.returncode == 0 or refused is None:
                 return Fault("second_shipper", f"{c}-{BACKUP_HOST}", t0, None, clusters=[c],
                              note=f"not refused (no follower held the lock): exit {proc.returncode}: {out.strip()[-200:]}")  # fmt: skip
-            # The holder it names is the follower: a process under the cluster's worker.
+            # The holder it names is the follower: a process under a worker that runs the shipping
+            # DAG's task (it has no queue of its own: any worker).
             pid = int(re.findall(r"\(pid (\d+)\)", refused.group(0))[-1])
             holder = self._worker_of(pid)
+            shippers = {f"worker-{h.removesuffix('-worker')}" for h in self.running_hosts(dag)}
             verdict = self._binlogs_intact(c, after=time.time())
-            if holder != f"worker-{c}-{BACKUP_HOST}":
-                verdict = f"VIOLATION: the refusal names pid {pid}, not a process of worker-{c}-{BACKUP_HOST}; {verdict}"
+            if holder not in shippers:
+                verdict = f"VIOLATION: the refusal names pid {pid} ({holder}), not the follower's (on {sorted(shippers)}); {verdict}"
             self.verdict(tag, verdict)
         finally:
             self.release(held)
@@ -550,6 +552,13 @@ class Injector:
             "SELECT dag_id, task_id, run_id FROM task_instance WHERE state='running' AND dag_id=?", dag
         )
         return [list(r) for r in rows]
+
+    def running_hosts(self, dag: str) -> list[str]:
+        """The Celery hostnames ("c1-r1-worker") running a task of `dag`."""
+        stack = self.fleet.stack
+        assert stack is not None
+        rows = stack.db("SELECT hostname FROM task_instance WHERE state='running' AND dag_id=?", dag)
+        return [str(r[0]) for r in rows]
 
     def _binlogs_intact(self, c: str, after: float, patience: float = 600) -> str:
         """ "ok: ..." when every binlog manifest of the cluster's host on the primary store names
