@@ -228,8 +228,6 @@ class SandboxServer:
     # -- process control -----------------------------------------------------------------------
     def server_args(self) -> list[str]:
         """The full ``mariadbd`` / ``mysqld`` argv (never holds a secret)."""
-        if self.family == "mysql":
-            return self._mysqld_args()
         args = [
             self.mariadbd,
             "--no-defaults",
@@ -245,9 +243,13 @@ class SandboxServer:
             # Host-independent relay log names so a copied datadir still finds them.
             "--relay-log=relay-bin",
             "--innodb-buffer-pool-size=64M",
-            f"--innodb-log-file-size={SANDBOX_REDO_BYTES}",
             f"--tmpdir={self.tmpdir}",
         ]
+        args += self._mysqld_args() if self.family == "mysql" else self._mariadbd_args()
+        return args + list(self.extra_args)
+
+    def _mariadbd_args(self) -> list[str]:
+        args = [f"--innodb-log-file-size={SANDBOX_REDO_BYTES}"]
         if self.log_bin:
             args += [
                 "--log-bin=mysql-bin",
@@ -259,25 +261,11 @@ class SandboxServer:
             # Restored data is untrusted: no auth means no TCP, and file import/export is
             # confined to a private directory (no INTO OUTFILE into the host's filesystem).
             args += ["--skip-grant-tables", "--skip-networking", f"--secure-file-priv={self.tmpdir}"]
-        return args + list(self.extra_args)
+        return args
 
     def _mysqld_args(self) -> list[str]:
         args = [
-            self.mariadbd,
-            "--no-defaults",
-            f"--datadir={self.datadir}",
-            f"--socket={self.socket}",
-            f"--port={self.port}",
-            "--bind-address=127.0.0.1",
-            "--user=root",
-            f"--server-id={self.server_id}",
-            f"--pid-file={self.pid_file}",
-            f"--log-error={self.error_log}",
-            "--skip-name-resolve",
-            "--relay-log=relay-bin",
-            "--innodb-buffer-pool-size=64M",
             f"--innodb-redo-log-capacity={2 * SANDBOX_REDO_BYTES}",
-            f"--tmpdir={self.tmpdir}",
             "--mysqlx=OFF",  # no second listener on a fixed port
             f"--secure-file-priv={self.tmpdir}",
             "--gtid-mode=ON",
@@ -287,7 +275,7 @@ class SandboxServer:
         args += ["--log-bin=mysql-bin", "--log-replica-updates"] if self.log_bin else ["--skip-log-bin"]
         if self.skip_grant_tables:
             args.append("--skip-grant-tables")  # MySQL 8+ then listens on the socket only
-        return args + list(self.extra_args)
+        return args
 
     def start(self, timeout: float = 90) -> None:
         """Start the server and wait until it accepts a connection."""
