@@ -8,7 +8,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d "${TMPDIR:-/tmp}/xbp-wheel-XXXXXX")
 trap 'rm -rf "$work"' EXIT
-.venv/bin/uv build -q -o "$work/dist" .
+# Built from a copy: a build in the checkout leaves provider/*.egg-info there, which the editable
+# installs' sys.path then shows as a second copy of the distribution (Airflow loads its plugin twice).
+mkdir "$work/src"
+tar -C . --exclude='./.venv*' --exclude=./.git --exclude=./site --exclude='*.egg-info' --exclude=./bench/out \
+    --exclude='./.*_cache' --exclude=./.hypothesis --exclude=__pycache__ \
+    -cf - . | tar -C "$work/src" -xf -
+.venv/bin/uv build -q -o "$work/dist" "$work/src"
 wheels=("$work"/dist/*.whl)
 python3 -m venv --without-pip "$work/venv"
 # --compile-bytecode: with PYTHONDONTWRITEBYTECODE set, every Airflow process would compile Airflow.

@@ -14,6 +14,8 @@ import json
 import logging
 import os
 import secrets
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -71,6 +73,8 @@ class _Watch:
         self.restore_sandbox_tcp: list[str] = []
         self.restore_sandbox_sockets: set[str] = set()
         self.restore_sandbox_samples = 0
+        self._followed: set[int] = set()
+        self._threads: list[threading.Thread] = []
 
     def __call__(self, pid: int, argv: list[str]) -> None:
         for arg in argv:
@@ -80,10 +84,26 @@ class _Watch:
                     self.credential_files[path] = (mode(path), mode(os.path.dirname(path)))
         if argv and argv[0].endswith("mariadbd") and "--skip-grant-tables" in argv:
             self.restore_sandbox_samples += 1
-            self.restore_sandbox_tcp += listening_addresses(pid)
             sock = next((a.split("=", 1)[1] for a in argv if a.startswith("--socket=")), "")
+            if pid not in self._followed:
+                # The scan of all of /proc can come round too rarely on a loaded machine to see a
+                # short-lived sandbox up: one thread follows this process alone until it ends.
+                self._followed.add(pid)
+                follow = threading.Thread(target=self._follow_sandbox, args=(pid, sock), daemon=True)
+                follow.start()
+                self._threads.append(follow)
+
+    def _follow_sandbox(self, pid: int, sock: str) -> None:
+        while os.path.exists(f"/proc/{pid}"):
+            with contextlib.suppress(OSError):  # it may end between two reads
+                self.restore_sandbox_tcp += listening_addresses(pid)
             if sock and os.path.exists(sock):
                 self.restore_sandbox_sockets.add(sock)
+            time.sleep(0.002)
+
+    def finish(self, timeout: float = 60) -> None:
+        for follow in self._threads:
+            follow.join(timeout)
 
 
 def _own_private_dirs() -> list[Path]:
@@ -140,6 +160,7 @@ def test_backups_and_a_restore_test_keep_every_secret_out_of_argv_env_and_logs(
     assert not (tmp_path / "rt").exists(), "the restore test's workdir (a datadir copy) was left behind"
 
     # The restore sandbox answered on its unix socket only.
+    watch.finish()
     assert watch.restore_sandbox_samples > 0 and watch.restore_sandbox_sockets, (
         "the sandbox was never seen up"
     )
