@@ -85,6 +85,7 @@ class _Watch:
         if argv and argv[0].endswith("mariadbd") and "--skip-grant-tables" in argv:
             self.restore_sandbox_samples += 1
             sock = next((a.split("=", 1)[1] for a in argv if a.startswith("--socket=")), "")
+            self._look(pid, sock)
             if pid not in self._followed:
                 # The scan of all of /proc can come round too rarely on a loaded machine to see a
                 # short-lived sandbox up: one thread follows this process alone until it ends.
@@ -93,12 +94,15 @@ class _Watch:
                 follow.start()
                 self._threads.append(follow)
 
+    def _look(self, pid: int, sock: str) -> None:
+        if sock and os.path.exists(sock):
+            self.restore_sandbox_sockets.add(sock)
+        with contextlib.suppress(Exception):  # noqa: BLE001 - it may end between two reads
+            self.restore_sandbox_tcp += listening_addresses(pid)
+
     def _follow_sandbox(self, pid: int, sock: str) -> None:
         while os.path.exists(f"/proc/{pid}"):
-            with contextlib.suppress(OSError):  # it may end between two reads
-                self.restore_sandbox_tcp += listening_addresses(pid)
-            if sock and os.path.exists(sock):
-                self.restore_sandbox_sockets.add(sock)
+            self._look(pid, sock)
             time.sleep(0.002)
 
     def finish(self, timeout: float = 60) -> None:
