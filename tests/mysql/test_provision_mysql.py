@@ -17,15 +17,12 @@ import pytest
 
 from helpers import root_target, unique_name
 from replica_helpers import NewHost, WriteLoad, new_host_dir
-from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
 from xtrabackup_provider.core.binlog.replication import PurgedBinlogsError, ReplicationSource
 from xtrabackup_provider.core.catalog.backups import Catalog
-from xtrabackup_provider.core.catalog.manifest import Manifest
 from xtrabackup_provider.core.db.sandbox import SandboxServer, table_checksums
 from xtrabackup_provider.core.db.server import MySQLTarget
 from xtrabackup_provider.core.restore.chain import RestoreError
 from xtrabackup_provider.core.restore.provision import ProvisionError, ProvisionRequest, provision_replica
-from xtrabackup_provider.core.storage.local import LocalStore
 
 pytestmark = pytest.mark.mysql
 
@@ -52,24 +49,6 @@ def source(mysql_factory):
     )
     yield server
     mysql_factory.discard(server)
-
-
-@pytest.fixture
-def backup(source, tmp_path) -> tuple[Catalog, Manifest]:
-    catalog = Catalog(LocalStore(tmp_path / "store"), "backups", "c1", "my1")
-    staging = tmp_path / "staging"
-    staging.mkdir()
-    manifest = run_backup(
-        BackupRequest(
-            catalog=catalog,
-            target=root_target(source),
-            flavour="clone",
-            staging_dir=str(staging),
-            allow_unencrypted=True,
-            accept_new_server=True,
-        )
-    )
-    return catalog, manifest
 
 
 @pytest.fixture

@@ -20,7 +20,6 @@ import pytest
 
 from helpers import root_target, unique_name
 from replica_helpers import WriteLoad, flip_page
-from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
 from xtrabackup_provider.core.binlog.replication import ReplicationSource
 from xtrabackup_provider.core.binlog.ship import ShipRequest, ship_binlogs
 from xtrabackup_provider.core.catalog.backups import Catalog
@@ -32,7 +31,6 @@ from xtrabackup_provider.core.engine import clone
 from xtrabackup_provider.core.pitr.roll_forward import ShippedBinlogs
 from xtrabackup_provider.core.restore.replica_compare import SourceCompare
 from xtrabackup_provider.core.restore.restore_test import RestoreTestRequest, run_restore_test
-from xtrabackup_provider.core.storage.local import LocalStore
 
 pytestmark = pytest.mark.mysql
 
@@ -53,24 +51,6 @@ def source(mysql_factory):
     )
     yield server
     mysql_factory.discard(server)
-
-
-@pytest.fixture
-def backup(source, tmp_path) -> tuple[Catalog, Manifest]:
-    catalog = Catalog(LocalStore(tmp_path / "store"), "backups", "c1", "my1")
-    staging = tmp_path / "staging"
-    staging.mkdir()
-    manifest = run_backup(
-        BackupRequest(
-            catalog=catalog,
-            target=root_target(source),
-            flavour="clone",
-            staging_dir=str(staging),
-            allow_unencrypted=True,
-            accept_new_server=True,
-        )
-    )
-    return catalog, manifest
 
 
 def _test(catalog: Catalog, manifest: Manifest, workdir: Path, level: str):
