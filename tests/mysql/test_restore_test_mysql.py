@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import secrets
 import subprocess
 import uuid
@@ -190,3 +191,35 @@ def test_a_backup_whose_recorded_gtid_set_is_not_its_datas_fails_the_position_ch
     assert any(
         f"gtid_executed {manifest.gtid} is not the manifest's GTID set {short}" in r for r in report.reasons
     )
+
+
+def _without_mysql_root(monkeypatch) -> None:
+    """PATH as on a worker with Debian 12's MariaDB packages only: its `mysqld` is MariaDB's."""
+    kept = [d for d in os.environ["PATH"].split(":") if "/roots/mysql-" not in d]
+    monkeypatch.setenv("PATH", ":".join(kept))
+
+
+def test_a_worker_whose_mysqld_is_mariadbs_refuses_the_restore_test_and_the_pitr_before_fetching(
+    backup, tmp_path, monkeypatch
+):
+    catalog, manifest = backup
+    _without_mysql_root(monkeypatch)
+    report = _test(catalog, manifest, tmp_path / "rt", "quick")
+
+    assert report.verdict == "fail" and report.failed_checks == ["restore"], report.reasons
+    (reason,) = report.reasons
+    assert "\n" not in reason
+    assert (
+        "is MariaDB's" in reason and "MySQL 9.7" in reason and "install the mysqld of MySQL 9.7" in reason
+    ), reason
+    assert "fetch_extract" not in report.timings, "it downloaded the backup before refusing"
+
+    from xtrabackup_provider.core.pitr.mysql_pipe import mysql_point_in_time_restore
+    from xtrabackup_provider.core.pitr.plan import PitrError, PitrTarget
+    from xtrabackup_provider.core.pitr.recover import PitrRequest
+
+    target = tmp_path / "pitr" / "data"
+    with pytest.raises(PitrError) as err:
+        mysql_point_in_time_restore(PitrRequest(catalog, target, PitrTarget.at_gtid(manifest.gtid or "")))
+    assert "server program" in str(err.value) and "MySQL 9.7" in str(err.value), err.value
+    assert not target.exists() or not any(target.iterdir()), "something was restored"

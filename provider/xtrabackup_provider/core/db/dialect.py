@@ -293,6 +293,27 @@ class Dialect:
             )
         return None
 
+    def server_program_problem(self, program: str, version_output: str) -> str | None:
+        """Why the server program whose `--version` said `version_output` cannot stand in for this
+        server on a copy of its datadir (None: it can). The other family cannot read the files; an
+        older series either refuses them (MySQL's data dictionary) or opens them as a downgrade
+        MariaDB does not support, so a restore test or replay on it would prove nothing."""
+        said = " ".join(version_output.split())[:120]
+        family: Family = "mariadb" if "mariadb" in said.lower() else "mysql"
+        found = re.search(r"\bVer (\d+)\.(\d+)", said)
+        want = f"{'MariaDB' if self.is_mariadb else 'MySQL'} {self.version[0]}.{self.version[1]} or newer"
+        if family != self.family:
+            return (
+                f"the server program {program} is {'MariaDB' if family == 'mariadb' else 'MySQL'}'s ({said!r}) and "
+                f"the backup is of {self.name}: install the {self.server_program} of {want} on this host"
+            )
+        if found and (int(found.group(1)), int(found.group(2))) < self.version[:2]:
+            return (
+                f"the server program {program} ({said!r}) is older than the backup's server ({self.name}): "
+                f"install the {self.server_program} of {want} on this host (first on PATH)"
+            )
+        return None
+
     @property
     def client(self) -> str:
         return "mariadb" if self.is_mariadb else "mysql"

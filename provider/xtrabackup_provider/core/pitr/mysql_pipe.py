@@ -222,8 +222,13 @@ def mysql_point_in_time_restore(req: PitrRequest) -> MysqlPitrReport:
     binlogs up to the target in a socket-only server started on it. What could make the replay
     fail (the binlogs, the client) is checked before anything is restored."""
     from ..restore.chain import RestoreRequest, restore
+    from ..restore.server_program import ServerProgramError, check_server_program
 
     backup = choose_mysql_backup(req.catalog, req.target, req.backup_id)
+    try:
+        check_server_program(backup)  # the replay's server opens the restored copy
+    except ServerProgramError as exc:
+        raise PitrError(f"{exc}; nothing was restored") from None
     binlogs_to(req.catalog, backup, req.target)  # shipped far enough: refused before the restore
     binlog_binary = req.binlog_binary if req.binlog_binary != "mariadb-binlog" else "mysqlbinlog"
     client = req.client_binary if req.client_binary != "mariadb" else "mysql"

@@ -65,6 +65,7 @@ from ..restore.chain import (
     restore,
     scratch_lock,
 )
+from ..restore.server_program import ServerProgramError, check_server_program
 from ..restore.sources import Located, NotHere, fetch_with_fallback
 from ..restore.standby_lock import target_lock
 from ..restore.verify import stream_failure
@@ -231,6 +232,10 @@ def _recover(
     targets = targets or req.targets()
     restore_base = restore_base or _restore_chain(targets)
     backup = plan.backup
+    try:
+        check_server_program(backup)  # the replay's server opens the restored copy
+    except ServerProgramError as exc:
+        raise PitrError(f"{exc}; nothing was restored") from None
     scratch = own_scratch(req.scratch_dir, req.target_datadir, "pitr", backup.backup_id)
     report = PitrReport(
         backup.backup_id,

@@ -31,7 +31,6 @@ from ..catalog.manifest import CatalogError, Manifest
 from ..catalog.reports import REPORT_NAME
 from ..catalog.targets import Source, Targets
 from ..common.values import GtidSet
-from ..db.dialect import Dialect, dialect_for
 from ..db.heartbeat import SOURCE_HEARTBEAT_TABLE
 from ..db.sandbox import SandboxServer, quote_ident
 from ..db.shape import SYSTEM_SCHEMAS
@@ -45,6 +44,7 @@ from .evidence import (
     row_counts_check,
     shape_check,
 )
+from .server_program import ServerProgramError, backup_dialect, check_server_program
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +207,8 @@ def _run_checks(
     server: SandboxServer | None = None
     try:
         _refuse_flavour(manifest)
-    except RestoreTestError as exc:
+        check_server_program(manifest)
+    except (RestoreTestError, ServerProgramError) as exc:
         results.append(CheckResult.of(stage, [f"{type(exc).__name__}: {exc}"]))
         return
     refused = _deep_preflight(req)
@@ -231,7 +232,7 @@ def _run_checks(
         report.timings["innochecksum"] = time.monotonic() - t0
         stage = "server_start"
         t0 = time.monotonic()
-        dialect = _dialect(manifest)
+        dialect = backup_dialect(manifest)
         server = SandboxServer.on_datadir(
             datadir,
             req.workdir / "sb",
@@ -290,16 +291,6 @@ def _refuse_flavour(manifest: Manifest) -> None:
             "(MariaDB) and clone (MySQL) backups only. Set `restore_test: false` on the host and restore it by hand, "
             "or back it up with flavour clone"
         )
-
-
-def _dialect(manifest: Manifest) -> Dialect:
-    """The restored copy's server family, from the engine (a clone is MySQL's) and the server version."""
-    fallback = "10.11.0-MariaDB" if manifest.engine_flavour == "mariabackup" else "8.4.0"
-    try:
-        found = dialect_for(manifest.server_version or fallback)
-    except ValueError:  # a version text it cannot read: the engine says the family
-        return dialect_for(fallback)
-    return found if found.is_mariadb == (manifest.engine_flavour == "mariabackup") else dialect_for(fallback)
 
 
 def _roll_forward(req: RestoreTestRequest, datadir: Path, manifest: Manifest) -> CheckResult:
