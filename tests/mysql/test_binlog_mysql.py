@@ -192,25 +192,6 @@ def test_binlogs_events_lists_mysql_transactions_with_their_gtids_and_finds_the_
     assert rc == 0 and f"{uuid}:7" in out and "DROP" in out and "no transaction matches" not in err
 
 
-def test_a_mysql_binlog_the_reader_cannot_read_is_an_error_naming_it(mysql, tmp_path, capsys):
-    """A tagged GTID (MySQL 8.3+'s uuid:tag:number, its own serialised event) is shipped, but
-    `binlogs events` cannot read it: an error naming the binlog, not "no transaction matches"."""
-    db = unique_name("tg")
-    mysql.execute_script(
-        f"CREATE DATABASE {db}; CREATE TABLE {db}.t (id INT PRIMARY KEY);"
-        f"SET gtid_next = 'AUTOMATIC:audit'; INSERT INTO {db}.t VALUES (1); SET gtid_next = 'AUTOMATIC';"
-        "FLUSH BINARY LOGS;"
-    )
-    tagged = [r[0] for r in mysql.query("SHOW BINARY LOGS")][-2]
-    config = _config(tmp_path, mysql, binlog_binary=shutil.which("mysqlbinlog"))
-    common = ["--config", str(config), "--cluster", "c1", "--host", "db1"]
-    rc, _out, err = _cli(capsys, "binlogs", "ship", *common)
-    assert rc == 0, err
-    rc, out, err = _cli(capsys, "binlogs", "events", *common)
-    assert rc != 0
-    assert tagged in err and "tagged GTID" in err and "no transaction matches" not in err, err
-
-
 def test_a_mysql_binlog_with_transactions_without_gtids_is_an_error_naming_it(mysql, tmp_path, capsys):
     """Transactions written while gtid_mode was not ON carry no GTID (Anonymous_gtid events):
     `binlogs events` names the binlog instead of saying "no transaction matches"."""

@@ -4,9 +4,10 @@ Pure Python over the v4 binlog format (a 4-byte magic, then events with a 19-byt
 timestamp, type, server_id, size, end position, flags). Only headers are read, plus the small
 bodies of GTID and GTID-list events, so a 1 GiB binlog is summarised at disk speed. The walk
 stops at the last complete event: a file that is still being written is summarised up to there.
-MySQL's GTID events (`uuid:gno`) and Previous_gtids events (the GTID set logged before the file)
-are decoded into the GTID set model of core/common/values.py; a tagged GTID (MySQL 8.3+'s
-`uuid:tag:gno`, its own serialised event) is not, and the summary says so.
+MySQL's GTID events (`uuid:gno`; MySQL 8.3+'s tagged `uuid:tag:gno`, serialised in the
+mysql::serialization format) and Previous_gtids events (the GTID set logged before the file, with
+or without tags) are decoded into the GTID set model of core/common/values.py; one that cannot be
+read is recorded (`mysql_unread_at`) and named by the readers that need it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from ..common.values import Gtid, GtidPos, GtidSet, MysqlGtid
+from ..common.values import Gtid, GtidPos, GtidSet, MysqlGtid, valid_tag
 
 MAGIC = b"\xfebin"
 HEADER = struct.Struct("<IBIIIH")  # timestamp, type, server_id, event_size, end_log_pos, flags
@@ -29,8 +30,9 @@ GTID_LIST_EVENT = 163  # MariaDB: the binlog state when the file was opened
 MYSQL_GTID_EVENT = 33  # MySQL: flags(1) sid(16) gno(8) ...
 MYSQL_ANONYMOUS_GTID_EVENT = 34  # MySQL with gtid_mode OFF: a transaction without a GTID
 MYSQL_PREVIOUS_GTIDS_EVENT = 35  # MySQL: the GTID set logged before this file
-MYSQL_GTID_TAGGED_EVENT = 42  # MySQL 8.3+: a tagged GTID (uuid:tag:gno), serialised differently
+MYSQL_GTID_TAGGED_EVENT = 42  # MySQL 8.3+: a tagged GTID (uuid:tag:gno), mysql::serialization
 MYSQL_GTID_HEAD = 25
+MYSQL_TAGGED_GTID_HEAD = 256  # bytes of a tagged GTID event read: its fields up to the tag take <= 100
 MAX_PREVIOUS_GTIDS = 4 * 1024 * 1024  # bytes of a Previous_gtids event read
 _GTID_BODY = struct.Struct("<QI")  # seq_no, domain_id
 _GTID_ENTRY = struct.Struct("<IIQ")  # domain_id, server_id, seq_no
@@ -68,7 +70,7 @@ class BinlogSummary:
     server_id: int | None = None  # of the format description event: the server that wrote the file
     # MySQL: the GTID set logged before this file (its Previous_gtids event), the GTIDs in it
     # (per source, inclusive intervals, extended in place: one binlog holds millions), and the
-    # offset of a GTID event this reader does not decode (a tagged one), if any.
+    # offset of the first GTID event this reader cannot decode, if any.
     mysql_before: GtidSet | None = None
     mysql_gtids: dict[str, list[list[int]]] = field(default_factory=dict)
     mysql_unread_at: int | None = None
@@ -170,6 +172,7 @@ _HEADER_BODIES = {
     GTID_EVENT: 16,
     GTID_LIST_EVENT: MAX_GTID_LIST,
     MYSQL_GTID_EVENT: MYSQL_GTID_HEAD,
+    MYSQL_GTID_TAGGED_EVENT: MYSQL_TAGGED_GTID_HEAD,
     MYSQL_PREVIOUS_GTIDS_EVENT: MAX_PREVIOUS_GTIDS,
 }
 
@@ -189,11 +192,16 @@ def iter_events(
             gtid_list = _parse_gtid_list(body)
         elif etype == MYSQL_GTID_EVENT:
             gtid = mysql_gtid(body, server_id, source, offset)
+        elif etype == MYSQL_GTID_TAGGED_EVENT:
+            try:
+                gtid = tagged_gtid(body, server_id, source, offset)
+            except BinlogFormatError:
+                gtid = None  # shipped all the same: the summary says where (mysql_unread_at)
         elif etype == MYSQL_PREVIOUS_GTIDS_EVENT:
             try:
                 gtid_set = previous_gtids(body, source, offset)
             except BinlogFormatError:
-                gtid_set = None  # a tagged set: the summary says it was not read (mysql_unread_at)
+                gtid_set = None  # the summary says it was not read (mysql_unread_at)
         yield Event(offset, end, timestamp, etype, server_id, gtid, gtid_set), gtid_list
 
 
@@ -201,36 +209,138 @@ def mysql_gtid(body: bytes, server_id: int, source: str, offset: int) -> MysqlGt
     """A MySQL Gtid_log_event's GTID: flags(1), the source's uuid(16), its gno(8, little-endian)."""
     if len(body) < MYSQL_GTID_HEAD:
         raise BinlogFormatError(f"{source}: a GTID event of {len(body)} bytes at offset {offset}")
-    raw = body[1:17].hex()
-    uuid = f"{raw[:8]}-{raw[8:12]}-{raw[12:16]}-{raw[16:20]}-{raw[20:]}"
+    uuid = _uuid_text(body[1:17])
     (gno,) = struct.unpack_from("<q", body, 17)
     if gno < 1:
         raise BinlogFormatError(f"{source}: GTID {uuid}:{gno} at offset {offset} is not a transaction number")
     return MysqlGtid.of(uuid, gno, server_id)
 
 
+def _uuid_text(raw: bytes) -> str:
+    text = raw.hex()
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+
+
+# -- MySQL 8.3+'s tagged GTIDs ----------------------------------------------------------------------
+# A Gtid_tagged_log_event is a message of the mysql::serialization format (MySQL's
+# libs/mysql/serialization/readme.md): a format byte (2), the message's size in bytes counted from
+# that byte, the last field id a reader must know, then (field id, value) pairs in id order:
+# 0 the GTID flags, 1 the uuid (16 unsigned integers, one per byte), 2 the transaction number
+# (signed), 3 the tag (a length, then its characters), then fields this reader needs not (commit
+# parents, timestamps, lengths, versions). Integers are MySQL's variable-length ones: the number of
+# trailing one bits of the first byte, plus one, is the byte count; the value is the little-endian
+# bytes shifted right by that count (nine bytes: the eight after the first, as they are); a signed
+# value keeps its sign in the lowest bit.
+_TAGGED_FORMAT = 2
+_UUID_FIELD, _GNO_FIELD, _TAG_FIELD = 1, 2, 3  # 0, the flags, is not needed
+
+
+class _Unread(Exception):
+    """Why a tagged GTID event does not read (the caller names the file and offset)."""
+
+
+def _varint(body: bytes, at: int, end: int) -> tuple[int, int]:
+    """An unsigned variable-length integer at `at` (before `end`): (value, offset after it)."""
+    if at >= end:
+        raise _Unread("it ends inside a field")
+    first, size = body[at], 1
+    while size < 9 and first >> (size - 1) & 1:
+        size += 1
+    if at + size > end:
+        raise _Unread("it ends inside a field")
+    if size == 9:
+        return int.from_bytes(body[at + 1 : at + 9], "little"), at + 9
+    return int.from_bytes(body[at : at + size], "little") >> size, at + size
+
+
+def _signed(value: int) -> int:
+    return -(value >> 1) - 1 if value & 1 else value >> 1
+
+
+def _tagged_fields(body: bytes) -> tuple[str, str, int]:
+    """(uuid, tag, gno) of a tagged GTID event's body (the layout above)."""
+    if not body or body[0] != _TAGGED_FORMAT:
+        raise _Unread(f"serialisation format {body[0] if body else 'missing'}, not {_TAGGED_FORMAT}")
+    size, at = _varint(body, 1, len(body))
+    end = min(size, len(body))
+    _last_needed, at = _varint(body, at, end)
+    uuid, gno, last = "", 0, -1
+    while True:
+        field, at = _varint(body, at, end)
+        if field <= last or field > _TAG_FIELD:
+            raise _Unread(f"field {field} after field {last}")
+        last = field
+        if field == _UUID_FIELD:
+            raw = []
+            for _ in range(16):
+                byte, at = _varint(body, at, end)
+                raw.append(byte)
+            if max(raw) > 255:
+                raise _Unread("a uuid byte above 255")
+            uuid = _uuid_text(bytes(raw))
+        elif field == _TAG_FIELD:
+            length, at = _varint(body, at, end)
+            tag = body[at : at + length].decode("ascii", errors="replace")
+            if at + length > end or not valid_tag(tag):
+                raise _Unread(f"tag {tag!r} is not one (up to 32 letters, digits and _)")
+            if not uuid or gno < 1:
+                raise _Unread(f"transaction number {gno} of uuid {uuid or '-'}")
+            return uuid, tag.lower(), gno
+        else:
+            value, at = _varint(body, at, end)
+            gno = _signed(value) if field == _GNO_FIELD else gno
+
+
+def tagged_gtid(body: bytes, server_id: int, source: str, offset: int) -> MysqlGtid:
+    """A MySQL 8.3+ Gtid_tagged_log_event's GTID, `uuid:tag:gno`; an event that does not read as
+    the layout above says is a BinlogFormatError naming `source` and `offset`."""
+    try:
+        uuid, tag, gno = _tagged_fields(body)
+    except _Unread as why:
+        raise BinlogFormatError(
+            f"{source}: the tagged GTID event (MySQL 8.3+, uuid:tag:number) at offset {offset} cannot be read "
+            f"({why}); read this binlog with mysqlbinlog -v"
+        ) from None
+    return MysqlGtid.of(f"{uuid}:{tag}", gno, server_id)
+
+
 def previous_gtids(body: bytes, source: str, offset: int) -> GtidSet:
-    """A MySQL Previous_gtids_log_event: n_sids(8), then per source its uuid(16), n_intervals(8) and
-    intervals (start, end exclusive; 8 bytes each). A set with tags (8.3+: the count's top byte
-    says the format) is refused by name: it is serialised another way."""
+    """A MySQL Previous_gtids_log_event: a count word (8), then per source its uuid(16), n_intervals(8)
+    and intervals (start, end exclusive; 8 bytes each). MySQL 8.3+ writes the tagged form when a tag
+    is in the set: the word's first and last bytes are the format (1) and the six between them the
+    count; each uuid is followed by its tag (a variable-length integer length, then the tag)."""
     if len(body) < 8:
         raise BinlogFormatError(f"{source}: a Previous_gtids event of {len(body)} bytes at offset {offset}")
     (count,) = struct.unpack_from("<Q", body)
-    if count >> 56:
+    tagged = count >> 56 == 1 and count & 0xFF == 1
+    if count >> 56 and not tagged:
         raise BinlogFormatError(
-            f"{source}: the Previous_gtids event at offset {offset} holds tagged GTIDs (MySQL 8.3+), which this "
+            f"{source}: the Previous_gtids event at offset {offset} is of format {count >> 56}, which this "
             "version does not read; read the binlog with mysqlbinlog -v"
         )
+    count = (count >> 8) & (2**48 - 1) if tagged else count
     sets: dict[str, list[tuple[int, int]]] = {}
     at = 8
     try:
         for _ in range(count):
-            raw = body[at : at + 16].hex()
-            if len(raw) != 32:
+            raw = body[at : at + 16]
+            if len(raw) != 16:
                 raise struct.error("short")
-            (n,) = struct.unpack_from("<Q", body, at + 16)
-            at += 24
-            intervals = sets.setdefault(f"{raw[:8]}-{raw[8:12]}-{raw[12:16]}-{raw[16:20]}-{raw[20:]}", [])
+            at += 16
+            tag = ""
+            if tagged:
+                try:
+                    length, at = _varint(body, at, len(body))
+                except _Unread:
+                    raise struct.error("short") from None
+                tag = body[at : at + length].decode("ascii", errors="replace")
+                if len(tag) != length or (tag and not valid_tag(tag)):
+                    raise struct.error(f"tag {tag!r}")
+                at += length
+            (n,) = struct.unpack_from("<Q", body, at)
+            at += 8
+            name = _uuid_text(raw) + (f":{tag.lower()}" if tag else "")
+            intervals = sets.setdefault(name, [])
             for _ in range(n):
                 start, stop = struct.unpack_from("<qq", body, at)
                 at += 16

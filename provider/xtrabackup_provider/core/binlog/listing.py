@@ -34,11 +34,13 @@ from .events import (
     MYSQL_GTID_EVENT,
     MYSQL_GTID_HEAD,
     MYSQL_GTID_TAGGED_EVENT,
+    MYSQL_TAGGED_GTID_HEAD,
     ROTATE_EVENT,
     STOP_EVENT,
     BinlogFormatError,
     event_frames,
     mysql_gtid,
+    tagged_gtid,
 )
 from .statements import CONTROL_KINDS, ROUTINE_KINDS, Name, Statement, read_statement
 
@@ -84,6 +86,7 @@ _SUMMARY_BODIES = {
     **{etype: MAX_TEXT for etype in _FULL_BODY},
     GTID_LIST_EVENT: MAX_GTID_LIST,
     MYSQL_GTID_EVENT: MYSQL_GTID_HEAD,
+    MYSQL_GTID_TAGGED_EVENT: MYSQL_TAGGED_GTID_HEAD,
 }
 _QUERIES = (QUERY_EVENT, QUERY_COMPRESSED_EVENT)
 _QUERY_HEAD = struct.Struct("<IIBHH")  # thread_id, exec_time, db_len, error_code, status_vars_len
@@ -164,11 +167,9 @@ def _decode(file: str, offset: int, end: int, ts: int, etype: int, server_id: in
         if etype == MYSQL_GTID_EVENT:  # a MysqlGtid (uuid:gno) standing as a GTID event
             gtid = mysql_gtid(body, server_id, file, offset)
             return BodyEvent(file, offset, end, ts, GTID_EVENT, server_id, gtid, FL_MYSQL_FIRST)
-        if etype == MYSQL_GTID_TAGGED_EVENT:
-            raise BinlogFormatError(
-                f"{file}: a tagged GTID (MySQL 8.3+, uuid:tag:number) at offset {offset}, which this version does "
-                "not read; read this binlog with mysqlbinlog -v"
-            )
+        if etype == MYSQL_GTID_TAGGED_EVENT:  # uuid:tag:gno; one that does not read is named
+            gtid = tagged_gtid(body, server_id, file, offset)
+            return BodyEvent(file, offset, end, ts, GTID_EVENT, server_id, gtid, FL_MYSQL_FIRST)
         if etype == MYSQL_ANONYMOUS_GTID_EVENT:  # not listed would read as "no transaction matches"
             raise BinlogFormatError(
                 f"{file}: a transaction without a GTID at offset {offset} (written while MySQL's gtid_mode was not "

@@ -518,8 +518,8 @@ class BinlogShipper:
         cat = self.req.catalog
         if summary.mysql_unread_at is not None:
             log.warning(
-                "%s holds tagged GTIDs (MySQL 8.3+) from offset %d, which this version does not read: its manifest "
-                "records the untagged ones only, and a wait for a tagged GTID never counts it as shipped",
+                "%s: the GTIDs of the event at offset %d cannot be read (mysqlbinlog -v shows them): its manifest's "
+                "GTID sets lack them, and a wait for them never counts it as shipped",
                 name,
                 summary.mysql_unread_at,
             )

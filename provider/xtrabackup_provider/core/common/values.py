@@ -126,6 +126,11 @@ class MysqlGtid(Gtid):
         return f"{self.source}:{self.seq}"
 
 
+def valid_tag(text: str) -> bool:
+    """A MySQL 8.3+ GTID tag: a letter or _, then up to 31 letters, digits or _ (any case)."""
+    return bool(_TAG.fullmatch(text))
+
+
 def _source_number(source: str) -> int:
     """A stable number for a uuid[:tag] (the domain MysqlGtid stands under)."""
     uuid, _, tag = source.partition(":")
