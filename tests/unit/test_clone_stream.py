@@ -185,3 +185,24 @@ def test_copy_back_fills_the_datadir_with_the_extracted_copy(datadir, tmp_path, 
     assert proc.returncode == 0, proc.stderr
     assert _tree(tmp_path / "data") == expected
     assert (list(datadir.iterdir()) == []) is move
+
+
+def test_a_stream_arriving_in_odd_pieces_through_a_pipe_comes_back_whole(datadir, tmp_path):
+    """The extractor as the restore runs it (a child reading a pipe) with the stream written in
+    pieces that split headers and payloads anywhere, and a payload longer than its read buffer."""
+    big = os.urandom(clone.CHUNK + 4097)
+    data = _stream(datadir) + _chunk(b"P", b"shop/big.ibd", big) + _chunk(b"E", b"shop/big.ibd")
+    proc = subprocess.Popen(
+        clone.extract_argv(str(tmp_path / "out")), stdin=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdin is not None
+    at, step = 0, 1
+    while at < len(data):
+        proc.stdin.write(data[at : at + step])
+        proc.stdin.flush()
+        at += step
+        step = step * 7 % 65521 + 1  # 1, 8, 57, ... never a chunk boundary on purpose
+    proc.stdin.close()
+    assert proc.wait() == 0, proc.stderr.read() if proc.stderr else ""
+    expected = _tree(datadir) | {"shop/big.ibd": big}
+    assert _tree(tmp_path / "out") == expected
