@@ -20,13 +20,32 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from fleet import BACKUP_HOST, CHECKED_DBS, Cluster, Fleet
-from invariants import orphans, registered, stale_holds
+from invariants import digests, orphans, registered, stale_holds
+from ledger import (
+    CUTS_HISTORY,
+    SHIP_BOUND,
+    STOPS_SHIPPING,
+    FaultSeen,
+    Finding,
+    Ledger,
+    acked_at,
+    backup_of,
+    blame,
+    lag,
+    recoverable,
+    retention_floor,
+    sha256_of,
+    span_of,
+    unrecoverable,
+)
 from restorer import decrypting_home, restore_chain
 from storeview import HostView, StoreReader
 
@@ -61,6 +80,21 @@ class Checker:
     pending: list[Target] = field(default_factory=list)
     at: dict[str, int] = field(default_factory=dict)  # cluster -> the reference's domain-0 seq
     mutex: threading.Lock = field(default_factory=threading.Lock)
+    ledger: Ledger | None = None  # the checker's own books (tests/chaos/ledger.py)
+    faults: Callable[[], list[FaultSeen]] = list  # the faults that ended so far
+    running_since: Callable[[], float] = lambda: float("inf")  # when the oldest running fault began
+    deferred: list[tuple[Finding, frozenset[str], float]] = field(default_factory=list)
+    digest_cache: dict[tuple[str, int, str], str] = field(default_factory=dict)
+    violation_log: list[tuple[float, str]] = field(default_factory=list)  # (when, text)
+    restores_by: Counter[str] = field(default_factory=Counter)  # kind of restore -> checked
+    pitr_by: Counter[str] = field(default_factory=Counter)  # kind of PITR point -> checked
+    backups_lost: set[str] = field(default_factory=set)
+    transactions_lost: int = 0
+    stalled: dict[str, float] = field(default_factory=dict)  # cluster -> when its shipping stall began
+    history: dict[str, list[tuple[float, float, float]]] = field(
+        default_factory=dict
+    )  # cluster -> (t, lag, rpo age)
+    explained: list[Finding] = field(default_factory=list)  # findings a fault predicts
 
     def readers(self) -> dict[str, tuple[StoreReader, str]]:
         p, o = self.fleet.endpoints["primary"], self.fleet.endpoints["offsite"]
@@ -78,6 +112,7 @@ class Checker:
         say(f"VIOLATION: {text}")
         with self.mutex:
             self.violations.append(text)
+            self.violation_log.append((time.time(), text))
 
     # -- invariants ---------------------------------------------------------------------------------
 
@@ -87,6 +122,9 @@ class Checker:
         for (store, c), (reader, view) in self.views().items():
             for v in registered(view):
                 self.violation(f"{store} {c}: {v}")
+            for v in digests(reader, view, self.digest_cache):
+                self.violation(f"{store} {c}: {v}")
+            self.books(store, c, reader, view)
             for v in stale_holds(reader, view, takeover=self.takeover):
                 self.violation(f"{store} {c}: {v}")
             if not final:
@@ -97,6 +135,118 @@ class Checker:
                 self.violation(f"{store} {c}: {bid} has no manifest and retention does not name it")
             if "binlogs" in strays:
                 self.violation(f"{store} {c}: binlog objects without a manifest: {strays['binlogs'][:3]}")
+        if self.ledger is not None:
+            self.judge_deferred()
+
+    # -- the ledger -----------------------------------------------------------------------------------
+
+    def books(self, store: str, c: str, reader: StoreReader, view: HostView) -> None:
+        """Every manifest seen into the ledger (with the sha256 of its bytes), what vanished judged
+        against the retention floor, and on the primary the shipping lag and the RPO from it."""
+        if self.ledger is None:
+            return
+        now = time.time()
+        for bid, m in view.manifests.items():
+            if (store, c, bid) not in self.ledger.backups and m.get("finished_at"):
+                key = f"{view.prefix}/backups/{bid}/manifest.json"
+                self.ledger.saw_backup(store, c, m, key, self._sha_of(reader, key), now)
+        for partial, group in ((False, view.binlogs), (True, view.partials)):
+            for m in group.values():
+                key = f"{view.prefix}/binlogs/{m.get('server_uuid')}/{m.get('name')}" + (
+                    ".partial.json" if partial else ".json"
+                )
+                self.ledger.saw_binlog(store, c, m, key, self._sha_of(reader, key), now)
+        for f in self.ledger.vanished(store, c, set(view.manifests), set(view.binlogs), now):
+            if f.what == "backup lost":
+                self.backups_lost.add(f.subject)
+            self.violation(f"{f.what}: {f.text}")
+        if store == "primary":
+            self.watch_rpo(c, view, now)
+
+    def _sha_of(self, reader: StoreReader, key: str) -> str:
+        try:
+            return sha256_of(reader.get_bytes(key))
+        except Exception:  # noqa: BLE001 - deleted since the listing
+            return ""
+
+    def watch_rpo(self, c: str, view: HostView, now: float) -> None:
+        """The shipping lag and the newest backup's age, from the ledger: shipping behind the
+        acknowledged transactions past SHIP_BOUND is named (its fault, or a violation)."""
+        assert self.ledger is not None
+        tx = self.ledger.acked(c)
+        spans = [span_of(m) for m in (*view.binlogs.values(), *view.partials.values())]
+        shipped = max((s.last for s in spans), default=0)
+        behind = lag(tx, shipped, now) if tx else 0.0
+        finished = [backup_of(m).finished for m in view.manifests.values() if m.get("finished_at")]
+        age = now - max(finished) if finished else 0.0
+        self.history.setdefault(c, []).append((now, behind, age))
+        self.ledger.write({"type": "rpo", "cluster": c, "t": now, "shipped_seq": shipped, "acked_seq": acked_at(tx, now),
+                           "lag_s": round(behind, 1), "backup_age_s": round(age, 1)})  # fmt: skip
+        if behind <= SHIP_BOUND:
+            self.stalled.pop(c, None)
+            return
+        if c in self.stalled:
+            return
+        began = now - behind
+        self.stalled[c] = began
+        text = (f"{c}: shipping stopped: shipped up to seq {shipped}, the source acknowledged seq {shipped + 1} "
+                f"{behind:.0f} s ago (bound {SHIP_BOUND:.0f} s)")  # fmt: skip
+        self._judge(Finding("shipping stopped", c, text, t=began), STOPS_SHIPPING, now)
+
+    def _judge(self, f: Finding, kinds: frozenset[str], until: float) -> None:
+        """A ledger finding over [f.t, until]: explained by a fault of `kinds` on its cluster that
+        predicts it, or a violation. Judged once every fault that began by `until` has ended (a
+        running fault's clusters and effect are not known yet)."""
+        if until >= self.running_since():
+            self.deferred.append((f, kinds, until))
+            return
+        f.cause = blame(f.cluster, f.t, until, self.faults(), kinds)
+        self._record(f)
+
+    def judge_deferred(self) -> None:
+        waiting, self.deferred = self.deferred, []
+        for f, kinds, until in waiting:
+            self._judge(f, kinds, until)
+
+    def _record(self, f: Finding) -> None:
+        assert self.ledger is not None
+        self.ledger.finding(f)
+        if f.cause == "lost":
+            self.violation(f"{f.what}: {f.text}")
+        else:
+            self.explained.append(f)
+            say(f"checker: {f.what} (explained by {f.cause}): {f.text}")
+
+    def final_books(self) -> None:
+        """At the end: every range of the acknowledged transactions, from the oldest backup the
+        floor keeps to what the source acknowledged SHIP_BOUND ago, the store cannot restore."""
+        if self.ledger is None:
+            return
+        now = time.time()
+        views = self.views()
+        for c in self.fleet.clusters:
+            _reader, view = views[("primary", c)]
+            seen = self.ledger.chains("primary", c)
+            floor = retention_floor(seen, now, self.ledger.policies["primary"])
+            seqs = [b.seq for b in seen if b.id in floor and b.seq]
+            tx = self.ledger.acked(c)
+            if not seqs or not tx:
+                continue
+            points = []
+            for bid, m in view.manifests.items():
+                try:
+                    view.chain(bid)
+                except AssertionError:
+                    continue
+                points.append((backup_of(m).seq, str(m.get("server_uuid"))))
+            spans = [span_of(m) for m in (*view.binlogs.values(), *view.partials.values())]
+            have = recoverable(points, spans)
+            end = acked_at(tx, now - SHIP_BOUND)
+            say(f"checker: {c} recoverable {have}; required seq {min(seqs)}..{end}")
+            for f in unrecoverable(c, tx, min(seqs), end, have, self.faults()):
+                if f.cause == "lost":
+                    self.transactions_lost += f.transactions
+                self._record(f)
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         """The product's CLI on the direct endpoints (the checker is not the one under faults)."""
@@ -157,8 +307,16 @@ class Checker:
 
     def _draw(self, c: str, view: HostView, full: str, end: int, times: list[tuple[int, int, float]]) -> None:
         self.sampled.add((c, full))
-        low = max(_seq(view.manifests[full]["gtid"]), self.at.get(c, 0)) + 1
+        start = _seq(view.manifests[full]["gtid"])
+        if end < start and self.ledger is not None:
+            began = backup_of(view.manifests[full]).finished
+            text = (f"{c}: the PITR window from {full} (seq {start}) ends at seq {end}, before its start: "
+                    "its server shipped nothing past its full")  # fmt: skip
+            self._judge(Finding("window", c, text, t=began), CUTS_HISTORY | STOPS_SHIPPING, time.time())
+        low = max(start, self.at.get(c, 0)) + 1
         if end < low:
+            if end >= start:
+                self.skipped += 1  # the reference replica has passed it (checked in GTID order)
             return
         self.windows += 1
         say(
@@ -188,7 +346,8 @@ class Checker:
         expected = table_checksums(self.fleet.clusters[t.cluster].reference, CHECKED_DBS)
         reader, view = self.views()[("primary", t.cluster)]
         if t.backup_id not in view.manifests:
-            self.skipped += 1  # retention removed it before its turn (checked by the invariants)
+            self.skipped += 1  # retention removed it before its turn: the ledger judges whether it might
+            self.books("primary", t.cluster, reader, view)
             return
         work = Path(self.fleet.root) / f"chk-{t.backup_id}"
         try:
@@ -201,6 +360,7 @@ class Checker:
         finally:
             shutil.rmtree(work, ignore_errors=True)
         self.restores += 1
+        self.restores_by["own restore, newest of a chain"] += 1
         if got != expected:
             self.violation(
                 f"{t.cluster} {t.backup_id} restored differs from the source at {t.gtid}: {_diff(got, expected)}"
@@ -237,6 +397,7 @@ class Checker:
         finally:
             shutil.rmtree(work, ignore_errors=True)
         self.pitr_points += 1
+        self.pitr_by["--to-gtid"] += 1
         if got != expected:
             self.violation(
                 f"PITR of {t.cluster} to {t.gtid} differs from the source there: {_diff(got, expected)}"

@@ -7,10 +7,16 @@ written after the fault began and within its bound.
 
 Alerts: the check DAG's host lines (WARNING / CRITICAL). Each finding of an alert (a failed
 restore test, the RPO, the binlog lag, copies behind, an unreadable store) must be explained by a
-fault that can cause that finding, on the alert's cluster, and recent enough that the finding
-still lasts: the next scheduled run of what the fault broke clears it (FINDINGS' bounds, from the
-fleet's schedules). The proxies' background faults explain a finding only when its text names
-the S3 error. Anything else is a false alert.
+fault that can cause that finding and had an effect (its victim and its evidence), on the alert's
+cluster, and recent enough that the finding still lasts: the next scheduled run of what the fault
+broke clears it (FINDINGS' bounds, from the fleet's schedules); a finding of the RPO or the binlog
+lag is explained as well by the loss the checker's ledger measured itself then (tests/chaos/
+ledger.py). The proxies' background faults explain a finding only when its text names the S3
+error and one was answered in the minutes the check ran. Anything else is a false alert.
+
+Missed alerts: a loss of the RPO or of shipping the ledger measured (past the fleet's thresholds
+and a margin for the check's own sampling) that no alert of that finding and cluster named within
+ALERT_WITHIN of it.
 """
 
 from __future__ import annotations
@@ -60,6 +66,12 @@ FINDINGS: dict[str, tuple[re.Pattern[str], frozenset[str], float]] = {
     ),
 }  # fmt: skip
 COPIES_LIMIT = 0.25 * 3600  # the fleet's copies_max_behind_hours
+# The fleet's check thresholds (fleet.py: binlog_max_lag_minutes 6, rpo_hours 0.25); a loss counts
+# for a missed alert once past them by a margin (the check measures from the replica, every 5 min),
+# and must be alerted within ALERT_WITHIN (the check's schedule twice).
+LOSSES = {"binlogs": (6 * MIN, 3 * MIN), "rpo": (15 * MIN, 5 * MIN)}
+ALERT_WITHIN = 10 * MIN
+PROXY_NEAR = 5 * MIN  # a check run's own requests: the proxy fault that can have failed one
 S3_ERROR = re.compile(
     r"InternalError|SlowDown|\b50[03]\b|reset by peer|Connection was closed|IncompleteRead|Read timeout|"
     r"ResponseStreamingError|Connection broken|Could not connect"
@@ -179,13 +191,73 @@ def _seconds(text: str) -> float:
     return sum(float(n) * units[u] for n, u in re.findall(r"([\d.]+) (d|h|min|s)\b", text))
 
 
-def explain(alert: Alert, faults: list[Fault], proxy: list[ProxyFault]) -> list[str]:
+# cluster -> (time, shipping lag s, newest backup's age s), as the checker's ledger measured them
+History = dict[str, list[tuple[float, float, float]]]
+
+
+def explain(
+    alert: Alert, faults: list[Fault], proxy: list[ProxyFault], history: History | None = None
+) -> list[str]:
     """What explains each finding of the alert; a finding nothing explains is named "UNEXPLAINED"."""
     out = []
     kinds = findings(alert.line) or ["unrecognised"]
     for finding in kinds:
-        why = _explains(finding, alert, faults, proxy)
+        why = _measured(finding, alert, history or {}) or _explains(finding, alert, faults, proxy)
         out.append(f"{finding}: {why}" if why else f"{finding}: UNEXPLAINED")
+    return out
+
+
+def _measured(finding: str, alert: Alert, history: History) -> str | None:
+    """The ledger's own measure of the loss the finding names, near the alert (half its threshold:
+    the check measures from the replica, between the ledger's sweeps)."""
+    if finding not in LOSSES:
+        return None
+    threshold, _margin = LOSSES[finding]
+    column = 1 if finding == "binlogs" else 2
+    near = [r for r in history.get(alert.cluster, []) if alert.t - 5 * MIN <= r[0] <= alert.t + 3 * MIN]
+    worst = max(near, key=lambda r: r[column], default=None)
+    if worst is None or worst[column] < threshold / 2:
+        return None
+    what = "shipping lag" if finding == "binlogs" else "newest backup's age"
+    return f"the ledger measured a {what} of {worst[column]:.0f} s at {_hms(worst[0])}"
+
+
+def losses(history: History) -> list[tuple[str, str, float, float]]:
+    """(cluster, finding, began, ended) of each loss of the RPO or of shipping the ledger measured."""
+    out = []
+    for cluster, rows in history.items():
+        for finding, (threshold, margin) in LOSSES.items():
+            column = 1 if finding == "binlogs" else 2
+            began = None
+            for t, *values in [*rows, (float("inf"), 0.0, 0.0)]:
+                over = values[column - 1] > threshold + margin
+                if over and began is None:
+                    began, ended = t, t
+                elif over:
+                    ended = t
+                elif began is not None:
+                    out.append((cluster, finding, began, ended))
+                    began = None
+    return out
+
+
+def missed(history: History, seen: list[Alert]) -> list[str]:
+    """Each loss no alert of its finding on its cluster named within ALERT_WITHIN of it; a loss too
+    close to the last check of its cluster to have been alerted yet is not judged."""
+    out = []
+    for cluster, finding, began, ended in losses(history):
+        mine = [a for a in seen if a.cluster == cluster]
+        if not mine or began + ALERT_WITHIN > max(a.t for a in mine):
+            continue
+        if not any(
+            a.status != "OK"
+            and finding in findings(a.line)
+            and began - ALERT_WITHIN <= a.t <= ended + ALERT_WITHIN
+            for a in mine
+        ):
+            out.append(
+                f"{cluster}: {finding} lost from {_hms(began)} to {_hms(ended)} (the ledger), no alert named it"
+            )
     return out
 
 
@@ -196,12 +268,14 @@ def _explains(finding: str, alert: Alert, faults: list[Fault], proxy: list[Proxy
     for f in faults:
         if f.kind not in kinds or alert.cluster not in f.clusters:
             continue
+        if f.evidence is None or f.seen is None:
+            continue  # no victim, or its effect never showed: it explains nothing
         if f.kind == "s3_partition" and f.note == "offsite" and finding != "copies":
             continue  # the offsite copies' endpoint: only the copies can suffer
         if f.t0 <= alert.t <= f.t1 + bound:
             return f"{f.kind} {f.target} at {_hms(f.t0)}"
     if S3_ERROR.search(alert.line):
-        near = [p for p in proxy if p.t <= alert.t <= p.t + bound]
+        near = [p for p in proxy if p.t <= alert.t <= p.t + PROXY_NEAR]
         if near:
             return f"the S3 proxy's {near[-1].fault} on {near[-1].endpoint} at {_hms(near[-1].t)} (named in the alert)"
     return None

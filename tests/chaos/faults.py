@@ -114,6 +114,7 @@ class Injector:
     busy: set[str] = field(default_factory=set)  # resources a running fault holds
     uncounted: list[Fault] = field(default_factory=list)  # faults that found no victim (not counted)
     verified: set[tuple[str, str]] = field(default_factory=set)  # (key, sha256) of binlog objects read
+    in_flight: dict[int, float] = field(default_factory=dict)  # thread id -> when its running fault began
     mutex: threading.Lock = field(default_factory=threading.Lock)
 
     def env(self, **extra: str) -> dict[str, str]:
@@ -197,9 +198,11 @@ class Injector:
         """Run one fault of `kind` to its end (NoTarget: all its targets are busy)."""
         fn: Callable[[random.Random], Fault] = getattr(self, kind)
         t0 = time.time()
+        self.in_flight[threading.get_ident()] = t0  # the checker judges what overlaps it once it ends
         try:
             fault = fn(rng)
         except NoTarget:
+            self.in_flight.pop(threading.get_ident(), None)
             raise
         except Exception as exc:  # noqa: BLE001 - the harness's own failure: reported, the run goes on
             fault = Fault(kind, "-", t0, None, note=f"HARNESS ERROR: {exc!r}"[:500])
@@ -216,6 +219,7 @@ class Injector:
                 self.log.append(fault)
             with (self.fleet.work / "faults.jsonl").open("a") as fh:
                 fh.write(json.dumps(fault.as_dict()) + "\n")
+            self.in_flight.pop(threading.get_ident(), None)
         return fault
 
     def clusters(self) -> list[str]:

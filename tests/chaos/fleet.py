@@ -100,6 +100,8 @@ class Fleet:
         # The proxies' background faults, on all the time.
         self.retention: dict[str, Any] = {"keep_last_chains": 2, "pitr_days": 0.01, "min_age_days": 0,
                                           "debris_grace_days": 1 / 24, "confirm": True}  # fmt: skip
+        self.offsite_retention = {**self.retention, "keep_last_chains": 1}
+        self.pythonpath = ""  # put first on the fleet's PYTHONPATH (a planted copy: tests/chaos/plant.py)
         self.background: dict[str, Any] = {"latency_ms": [0, 150], "p_error": 0.01, "p_slowdown": 0.01,
                                            "p_reset": 0.005, "p_truncate": 0.005}  # fmt: skip
 
@@ -228,7 +230,7 @@ class Fleet:
                     "endpoint_url": o.direct if direct else o.proxied,
                     "copy_attempts": 2,
                     "copy_retry_seconds": 10,
-                    "retention": {**retention, "keep_last_chains": 1},
+                    "retention": self.offsite_retention,
                 }
             ],  # fmt: skip
             "encryption": {
@@ -298,6 +300,8 @@ class Fleet:
     def start_airflow(self) -> AirflowStack:
         stack = self.stack = AirflowStack(self.work, dags_folder=self.dags_folder())
         stack.extra_env = {"XTRABACKUP_FLEET_CONFIG": str(self.config)}
+        if self.pythonpath:
+            stack.extra_env["PYTHONPATH"] = self.pythonpath
         migrate = subprocess.run(
             [str(BIN / "airflow"), "db", "migrate"], env=stack.env(), capture_output=True, text=True
         )

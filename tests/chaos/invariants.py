@@ -3,6 +3,9 @@ the violations it found as lines that name the key or backup; an empty list mean
 
 - registered(): every registered backup's chain resolves and every object it names is stored at
   its size; every shipped binlog's objects too; binlogs have no hole that no gap marker explains.
+- digests(): every object a backup manifest, a complete binlog manifest or an open binlog's
+  partial manifest names is stored at its size and its bytes hash to the manifest's sha256 (each
+  stored version read once).
 - orphans(): what is stored that no manifest names (debris of killed runs).
 - stale_holds(): a host lock or read lease the store says was last written longer ago than its
   own lease plus the margin plus `takeover`: its holder is gone and no run has taken it over or
@@ -12,11 +15,19 @@ the violations it found as lines that name the key or backup; an empty list mean
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from datetime import timedelta
 
-from storeview import HostView, StoreReader, backup_pieces, binlog_pieces
+from storeview import (
+    HostView,
+    StoreReader,
+    backup_pieces,
+    binlog_pieces,
+    hashed_backup_pieces,
+    hashed_binlog_pieces,
+)
 
 MARGIN = timedelta(seconds=2)  # the product's STORE_CLOCK_MARGIN: one second on each store time
 BINLOG_NUMBER = re.compile(r"\.(\d+)$")
@@ -120,3 +131,68 @@ def stale_holds(
                 )
             )
     return out
+
+
+def digests(reader: StoreReader, view: HostView, cache: dict[tuple[str, int, str], str]) -> list[str]:
+    """Every object a manifest names (backups, complete binlogs, the open binlogs' partials) is
+    stored at its size with the manifest's sha256. `cache` ((key, size, LastModified) -> sha256)
+    keeps each stored version from being read twice. A piece whose manifest went meanwhile
+    (retention, or a partial dropped once its binlog was shipped whole) is not judged."""
+    named: list[tuple[str, str, list[tuple[str, int, str]]]] = []
+    for bid, m in sorted(view.manifests.items()):
+        named.append((f"backup {bid}", f"{view.prefix}/backups/{bid}/manifest.json", hashed_backup_pieces(m)))
+    for name, m in sorted(view.binlogs.items()):
+        named.append((f"binlog {name}", _binlog_key(view, m, partial=False), hashed_binlog_pieces(m)))
+    for name, m in sorted(view.partials.items()):
+        named.append(
+            (f"open binlog {name} (partial)", _binlog_key(view, m, partial=True), hashed_binlog_pieces(m))
+        )
+    out = []
+    for what, manifest_key, needed in named:
+        for key, size, sha in needed:
+            problem = _digest_problem(reader, view, cache, key, size, sha)
+            if problem and _still_there(reader, manifest_key):
+                out.append(f"{what} needs {key}: {problem}")
+    return out
+
+
+def _binlog_key(view: HostView, m: dict[str, object], partial: bool) -> str:
+    return f"{view.prefix}/binlogs/{m.get('server_uuid')}/{m.get('name')}" + (
+        ".partial.json" if partial else ".json"
+    )
+
+
+def _digest_problem(reader: StoreReader, view: HostView, cache: dict[tuple[str, int, str], str], key: str,
+                    size: int, sha: str) -> str | None:  # fmt: skip
+    obj = view.objects.get(key)
+    if obj is None:
+        try:  # listed before the manifest was read: a newer piece is looked for directly
+            head = reader.client.head_object(Bucket=reader.bucket, Key=key)
+        except Exception:  # noqa: BLE001 - not there
+            return "it is gone"
+        stored, stamp = int(head["ContentLength"]), str(head["LastModified"])
+    else:
+        stored, stamp = obj.size, str(obj.modified)
+    if stored != size:
+        return f"it holds {stored} bytes, the manifest says {size}"
+    ident = (key, size, stamp)
+    if ident not in cache:
+        digest = hashlib.sha256()
+        try:
+            body = reader.client.get_object(Bucket=reader.bucket, Key=key)["Body"]
+            while chunk := body.read(1 << 20):
+                digest.update(chunk)
+        except Exception:  # noqa: BLE001 - deleted meanwhile: judged by whether its manifest is
+            return "it is gone"
+        cache[ident] = digest.hexdigest()
+    if cache[ident] != sha:
+        return f"its bytes hash to {cache[ident][:16]}..., the manifest says {sha[:16]}..."
+    return None
+
+
+def _still_there(reader: StoreReader, key: str) -> bool:
+    try:
+        reader.client.head_object(Bucket=reader.bucket, Key=key)
+    except Exception:  # noqa: BLE001 - gone
+        return False
+    return True

@@ -8,8 +8,16 @@ come from a shuffled bag of every kind (CHAOS_FAULTS=kind,kind narrows it): each
 before the next is drawn, so a 10-minute run meets every kind and an hour meets each several
 times. CHAOS_PITR_POINTS (10) random PITR points per window.
 
-Exits 1 on any violated invariant, fault that did not show within its bound, or false alert;
-the last line is the summary.
+The checker keeps its own books (tests/chaos/ledger.py, `ledger.jsonl` in the run's directory):
+a transaction a second on every source with its GTID, every manifest it saw; from them the
+retention floor, the shipping lag, the RPO, and at the end every acknowledged range the store can
+no longer restore. CHAOS_PLANT=retention|shipping|manifest runs the fleet on a copy of the provider
+with that bug planted (tests/chaos/plant.py), live from the fault phase on.
+
+Exits 1 on any violated invariant, fault that did not show within its bound, lost transaction or
+backup, missed alert or false alert; the last line is the summary:
+`chaos: seed S, faults with an effect N {kind: n}, restores checked R {kind: n}, PITR points
+checked K {kind: n}, transactions lost T, backups lost B, missed alerts M, false alerts F`.
 """
 
 from __future__ import annotations
@@ -23,12 +31,15 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from dataclasses import asdict
 from datetime import timedelta
 from pathlib import Path
 
 from checker import Checker
-from evidence import Alert, ProxyFault, alerts, explain, find
+from evidence import Alert, ProxyFault, alerts, explain, find, missed
 from fleet import Fleet
+from ledger import FaultSeen, Ledger, LoadWriter, Policy
+from plant import go_live, plant
 
 from faults import KINDS, Fault, Injector, NoTarget
 
@@ -65,23 +76,53 @@ def main() -> int:
     )
     rng = random.Random(seed)
     fleet = Fleet(work, minutes)
+    bug = os.environ.get("CHAOS_PLANT") or ""
+    planted = plant(bug, work) if bug else None
+    if planted:
+        fleet.pythonpath = str(planted)  # the fleet's Airflow; the faults' CLIs inherit this:
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(planted), os.environ.get("PYTHONPATH", "")])
+        print(f"chaos: CHAOS_PLANT={bug}: the fleet runs {planted} (live from the fault phase)", flush=True)
     injector = Injector(fleet)
+    ledger = Ledger(work / "ledger.jsonl", {"primary": Policy.of(fleet.retention),
+                                            "offsite": Policy.of(fleet.offsite_retention)})  # fmt: skip
     checker = Checker(fleet, random.Random(rng.random()), points=points, takeover=TAKEOVER,
-                      pitr_window=timedelta(days=fleet.retention["pitr_days"]))  # fmt: skip
+                      pitr_window=timedelta(days=fleet.retention["pitr_days"]), ledger=ledger,
+                      faults=lambda: faults_seen(injector),
+                      running_since=lambda: min(injector.in_flight.values(), default=float("inf")))  # fmt: skip
+    writer: LoadWriter | None = None
     try:
-        started = start(fleet, checker)
-        faults_phase(fleet, injector, checker, rng, minutes, kinds, every)
-        return finish(fleet, injector, checker, started)
+        started, writer = start(fleet, checker, ledger)
+        live = faults_phase(fleet, injector, checker, rng, minutes, kinds, every, planted)
+        return finish(fleet, injector, checker, started, seed, bug, live)
     finally:
+        if writer:
+            writer.close()
         fleet.close()
 
 
-def start(fleet: Fleet, checker: Checker) -> float:
+def faults_seen(injector: Injector) -> list[FaultSeen]:
+    """The faults that ended, as the ledger judges with them: an effect is a victim and its evidence
+    (before the final wait for evidence, a victim)."""
+    return [
+        FaultSeen(
+            f.kind,
+            tuple(f.clusters),
+            f.t0,
+            f.t1 or time.time(),
+            f.evidence is not None and not f.note.startswith("HARNESS"),
+        )  # fmt: skip
+        for f in list(injector.log)
+    ]
+
+
+def start(fleet: Fleet, checker: Checker, ledger: Ledger) -> tuple[float, LoadWriter]:
     fleet.start_s3()
     fleet.start_servers()
     fleet.mount_scratch()
     fleet.write_configs()
     fleet.start_load()
+    writer = LoadWriter(ledger, {name: c.source for name, c in fleet.clusters.items()})
+    writer.start()
     stack = fleet.start_airflow()
     stack.wait("the api-server", stack.healthy, 600)
     dags = set(fleet.dag_ids())
@@ -96,11 +137,17 @@ def start(fleet: Fleet, checker: Checker) -> float:
                WARMUP_TIMEOUT, interval=15)  # fmt: skip
     for ep in fleet.endpoints.values():
         ep.control_set(**fleet.background, seed=random.Random(ep.name).randrange(1 << 30))
-    return time.time()
+    return time.time(), writer
 
 
 def faults_phase(fleet: Fleet, injector: Injector, checker: Checker, rng: random.Random, minutes: float,
-                 kinds: list[str], every: float) -> None:  # fmt: skip
+                 kinds: list[str], every: float, planted: Path | None) -> float:  # fmt: skip
+    """The faults; returns when a planted bug went live (0: none planted)."""
+    live = 0.0
+    if planted:
+        go_live(planted)
+        live = time.time()
+        print(f"chaos: the planted bug is live from {time.strftime('%H:%M:%S')}", flush=True)
     end = time.time() + minutes * 60
     stop = threading.Event()
     watcher = threading.Thread(target=check_loop, args=(checker, stop), name="checker", daemon=True)
@@ -131,6 +178,7 @@ def faults_phase(fleet: Fleet, injector: Injector, checker: Checker, rng: random
         thread.join(FINAL_TIMEOUT)
     stop.set()
     watcher.join()
+    return live
 
 
 def one_fault(injector: Injector, kind: str, rng: random.Random, postponed: list[str]) -> None:
@@ -159,7 +207,8 @@ def check_loop(checker: Checker, stop: threading.Event) -> None:
         stop.wait(max(0.0, sweep_at + CHECK_EVERY - time.time()))
 
 
-def finish(fleet: Fleet, injector: Injector, checker: Checker, started: float) -> int:
+def finish(fleet: Fleet, injector: Injector, checker: Checker, started: float, seed: int, bug: str,
+           live: float) -> int:  # fmt: skip
     for ep in fleet.endpoints.values():
         ep.control_set(seed=0)  # faults over: the final runs and checks see healthy endpoints
     pending = [f for f in injector.log if f.evidence]
@@ -172,8 +221,13 @@ def finish(fleet: Fleet, injector: Injector, checker: Checker, started: float) -
     checker.sweep(final=True)
     checker.plan(final=True)
     checker.work(until=float("inf"))
+    checker.sweep(final=False)  # the lag and the RPO once more, after the final checks
+    checker.final_books()
     proxy = proxy_faults(fleet)
-    false = false_alerts(fleet, injector.log, proxy, started)
+    false = false_alerts(fleet, injector.log, proxy, started, checker.history)
+    missing = missed(checker.history, alerts(fleet.work, started))
+    for m in missing:
+        print(f"MISSED ALERT: {m}", flush=True)
     for f in injector.log:
         if f.note.startswith("HARNESS ERROR"):
             checker.violation(f"harness: could not inject {f.kind}: {f.note}")
@@ -181,23 +235,37 @@ def finish(fleet: Fleet, injector: Injector, checker: Checker, started: float) -
             checker.violation(f"fault {f.kind} {f.target} at {time.strftime('%H:%M:%S', time.localtime(f.t0))} "
                               f"did not show within {f.bound_s:.0f} s")  # fmt: skip
     kinds = Counter(f.kind for f in injector.log) + Counter(f"s3 {p.fault}" for p in proxy)
+    effect = Counter(f.kind for f in injector.log if f.evidence is not None and f.seen is not None
+                     and not f.note.startswith("HARNESS"))  # fmt: skip
+    caught = [(t - live, v) for t, v in checker.violation_log if live and t >= live]
     summary = {
-        "faults": dict(kinds), "restores": checker.restores, "pitr_points": checker.pitr_points,
-        "pitr_windows": checker.windows, "skipped_targets": checker.skipped, "violations": checker.violations,
-        "false_alerts": false, "faults_log": [f.as_dict() for f in injector.log],
+        "seed": seed, "planted": bug, "planted_live": live,
+        "first_violation_after_live_s": round(caught[0][0]) if caught else None,
+        "faults": dict(kinds), "faults_with_effect": dict(effect), "restores": dict(checker.restores_by),
+        "pitr_points": dict(checker.pitr_by), "pitr_windows": checker.windows, "skipped_targets": checker.skipped,
+        "transactions_lost": checker.transactions_lost, "backups_lost": sorted(checker.backups_lost),
+        "violations": checker.violations, "violation_times": checker.violation_log, "missed_alerts": missing,
+        "false_alerts": false, "explained_findings": [asdict(f) for f in checker.explained],
+        "faults_log": [f.as_dict() for f in injector.log],
     }  # fmt: skip
     (fleet.work / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    lost = sum(1 for v in checker.violations if "did not show" not in v and not v.startswith("harness"))
     print(
-        f"faults by kind: {dict(kinds)}; PITR windows: {checker.windows}; targets skipped: {checker.skipped}; "
-        f"violations: {len(checker.violations)}; details in {fleet.work}/summary.json"
+        f"faults injected by kind (with the proxies' background faults): {dict(kinds)}; PITR windows: "
+        f"{checker.windows}; targets skipped: {checker.skipped}; violations: {len(checker.violations)}; "
+        f"details in {fleet.work}/summary.json"
     )
+    if bug:
+        print(f"chaos: planted bug {bug}: " + (f"first caught {caught[0][0]:.0f} s after it went live: {caught[0][1][:300]}"
+                                               if caught else "NOT CAUGHT"), flush=True)  # fmt: skip
     print(
-        f"chaos: {sum(kinds.values())} faults injected, {checker.restores} restores checked, "
-        f"{checker.pitr_points} PITR points checked, lost {lost}, false alerts {len(false)}",
+        f"chaos: seed {seed}, faults with an effect {sum(effect.values())} {dict(sorted(effect.items()))}, "
+        f"restores checked {checker.restores} {dict(checker.restores_by)}, "
+        f"PITR points checked {checker.pitr_points} {dict(checker.pitr_by)}, "
+        f"transactions lost {checker.transactions_lost}, backups lost {len(checker.backups_lost)}, "
+        f"missed alerts {len(missing)}, false alerts {len(false)}",
         flush=True,
     )
-    return 1 if checker.violations or false else 0
+    return 1 if checker.violations or false or missing else 0
 
 
 def final_backups(fleet: Fleet) -> None:
@@ -224,7 +292,8 @@ def proxy_faults(fleet: Fleet) -> list[ProxyFault]:
     return out
 
 
-def false_alerts(fleet: Fleet, faults: list[Fault], proxy: list[ProxyFault], started: float) -> list[str]:
+def false_alerts(fleet: Fleet, faults: list[Fault], proxy: list[ProxyFault], started: float,
+                 history: dict[str, list[tuple[float, float, float]]]) -> list[str]:  # fmt: skip
     """Check alerts (WARNING / CRITICAL) with a finding no fault explains (evidence.explain), once
     the host had been OK (before that, a new fleet has no backup or restore test yet: true alerts)."""
     ok_since: dict[str, float] = {}
@@ -235,7 +304,7 @@ def false_alerts(fleet: Fleet, faults: list[Fault], proxy: list[ProxyFault], sta
             continue
         if alert.cluster not in ok_since:
             continue
-        why = explain(alert, faults, proxy)
+        why = explain(alert, faults, proxy, history)
         print(f"alert {_hms(alert)} {alert.line[:160]}: {'; '.join(why)}", flush=True)
         if any("UNEXPLAINED" in w for w in why):
             out.append(f"{_hms(alert)} {alert.line} ({'; '.join(why)})")

@@ -60,10 +60,19 @@ class HostView:
 
 def pieces(obj: dict[str, Any]) -> list[tuple[str, int]]:
     """(key, size) of every stored object that holds one manifest object (its segments or itself)."""
+    return [(key, size) for key, size, _sha in hashed_pieces(obj)]
+
+
+def hashed_pieces(obj: dict[str, Any]) -> list[tuple[str, int, str]]:
+    """(key, size, sha256) of each stored object holding one manifest object: segment 0 is `key`,
+    segment i `key.s<iii>` (the documented layout: a segment's key follows from its place)."""
     segments = obj.get("segments")
     if segments:
-        return [(s["key"], int(s["size"])) for s in segments]
-    return [(obj["key"], int(obj["size"]))]
+        return [
+            (obj["key"] if i == 0 else f"{obj['key']}.s{i:03d}", int(s["size"]), str(s.get("sha256")))
+            for i, s in enumerate(segments)
+        ]
+    return [(obj["key"], int(obj["size"]), str(obj.get("sha256")))]
 
 
 def backup_pieces(manifest: dict[str, Any]) -> list[tuple[str, int]]:
@@ -76,6 +85,18 @@ def backup_pieces(manifest: dict[str, Any]) -> list[tuple[str, int]]:
 
 def binlog_pieces(manifest: dict[str, Any]) -> list[tuple[str, int]]:
     return [p for seg in manifest.get("segments", []) for p in pieces(seg["object"])]
+
+
+def hashed_backup_pieces(manifest: dict[str, Any]) -> list[tuple[str, int, str]]:
+    out = [p for o in manifest.get("objects", []) for p in hashed_pieces(o)]
+    side = manifest.get("option_files")
+    if side:
+        out += hashed_pieces(side["object"])
+    return out
+
+
+def hashed_binlog_pieces(manifest: dict[str, Any]) -> list[tuple[str, int, str]]:
+    return [p for seg in manifest.get("segments", []) for p in hashed_pieces(seg["object"])]
 
 
 class StoreReader:
