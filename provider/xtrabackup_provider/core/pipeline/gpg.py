@@ -222,6 +222,10 @@ def _cheap_agent_protection(home: Path) -> None:
     copy of the key, in a 0700 directory that lives for one run and is wiped afterwards; whoever
     can read that directory can also read the passphrase it was given (the agent's cache, the
     connection), and the key material supplied keeps its own protection. Only for imports: the
-    agent also protects keys it exports with this count, so keygen's homes must not have it."""
-    (home / "gpg-agent.conf").write_text(f"s2k-count {AGENT_S2K_COUNT}\n")
+    agent also protects keys it exports with this count, so keygen's homes must not have it.
+
+    auto-expand-secmem: a chain restore decrypts its backups side by side through this one agent,
+    and an agent out of secure memory fails a decryption with gpg's "No secret key" (gpg-agent(1));
+    CI saw that once on a loaded run."""
+    (home / "gpg-agent.conf").write_text(f"s2k-count {AGENT_S2K_COUNT}\nauto-expand-secmem\n")
     _kill_agent(home)  # an agent already running would not read it
