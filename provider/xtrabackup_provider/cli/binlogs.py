@@ -123,7 +123,7 @@ def add_parsers(sub: Any) -> None:
 def add_promote_parser(sub: Any) -> None:
     p = sub.add_parser(
         "promote",
-        help="make a server restored to a point in time the new primary: its GTID state and a new timeline",
+        help="make a server restored to a point in time (or a detached replica) the new primary, on a new timeline",
     )
     add_common(p)
     p.add_argument("--socket", help="the restored server's unix socket (instead of the config's host)")
@@ -138,13 +138,15 @@ def add_promote_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--reached-gtid",
-        help="the GTID the data holds (default: the server's gtid_slave_pos, left by the PITR)",
+        help="the GTID the data holds (default: MariaDB's gtid_slave_pos, left by the PITR; MySQL's gtid_executed, "
+        "which a given set must equal)",
     )
     p.add_argument(
         "--margin",
         type=int,
         default=1_000_000,
-        help="the new GTIDs start above the old timeline's highest, rounded up to a multiple of this",
+        help="MariaDB: the new GTIDs start above the old timeline's highest, rounded up to a multiple of this "
+        "(MySQL's new server_uuid needs no jump)",
     )
     p.add_argument("--json", action="store_true")
 
@@ -170,9 +172,8 @@ def cmd_promote(args: argparse.Namespace, config: FleetConfig) -> int:
     lines = [
         f"{'already promoted' if report.already else 'promoted'}: {t.server_uuid} (server_id {t.server_id}) "
         f"is a new timeline forked from {t.parent_server_uuid} at {t.fork_gtid}",
-        f"gtid_binlog_state={t.binlog_state}",
-        f"replicas of the new primary start at: SET GLOBAL gtid_slave_pos='{t.start_gtid}'; "
-        "CHANGE MASTER TO ... MASTER_USE_GTID=slave_pos",
+        f"{report.state_name}={t.binlog_state}",
+        f"replicas of the new primary start at: {report.replicas_start}",
         "next: binlogs ship, then a full backup (the first backup of a new timeline is always full)",
     ]
     output(args.json, report.summary(), lines)

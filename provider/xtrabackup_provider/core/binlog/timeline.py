@@ -19,7 +19,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationErro
 
 from ..catalog.backups import Catalog
 from ..catalog.manifest import MAX_SERVER_ID, NAME_RE, SERVER_UUID_RE
-from ..common.values import parse_gtid_pos
+from ..common.values import gtid_form
 from ..storage.base import StorageError
 from .catalog import BinlogError
 
@@ -38,6 +38,7 @@ class Timeline(BaseModel):
     server_uuid: str = Field(pattern=SERVER_UUID_RE)  # the new identity
     server_id: int = Field(ge=1, le=MAX_SERVER_ID)
     parent_server_uuid: str = Field(pattern=SERVER_UUID_RE)
+    # MariaDB GTID positions; MySQL GTID sets (its gtid_executed at promotion, in all three).
     fork_gtid: str  # the parent's last transaction this timeline holds
     binlog_state: str  # @@gtid_binlog_state set at promotion (fork + the jump)
     start_gtid: str  # @@gtid_slave_pos set at promotion: where replicas of the new primary start
@@ -49,7 +50,7 @@ class Timeline(BaseModel):
     @field_validator("fork_gtid", "start_gtid", "parent_shipped_until")
     @classmethod
     def _gtids(cls, value: str) -> str:
-        parse_gtid_pos(value)
+        gtid_form(value)  # either server's form
         return value
 
     def describe(self) -> str:

@@ -56,6 +56,8 @@ _STATUS_COLUMNS = {
     "using_gtid": ("Using_Gtid", "Using_Gtid"),
     "gtid_io_pos": ("Gtid_IO_Pos", "Gtid_IO_Pos"),
     "gtid_slave_pos": ("Gtid_Slave_Pos", "Gtid_Slave_Pos"),
+    # MySQL's replication channel (one row each); MariaDB's SHOW ALL SLAVES STATUS connection name.
+    "channel": ("Channel_Name", "Connection_name"),
 }
 
 
@@ -246,6 +248,34 @@ class Dialect:
     def gtid_applied_variable(self) -> str:
         """What a replica has applied."""
         return "@@global.gtid_executed" if not self.is_mariadb else "@@gtid_slave_pos"
+
+    # -- promotion (core/pitr/promote.py) -----------------------------------------------------------
+    @property
+    def new_timeline_by(self) -> Literal["server_id", "server_uuid"]:
+        """What a promoted server needs of its own so that no GTID of the old timeline is reused:
+        MariaDB's GTIDs are domain-server_id-seq (a new server_id and a sequence jump), MySQL's are
+        server_uuid:N (a new server_uuid, made from a removed auto.cnf)."""
+        return "server_id" if self.is_mariadb else "server_uuid"
+
+    @property
+    def read_only_state(self) -> str:
+        """(read_only, super_read_only) of the server: MariaDB has no super_read_only."""
+        if self.is_mariadb:
+            return "SELECT @@global.read_only, 0"
+        return "SELECT @@global.read_only, @@global.super_read_only"
+
+    @property
+    def make_writable(self) -> tuple[str, ...]:
+        """Open a read-only server to writes (super_read_only first: it implies read_only)."""
+        if self.is_mariadb:
+            return ("SET GLOBAL read_only = OFF",)
+        return ("SET GLOBAL super_read_only = OFF", "SET GLOBAL read_only = OFF")
+
+    def replica_start_hint(self, gtids: str) -> str:
+        """How a copy holding `gtids` becomes a replica of a promoted server (a message line)."""
+        if self.is_mariadb:
+            return f"SET GLOBAL gtid_slave_pos='{gtids}'; CHANGE MASTER TO ... MASTER_USE_GTID=slave_pos"
+        return f"SET GLOBAL gtid_purged='{gtids}'; CHANGE REPLICATION SOURCE TO ... SOURCE_AUTO_POSITION=1"
 
     # -- replica status ------------------------------------------------------------------------------
     def status(self, row: Mapping[str, Any] | None) -> dict[str, Any]:

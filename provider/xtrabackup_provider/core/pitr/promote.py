@@ -19,6 +19,14 @@ findings 18 section 3):
 
 Running it again is safe: a server already in the recorded state is reported as promoted, and
 one left between step 2 and 3 is promoted again.
+
+On MySQL a GTID names its server (server_uuid:N), so a new timeline is a new server_uuid (a copy
+restored with the old auto.cnf is refused: remove it and restart) and no jump is needed. Promotion
+(`_promote_by_uuid`) checks, read-only: binlog and GTID mode on, no replication thread running, every
+transaction a stopped replica received applied (GTID_SUBTRACT of its Retrieved_Gtid_Set from
+gtid_executed), no transaction of its own (errant for the old history); writes the timeline record
+(its gtid_executed as fork and start); then STOP REPLICA and RESET REPLICA ALL (a replica's channel),
+super_read_only and read_only OFF.
 """
 
 from __future__ import annotations
@@ -32,8 +40,9 @@ from ..binlog.catalog import BinlogCatalog, server_uuids
 from ..binlog.timeline import Timeline, read_timeline, timelines, write_timeline
 from ..catalog.backups import Catalog
 from ..common.crashpoints import crash_point
-from ..common.values import Gtid, GtidPos, format_gtid_pos, parse_gtid_pos
-from ..db.server import MySQLTarget, ServerError, connect, server_facts
+from ..common.values import Gtid, GtidPos, GtidSet, check_gtid_for, format_gtid_pos, parse_gtid_pos
+from ..db.dialect import Dialect
+from ..db.server import MySQLTarget, ServerError, ServerFacts, connect, server_facts
 from .plan import PitrError, PitrTarget, choose_backup
 
 log = logging.getLogger(__name__)
@@ -62,6 +71,8 @@ class PromoteRequest:
 class PromoteReport:
     timeline: Timeline
     already: bool = False  # the server was in the recorded state already
+    state_name: str = "gtid_binlog_state"  # the variable binlog_state is (MySQL: gtid_executed)
+    replicas_start: str = ""  # how a copy at the fork becomes a replica (Dialect.replica_start_hint)
 
     def summary(self) -> dict[str, Any]:
         t = self.timeline
@@ -150,8 +161,8 @@ def promote(req: PromoteRequest) -> PromoteReport:
         raise PromoteError(f"margin {req.margin}: give a positive number of sequence numbers")
     facts = server_facts(req.target)  # a server that does not answer: ServerError naming it
     where = f"{req.target.address} (server {facts.server_uuid})"
-    if not facts.is_mariadb:
-        raise PromoteError(f"{where} is not MariaDB ({facts.version}): promotion sets MariaDB GTID state")
+    if facts.dialect.new_timeline_by == "server_uuid":
+        return _promote_by_uuid(req, facts, where)
     state = _state(req.target)
     if state["port"] == 0:
         raise PromoteError(
@@ -173,7 +184,9 @@ def promote(req: PromoteRequest) -> PromoteReport:
         and _continues(state["binlog_state"], recorded.binlog_state)
     ):
         log.info("%s is already promoted: %s", where, recorded.describe())
-        return PromoteReport(recorded, already=True)
+        return PromoteReport(
+            recorded, already=True, replicas_start=facts.dialect.replica_start_hint(recorded.start_gtid)
+        )
     if state["binlog_state"]:
         raise PromoteError(
             f"{where} has binlogged transactions of its own (gtid_binlog_state={state['binlog_state']}): "
@@ -233,7 +246,7 @@ def promote(req: PromoteRequest) -> PromoteReport:
         req.catalog.store.delete([key])  # the server is as it was: no timeline began
         raise PromoteError(str(exc)) from exc.__cause__
     log.info("promoted %s: %s", where, timeline.describe())
-    return PromoteReport(timeline)
+    return PromoteReport(timeline, replicas_start=facts.dialect.replica_start_hint(timeline.start_gtid))
 
 
 def _history(catalog: Catalog) -> set[str]:
@@ -300,4 +313,248 @@ def _set_state(target: MySQLTarget, where: str, timeline: Timeline) -> None:
         raise PromoteError(
             f"{where} is HALF-PROMOTED: gtid_binlog_state is {have_state!r} and gtid_slave_pos {have_slave!r}, "
             f"expected {timeline.binlog_state!r} and {timeline.start_gtid!r}; keep writes away and run promote again"
+        )
+
+
+# -- MySQL: a new timeline is a new server_uuid ----------------------------------------------------
+
+
+@dataclass
+class _MysqlState:
+    log_bin: bool
+    gtid_mode: str
+    executed: GtidSet  # @@global.gtid_executed
+    read_only: tuple[int, int]  # (read_only, super_read_only)
+    channels: list[dict[str, Any]]  # Dialect.status of each channel, plus "unapplied"
+
+
+def _mysql_state(target: MySQLTarget, dialect: Dialect) -> _MysqlState:
+    import MySQLdb
+
+    conn = connect(target)
+    try:
+        cur = conn.cursor()
+        cur.execute("SELECT @@log_bin, @@global.gtid_mode, @@global.gtid_executed")
+        log_bin, mode, executed = cur.fetchone()
+        cur.execute(dialect.read_only_state)
+        read_only, super_read_only = (int(v or 0) for v in cur.fetchone())
+        channels = _channels(conn, dialect)
+    except MySQLdb.Error as exc:
+        raise ServerError(f"{target.address}: reading the replication and GTID state failed: {exc}") from exc
+    finally:
+        conn.close()
+    return _MysqlState(
+        bool(log_bin), str(mode), GtidSet.parse(str(executed or "")), (read_only, super_read_only), channels
+    )
+
+
+def _channels(conn: Any, dialect: Dialect) -> list[dict[str, Any]]:
+    """Each replication channel's status, with what it received and has not applied (the server's
+    own GTID_SUBTRACT of gtid_executed from Retrieved_Gtid_Set)."""
+    import MySQLdb
+
+    cur = conn.cursor(MySQLdb.cursors.DictCursor)
+    cur.execute(dialect.replica_status)
+    rows = [dialect.status(row) for row in cur.fetchall()]
+    plain = conn.cursor()
+    for row in rows:
+        plain.execute(
+            "SELECT GTID_SUBTRACT(%s, @@global.gtid_executed)", (str(row.get("retrieved_gtid_set") or ""),)
+        )
+        row["unapplied"] = GtidSet.parse(str(plain.fetchone()[0] or ""))
+    return rows
+
+
+def _source_of(channel: dict[str, Any]) -> str:
+    name = f" (channel '{channel['channel']}')" if channel.get("channel") else ""
+    return f"{channel.get('source_host')}:{channel.get('source_port')}{name}"
+
+
+def _promote_by_uuid(req: PromoteRequest, facts: ServerFacts, where: str) -> PromoteReport:
+    dialect, uuid = facts.dialect, facts.server_uuid
+    state = _mysql_state(req.target, dialect)
+    if not state.log_bin:
+        raise PromoteError(
+            f"{where}: binary logging is off; start it with --log-bin (a primary ships binlogs) and promote again"
+        )
+    if state.gtid_mode != "ON":
+        raise PromoteError(
+            f"{where}: gtid_mode is {state.gtid_mode}; start it with --gtid-mode=ON --enforce-gtid-consistency=ON "
+            "(timelines are told apart by their GTIDs) and promote again"
+        )
+    running = [
+        c
+        for c in state.channels
+        if c.get("io_running") in ("Yes", "Connecting") or c.get("sql_running") == "Yes"
+    ]
+    if running:
+        raise PromoteError(
+            f"{where} replicates from {', '.join(_source_of(c) for c in running)}; {dialect.stop_replica} first "
+            f"(promote then checks it applied all it received and detaches it with {dialect.reset_replica_all})"
+        )
+    recorded = read_timeline(req.catalog, uuid)
+    if (
+        recorded is not None
+        and not state.channels
+        and state.read_only == (0, 0)
+        and GtidSet.parse(recorded.fork_gtid) <= state.executed
+    ):
+        log.info("%s is already promoted: %s", where, recorded.describe())
+        return _mysql_report(recorded, dialect, already=True)
+    _refuse_known_uuid(req.catalog, facts, where)
+    for channel in state.channels:
+        if channel["unapplied"]:
+            error = channel.get("last_sql_errno")
+            why = (
+                f"; its applier stopped with error {error}: {channel.get('last_sql_error')}" if error else ""
+            )
+            raise PromoteError(
+                f"{where} has received transactions it has not applied from {_source_of(channel)} "
+                f"({channel['unapplied']}){why}: {dialect.start_sql_thread_until()[0]}, wait until they are "
+                f"applied, {dialect.stop_replica}, and promote again (nothing was changed)"
+            )
+    own = GtidSet({s: iv for s, iv in state.executed.intervals().items() if s.split(":")[0] == uuid.lower()})
+    if own:
+        raise PromoteError(
+            f"{where} has transactions of its own ({own}), errant for the old timeline's history: promote only a "
+            "copy before any write of its own: restore again (a replica: rebuild it from a backup)"
+        )
+    fork = _mysql_fork(state.executed, req.reached_gtid, where)
+    known = _history(req.catalog) | {t.server_uuid for t in timelines(req.catalog)}
+    known.discard(uuid)  # its own record, left by a run that stopped halfway
+    parent = _mysql_parent(req.catalog, fork, req.parent, known, where)
+    timeline = Timeline(
+        cluster=req.catalog.cluster,
+        host=req.catalog.host,
+        server_uuid=uuid,
+        server_id=facts.server_id,
+        parent_server_uuid=parent,
+        fork_gtid=str(fork),
+        binlog_state=str(fork),
+        start_gtid=str(fork),
+        parent_shipped_until=str(_shipped_set(req.catalog, parent)),
+        promoted_at=datetime.now(UTC),
+    )
+    key = write_timeline(req.catalog, timeline)  # first, as on MariaDB
+    crash_point("promote.after_timeline")
+    try:
+        _make_primary(req.target, where, dialect, detach=bool(state.channels))
+    except _NothingChanged as exc:
+        req.catalog.store.delete([key])
+        raise PromoteError(str(exc)) from exc.__cause__
+    log.info("promoted %s: %s", where, timeline.describe())
+    return _mysql_report(timeline, dialect)
+
+
+def _mysql_report(timeline: Timeline, dialect: Dialect, already: bool = False) -> PromoteReport:
+    return PromoteReport(
+        timeline,
+        already=already,
+        state_name="gtid_executed",
+        replicas_start=dialect.replica_start_hint(timeline.start_gtid),
+    )
+
+
+def _refuse_known_uuid(catalog: Catalog, facts: ServerFacts, where: str) -> None:
+    """A server_uuid with binlogs or backups in the catalog is an old timeline's: a copy restored with
+    its auto.cnf would write that server's next GTIDs again, with other content."""
+    uuid = facts.server_uuid
+    if uuid not in _history(catalog):
+        return
+    whose = "shipped binlogs'" if uuid in server_uuids(catalog) else "backups'"
+    auto_cnf = f"{facts.datadir.rstrip('/')}/auto.cnf"
+    raise PromoteError(
+        f"{where}: server_uuid {uuid} is the {whose} in {catalog.describe()} (the old timeline), so its writes "
+        f"would reuse that server's GTIDs; a new timeline needs a server_uuid of its own: stop it, remove "
+        f"{auto_cnf} (MySQL makes a new server_uuid at start), start it and promote again (nothing was changed)"
+    )
+
+
+def _mysql_fork(executed: GtidSet, given: str | None, where: str) -> GtidSet:
+    """The GTID set the server holds (its gtid_executed); `given` must name that same set."""
+    if not executed:
+        raise PromoteError(
+            f"{where} holds no GTIDs (gtid_executed is empty): it holds nothing of this host's history; "
+            "restore it from a backup of the host first"
+        )
+    if given:
+        try:
+            check_gtid_for(given, "mysql", "--reached-gtid", where)
+            wanted = GtidSet.parse(given, "--reached-gtid")
+        except ValueError as exc:
+            raise PromoteError(str(exc)) from None
+        if wanted != executed:
+            raise PromoteError(
+                f"--reached-gtid {given}: {where} holds {executed} (its gtid_executed); promote the server restored "
+                "to the GTID set you meant, or give the set it holds"
+            )
+    return executed
+
+
+def _mysql_parent(catalog: Catalog, fork: GtidSet, given: str | None, known: set[str], where: str) -> str:
+    """The old timeline: the server of this host's catalog whose transactions the fork holds (the
+    newest of a chain of promotions when it holds several)."""
+    if given:
+        return _parent(catalog, "", given, known)
+    sources = {source.split(":")[0] for source in fork.intervals()}
+    candidates = sorted(sources & known)
+    if len(candidates) > 1:
+        parents = {t.parent_server_uuid for t in timelines(catalog)}
+        candidates = [c for c in candidates if c not in parents] or candidates
+    if len(candidates) != 1:
+        raise PromoteError(
+            f"cannot tell which timeline the GTIDs of {where} continue ({fork}; of servers this host's catalog "
+            f"knows: {', '.join(candidates) or 'none'}); name it with --parent"
+        )
+    return candidates[0]
+
+
+def _shipped_set(catalog: Catalog, uuid: str) -> GtidSet:
+    """Every GTID `uuid`'s shipped binlogs hold (abandoned after the fork)."""
+    held = GtidSet()
+    for m in BinlogCatalog(catalog, uuid).index().shipped():
+        held |= m.gtid_sets()[1]
+    return held
+
+
+def _make_primary(target: MySQLTarget, where: str, dialect: Dialect, detach: bool) -> None:
+    """Detach a replica (STOP REPLICA, RESET REPLICA ALL) and open the server to writes."""
+    import MySQLdb
+
+    steps = [*((dialect.reset_replica_all,) if detach else ()), *dialect.make_writable]
+    conn = connect(target)
+    done: list[str] = []
+    try:
+        cur = conn.cursor()
+        if detach:
+            cur.execute(dialect.stop_replica)  # stopped already (checked): a guard, changes nothing
+            late = [c for c in _channels(conn, dialect) if c["unapplied"]]
+            if late:
+                raise _NothingChanged(
+                    f"{where} received {late[0]['unapplied']} from {_source_of(late[0])} while promote ran (its "
+                    f"replication was started again); it is stopped now: {dialect.start_sql_thread_until()[0]}, "
+                    f"wait, {dialect.stop_replica}, and promote again"
+                )
+        for sql in steps:
+            cur.execute(sql)
+            done.append(sql)
+        cur.execute(dialect.read_only_state)
+        read_only = tuple(int(v or 0) for v in cur.fetchone())
+        left = _channels(conn, dialect)
+    except MySQLdb.Error as exc:
+        if not done:
+            raise _NothingChanged(
+                f"{where}: {steps[0]} failed: {exc}; nothing was changed (the account needs the "
+                "REPLICATION_SLAVE_ADMIN and SYSTEM_VARIABLES_ADMIN privileges, or SUPER)"
+            ) from exc
+        raise PromoteError(
+            f"{where} is HALF-PROMOTED: done {', '.join(done)}, then {exc}; keep writes away "
+            "and run promote again (it repeats every step)"
+        ) from exc
+    finally:
+        conn.close()
+    if left or read_only != (0, 0):
+        raise PromoteError(
+            f"{where} is HALF-PROMOTED: {len(left)} replication channel(s) left, read_only/super_read_only "
+            f"{read_only}; keep writes away and run promote again"
         )
