@@ -107,8 +107,12 @@ def old(mysql_factory, tmp_path_factory) -> Old:
         mysql_factory.discard(server)
 
 
-def _promote_cli(old: Old, server: SandboxServer, tmp_path: Path, *more: str) -> tuple[int, str, str]:
+def _promote_cli(
+    old: Old, server: SandboxServer, tmp_path: Path, *more: str, user: str = "root"
+) -> tuple[int, str, str]:
     creds = server.write_client_defaults(tmp_path / f"client-{secrets.token_hex(3)}.cnf")
+    if user != "root":  # `<user>`, password `<user>-pw`
+        creds.write_text(f"[client]\nuser={user}\npassword={user}-pw\nsocket={server.socket}\n")
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         rc = cli_main(
@@ -295,6 +299,10 @@ def test_a_copy_restored_to_before_the_drop_is_promoted_unless_it_wrote(
         copy.query("SET GLOBAL super_read_only = ON")
 
     try:
+        copy.execute_script(  # an account that may read the state, and no more
+            "SET SESSION sql_log_bin = 0; CREATE USER weak@localhost IDENTIFIED BY 'weak-pw';"
+            "GRANT REPLICATION CLIENT ON *.* TO weak@localhost;"
+        )
         restore()
         # A transaction of its own (an errant one for the old history): refused, naming it.
         copy.query("SET GLOBAL super_read_only = OFF")
@@ -313,6 +321,15 @@ def test_a_copy_restored_to_before_the_drop_is_promoted_unless_it_wrote(
         rc, _, err = _promote_cli(old, copy, tmp_path, "--reached-gtid", f"{old.uuid}:1-3")
         line = _one_line_error(rc, err)
         assert f"{old.uuid}:1-3" in line and str(old.before_drop) in line, line
+
+        # An account that may read the state but not open the server to writes: refused, the server
+        # and the catalog as they were (the timeline record written first is taken back).
+        before = (_executed(copy), _read_only(copy))
+        rc, _, err = _promote_cli(old, copy, tmp_path, user="weak")
+        line = _one_line_error(rc, err)
+        assert "SET GLOBAL super_read_only = OFF failed" in line and "nothing was changed" in line, line
+        _unchanged(copy, before)
+        assert all(t.server_uuid != own for t in timelines(old.catalog))
 
         rc, out, err = _promote_cli(old, copy, tmp_path, "--reached-gtid", str(old.before_drop))
         assert rc == 0, err
