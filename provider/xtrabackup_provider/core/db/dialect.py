@@ -358,6 +358,48 @@ class Dialect:
         return self.family
 
     @property
+    def dump_program(self) -> str:
+        """The logical dump tool of this family (what a table that cannot move as a tablespace needs)."""
+        return "mariadb-dump" if self.is_mariadb else "mysqldump"
+
+    # -- InnoDB tablespaces (restore-table, core/pitr/table.py) ---------------------------------------
+    @property
+    def tablespace_files(self) -> str:
+        """A query of (tablespace name, data file relative to the datadir) for the InnoDB
+        tablespaces whose name is %s or matches the LIKE pattern %s: MariaDB's
+        innodb_sys_tablespaces, MySQL 8.0+'s innodb_tablespaces joined to innodb_datafiles."""
+        if self.is_mariadb:
+            return (
+                "SELECT name, filename FROM information_schema.innodb_sys_tablespaces "
+                "WHERE name = %s OR name LIKE %s"
+            )
+        return (
+            "SELECT t.name, d.path FROM information_schema.innodb_tablespaces t JOIN "
+            "information_schema.innodb_datafiles d ON d.space = t.space WHERE t.name = %s OR t.name LIKE %s"
+        )
+
+    @property
+    def tablespace_names_encoded(self) -> bool:
+        """MariaDB names a tablespace `schema/table#P#part` in the file-name encoding (`p 1` ->
+        `p@00201`); MySQL 8.0+ by the names themselves (`schema/table#p#part`, the part lower-cased)."""
+        return self.is_mariadb
+
+    @property
+    def discards_partitioned(self) -> bool:
+        """ALTER TABLE ... DISCARD / IMPORT TABLESPACE of a partitioned table (all its partitions'
+        files at once): MySQL 5.7+; MariaDB 10.11 refuses it."""
+        return not self.is_mariadb
+
+    @property
+    def skip_binlog_privilege(self) -> str:
+        """What an account needs to SET SESSION sql_log_bin = 0."""
+        return (
+            "BINLOG ADMIN (or SUPER)"
+            if self.is_mariadb
+            else "SESSION_VARIABLES_ADMIN (or SYSTEM_VARIABLES_ADMIN)"
+        )
+
+    @property
     def backup_metadata_prefix(self) -> str:
         """mariadb-backup 11.1+ writes mariadb_backup_checkpoints / _binlog_info / _info."""
         return "mariadb_backup_" if self.is_mariadb and self.at_least(11, 1) else "xtrabackup_"

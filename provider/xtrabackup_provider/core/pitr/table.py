@@ -31,6 +31,13 @@ The steps (`restore_tables`):
    On any failure every table this run created is dropped again and its files removed; what
    could not be dropped or removed is named in the error, with the statement to run by hand.
 
+MySQL (the live server's version says which; a backup of the other family is refused by name):
+steps 2 and 3 run in one sandbox, core/pitr/table_mysql.py (MySQL's PITR: the newest MySQL backup
+before the target, restored, a mysqld started on it, the binlogs replayed by mysqlbinlog | mysql to
+a MySQL GTID set, a time or a position, then the export from that same server). Its dictionary names
+tablespaces plainly (information_schema.innodb_tablespaces + innodb_datafiles), and a partitioned
+table's files are discarded and imported whole, without the per-partition exchange.
+
 The copies exist on the live server only (unlogged): a logged statement that touches them (an
 UPDATE, an ALTER, an `INSERT ... SELECT` in statement format) breaks the replicas; copy rows back
 with `SET SESSION binlog_format=ROW` (docs/RUNBOOK.md).
@@ -53,12 +60,14 @@ from ..catalog.backups import Catalog
 from ..catalog.manifest import Manifest
 from ..catalog.targets import Source, Targets
 from ..common.tempdirs import private_dir
+from ..db.dialect import Dialect, dialect_for, dialect_of
 from ..db.sandbox import SANDBOX_REDO_BYTES, SandboxServer, quote_ident, stop_orphans
 from ..db.server import MySQLTarget, connect
 from ..restore.chain import RestoreRequest, plan_chain, read_chain, restore
 from .moments import MomentFilter, MomentsRequest, list_moments
 from .plan import PitrError, PitrTarget
 from .recover import PitrRequest, point_in_time_restore, read_plan
+from .table_mysql import MysqlTablePlan, mysql_sandbox, plan_mysql
 
 log = logging.getLogger(__name__)
 
@@ -147,16 +156,18 @@ class _Export:
 def restore_tables(req: TableRestoreRequest) -> TableRestoreReport:
     pairs = _pairs(req)
     targets = Targets.of(req.catalog, req.source_name, req.fallbacks)
-    backup, need = _planned(req, targets)
+    dialect = _live_dialect(req.live)
+    backup, need, mysql_plan = _planned(req, targets, dialect)
+    _check_family(backup, dialect, req.live)
     _check_in_backup(req, backup, [source for source, _ in pairs])
-    live = _check_live(req.live, pairs)
+    live = _check_live(req.live, pairs, dialect)
     report = TableRestoreReport("", "", "", req.live.address)
     report.fallbacks = targets.notes
     work = private_dir("tables", req.scratch_dir, on_sweep=stop_orphans)
     try:
         free = _check_room(need, work)
         try:
-            exports = _restore_and_export(req, work, pairs, live.page_size, report, targets)
+            exports = _restore_and_export(req, work, pairs, live, report, targets, backup, mysql_plan)
         except Exception as exc:
             if not _out_of_disk(exc):
                 raise
@@ -193,15 +204,45 @@ def _size(n: int) -> str:
     return f"{n / 2**20:.0f} MiB" if n < 2**30 else f"{n / 2**30:.1f} GiB"
 
 
-def _planned(req: TableRestoreRequest, targets: Targets) -> tuple[Manifest, int]:
-    """From manifests alone: the backup the restore starts from, and the uncompressed size of its
-    chain and the binlogs up to the target (a floor of the sandbox's disk use)."""
+def _live_dialect(target: MySQLTarget) -> Dialect:
+    """The dialect of the live server (from its handshake): whose PITR, sandbox and tablespace
+    dictionary the restore uses."""
+    conn = connect(target)
+    try:
+        return dialect_of(conn)
+    finally:
+        conn.close()
+
+
+def _planned(
+    req: TableRestoreRequest, targets: Targets, dialect: Dialect
+) -> tuple[Manifest, int, MysqlTablePlan | None]:
+    """From manifests alone: the backup the restore starts from, the uncompressed size of its
+    chain and the binlogs up to the target (a floor of the sandbox's disk use), and for a MySQL
+    server with a target, MySQL's replay plan."""
+    if req.target is not None and not dialect.is_mariadb:
+        mysql = plan_mysql(targets.first.catalog, req.target, req.backup_id, req.binlog_binary)
+        chain = plan_chain(targets.first.catalog, mysql.backup.backup_id)
+        return mysql.backup, sum(m.raw_bytes for m in chain) + sum(b.size for b in mysql.binlogs), mysql
     if req.target is not None:
         plan = read_plan(targets, req.target, req.backup_id)
         chain = plan_chain(targets.first.catalog, plan.backup.backup_id)
-        return plan.backup, sum(m.raw_bytes for m in chain) + sum(b.size for b in plan.binlogs)
+        return plan.backup, sum(m.raw_bytes for m in chain) + sum(b.size for b in plan.binlogs), None
     chain = read_chain(targets, req.backup_id)
-    return chain[-1], sum(m.raw_bytes for m in chain)
+    return chain[-1], sum(m.raw_bytes for m in chain), None
+
+
+def _check_family(backup: Manifest, dialect: Dialect, target: MySQLTarget) -> None:
+    """A tablespace moves only between servers of one family (MariaDB's and MySQL's InnoDB files
+    and dictionaries differ)."""
+    if not backup.server_version:
+        return
+    theirs = dialect_for(backup.server_version)
+    if theirs.family != dialect.family:
+        raise TableRestoreError(
+            f"backup {backup.backup_id} is of {theirs.name} and {target.address} runs {dialect.name}: tables move "
+            "only into a server of the backup's family; restore them into one, or dump them from a restored copy"
+        )
 
 
 def _check_room(need: int, work: Path) -> int:
@@ -264,9 +305,11 @@ def _restore_and_export(
     req: TableRestoreRequest,
     work: Path,
     pairs: list[tuple[TableName, TableName]],
-    page_size: int,
+    live: _Live,
     report: TableRestoreReport,
     targets: Targets,
+    backup: Manifest,
+    mysql_plan: MysqlTablePlan | None,
 ) -> list[_Export]:
     """Steps 2 and 3 (the sandbox only): restore into `work`, export the tables' files."""
     t0 = time.monotonic()
@@ -280,6 +323,8 @@ def _restore_and_export(
         "binary": req.binary,
         "max_free_memory_pct": req.max_free_memory_pct,
     }
+    if not live.dialect.is_mariadb:
+        return _mysql_restore_and_export(req, work, pairs, live, report, targets, backup, mysql_plan, common)
     if req.target is not None:
         pitr = point_in_time_restore(
             PitrRequest(
@@ -302,7 +347,48 @@ def _restore_and_export(
         report.reached_gtid = restored.gtid or ""
     report.timings["restore"] = time.monotonic() - t0
     t0 = time.monotonic()
-    exports = _export(datadir, work, pairs, page_size)
+    exports = _export(datadir, work, pairs, live)
+    report.timings["export"] = time.monotonic() - t0
+    return exports
+
+
+def _mysql_restore_and_export(
+    req: TableRestoreRequest,
+    work: Path,
+    pairs: list[tuple[TableName, TableName]],
+    live: _Live,
+    report: TableRestoreReport,
+    targets: Targets,
+    backup: Manifest,
+    plan: MysqlTablePlan | None,
+    common: dict[str, Any],
+) -> list[_Export]:
+    """MySQL's steps 2 and 3 (core/pitr/table_mysql.py): the backup restored, one sandbox that
+    replays to the target and then exports (MySQL's replay runs in a started server)."""
+    t0 = time.monotonic()
+    common["backup_id"] = backup.backup_id  # the one planned (the newest before the target)
+    restored = restore(RestoreRequest(**common), targets)
+    report.backup_id = restored.backup_id
+    report.target = plan.target.describe() if plan else f"backup {restored.backup_id}"
+    datadir = Path(common["target_datadir"])
+    with mysql_sandbox(
+        targets.first.catalog,
+        backup,
+        datadir,
+        work / "srv",
+        plan,
+        scratch_dir=work,
+        private_key=req.private_key,
+        passphrase=req.passphrase,
+    ) as (account, reached):
+        report.reached_gtid = reached
+        report.timings["restore"] = time.monotonic() - t0
+        t0 = time.monotonic()
+        conn = connect(account)
+        try:
+            exports = _export_from(conn.cursor(), datadir, work, pairs, live)
+        finally:
+            conn.close()
     report.timings["export"] = time.monotonic() - t0
     return exports
 
@@ -344,14 +430,18 @@ class _Live:
     datadir: Path
     page_size: int
     owner: dict[str, tuple[int, int]]  # schema -> (uid, gid) of its directory
+    dialect: Dialect
+    default_row_format: str  # innodb_default_row_format: what a CREATE without ROW_FORMAT gets
 
 
-def _check_live(target: MySQLTarget, pairs: list[tuple[TableName, TableName]]) -> _Live:
+def _check_live(target: MySQLTarget, pairs: list[tuple[TableName, TableName]], dialect: Dialect) -> _Live:
     conn = connect(target)
     try:
         cur = conn.cursor()
-        cur.execute("SELECT @@datadir, @@innodb_page_size, @@innodb_file_per_table")
-        datadir, page_size, per_table = cur.fetchone()
+        cur.execute(
+            "SELECT @@datadir, @@innodb_page_size, @@innodb_file_per_table, @@global.innodb_default_row_format"
+        )
+        datadir, page_size, per_table, row_format = cur.fetchone()
         if int(per_table) != 1:
             raise TableRestoreError(
                 f"{target.address} runs with innodb_file_per_table=OFF: a new table would go into the system "
@@ -375,7 +465,7 @@ def _check_live(target: MySQLTarget, pairs: list[tuple[TableName, TableName]]) -
                     f"{new} already exists on {target.address}; a restore never writes into an existing table: "
                     "give another name (--as)"
                 )
-            directory = Path(datadir) / new.schema
+            directory = Path(datadir) / _schema_dir(new.schema)
             if not directory.is_dir():
                 raise TableRestoreError(
                     f"the datadir of {target.address} ({datadir}) is not on this machine ({directory} missing): "
@@ -393,52 +483,67 @@ def _check_live(target: MySQLTarget, pairs: list[tuple[TableName, TableName]]) -
         except Exception as exc:  # MySQLdb.OperationalError: the account lacks the privilege
             raise TableRestoreError(
                 f"{target.user} on {target.address} may not SET sql_log_bin=0 ({exc.args[-1] if exc.args else exc}): "
-                "the copies must not reach the replicas; grant BINLOG ADMIN (or SUPER) to that account"
+                f"the copies must not reach the replicas; grant {dialect.skip_binlog_privilege} to that account"
             ) from None
-        return _Live(Path(datadir), int(page_size), owner)
+        return _Live(Path(datadir), int(page_size), owner, dialect, str(row_format))
     finally:
         conn.close()
 
 
+def _schema_dir(schema: str) -> str:
+    """The directory the server keeps `schema` in: both families' file-name encoding keeps
+    letters, digits and `_`, and writes `$` (the only other character a name may have here) as
+    `@0024`."""
+    return schema.replace("$", "@0024")
+
+
 def _export(
-    datadir: Path, work: Path, pairs: list[tuple[TableName, TableName]], live_page: int
+    datadir: Path, work: Path, pairs: list[tuple[TableName, TableName]], live: _Live
 ) -> list[_Export]:
     server = SandboxServer.on_datadir(datadir, work / "srv", server_id=SANDBOX_SERVER_ID, log_bin=False)
     server.start()
     try:
         conn = server.connect()
         try:
-            cur = conn.cursor()
-            cur.execute("SELECT @@innodb_page_size")
-            page = int(cur.fetchone()[0])
-            if page != live_page:
-                raise TableRestoreError(
-                    f"the backup has innodb_page_size={page}, the live server {live_page}: its tablespaces cannot "
-                    "be imported there; dump the tables from a restored copy instead"
-                )
-            exports = [_describe(cur, source, new) for source, new in pairs]
-            stage = work / "stage"
-            stage.mkdir()
-            cur.execute("FLUSH TABLES " + ", ".join(s.sql() for s, _ in pairs) + " FOR EXPORT")
-            try:
-                for ex in exports:
-                    _stage(cur, datadir, stage, ex)
-            finally:
-                cur.execute("UNLOCK TABLES")
-            return exports
-        except Exception as exc:
-            if _plain_failure(exc):
-                raise TableRestoreError(
-                    f"exporting from the restored copy failed: {_sql_error(exc)}; the live server was not touched"
-                ) from None
-            raise
+            return _export_from(conn.cursor(), datadir, work, pairs, live)
         finally:
             conn.close()
     finally:
         server.stop()
 
 
-def _describe(cur: Any, source: TableName, new: TableName) -> _Export:
+def _export_from(
+    cur: Any, datadir: Path, work: Path, pairs: list[tuple[TableName, TableName]], live: _Live
+) -> list[_Export]:
+    """Step 3 on the running sandbox over `datadir`: describe, FLUSH ... FOR EXPORT, stage the files."""
+    try:
+        cur.execute("SELECT @@innodb_page_size")
+        page = int(cur.fetchone()[0])
+        if page != live.page_size:
+            raise TableRestoreError(
+                f"the backup has innodb_page_size={page}, the live server {live.page_size}: its tablespaces cannot "
+                "be imported there; dump the tables from a restored copy instead"
+            )
+        exports = [_describe(cur, source, new, live) for source, new in pairs]
+        stage = work / "stage"
+        stage.mkdir()
+        cur.execute("FLUSH TABLES " + ", ".join(s.sql() for s, _ in pairs) + " FOR EXPORT")
+        try:
+            for ex in exports:
+                _stage(cur, datadir, stage, ex, live.dialect)
+        finally:
+            cur.execute("UNLOCK TABLES")
+        return exports
+    except Exception as exc:
+        if _plain_failure(exc):
+            raise TableRestoreError(
+                f"exporting from the restored copy failed: {_sql_error(exc)}; the live server was not touched"
+            ) from None
+        raise
+
+
+def _describe(cur: Any, source: TableName, new: TableName, live: _Live) -> _Export:
+    dump = live.dialect.dump_program
     cur.execute(
         "SELECT engine, row_format, table_type FROM information_schema.tables WHERE table_schema = %s "
         "AND table_name = %s",
@@ -458,14 +563,14 @@ def _describe(cur: Any, source: TableName, new: TableName) -> _Export:
     if engine != "InnoDB":
         raise TableRestoreError(
             f"{source} is {engine}: only InnoDB tables move as tablespaces; restore the backup to a scratch datadir "
-            "and copy it with mariadb-dump"
+            f"and copy it with {dump}"
         )
     cur.execute(f"SHOW CREATE TABLE {source.sql()}")
     ddl = cur.fetchone()[1]
     if re.search(r"\bFULLTEXT\b", ddl, re.I):
         raise TableRestoreError(
             f"{source} has a FULLTEXT index: its tablespace cannot be imported usably; restore the backup to a "
-            "scratch datadir and copy the table with mariadb-dump"
+            f"scratch datadir and copy the table with {dump}"
         )
     cur.execute(
         "SELECT partition_name, subpartition_name FROM information_schema.partitions WHERE table_schema = %s "
@@ -475,7 +580,7 @@ def _describe(cur: Any, source: TableName, new: TableName) -> _Export:
     parts = cur.fetchall()
     if any(sub for _, sub in parts):
         raise TableRestoreError(
-            f"{source} has sub-partitions, which this restore does not import; copy it with mariadb-dump from a "
+            f"{source} has sub-partitions, which this restore does not import; copy it with {dump} from a "
             "restored scratch datadir"
         )
     cur.execute(
@@ -485,21 +590,14 @@ def _describe(cur: Any, source: TableName, new: TableName) -> _Export:
     )
     columns = [r[0] for r in cur.fetchall()]
     digest = content_digest(cur, source, columns)
-    ddl = copy_ddl(ddl, new, row_format)
+    ddl = copy_ddl(ddl, new, row_format, live_default=live.default_row_format)
     return _Export(source, new, ddl, columns, digest, [p for p, _ in parts], {})
 
 
-def _stage(cur: Any, datadir: Path, stage: Path, ex: _Export) -> None:
+def _stage(cur: Any, datadir: Path, stage: Path, ex: _Export, dialect: Dialect) -> None:
     """Copy the exported `.ibd` + `.cfg` of the table, or of each of its partitions, into `stage`."""
-    prefix = _tablespace_name(cur, ex.source)
-    wanted = {prefix.lower(): ""} if not ex.partitions else {}
-    for part in ex.partitions:
-        wanted[f"{prefix}#p#{_filename(cur, part)}".lower()] = part
-    cur.execute(
-        "SELECT name, filename FROM information_schema.innodb_sys_tablespaces WHERE name = %s OR name LIKE %s",
-        (prefix, f"{prefix}#P#%"),
-    )
-    for name, filename in cur.fetchall():
+    wanted = _tablespaces(cur, dialect, ex.source, ex.partitions)
+    for name, filename in _tablespace_files(cur, dialect, ex.source):
         if name.lower() not in wanted:
             continue  # another table whose name the LIKE matched too (`_` is a wildcard there)
         part = wanted[name.lower()]
@@ -517,14 +615,35 @@ def _stage(cur: Any, datadir: Path, stage: Path, ex: _Export) -> None:
             ", ".join(f"partition {quote_ident(p)}" for p in missing) if ex.partitions else "its tablespace"
         )
         raise TableRestoreError(
-            f"{ex.source} in the restored copy has no tablespace file for {what}; copy it with mariadb-dump from a "
+            f"{ex.source} in the restored copy has no tablespace file for {what}; copy it with {dialect.dump_program} from a "
             "restored scratch datadir"
         )
 
 
-def _tablespace_name(cur: Any, table: TableName) -> str:
-    """InnoDB's name of `table`'s tablespace (`schema/table`, each in the file-name encoding)."""
+def _tablespace_name(cur: Any, dialect: Dialect, table: TableName) -> str:
+    """InnoDB's name of `table`'s tablespace: `schema/table`, on MariaDB each in the file-name encoding."""
+    if not dialect.tablespace_names_encoded:
+        return f"{table.schema}/{table.table}"
     return f"{_filename(cur, table.schema)}/{_filename(cur, table.table)}"
+
+
+def _tablespaces(cur: Any, dialect: Dialect, table: TableName, partitions: list[str]) -> dict[str, str]:
+    """InnoDB's names (lower-cased) of `table`'s tablespaces -> the partition each holds ("" for
+    none): `schema/table#p#part` per partition (MariaDB: `#P#` and the file-name encoding; MySQL:
+    the partition's name lower-cased; compared without case)."""
+    prefix = _tablespace_name(cur, dialect, table)
+    if not partitions:
+        return {prefix.lower(): ""}
+    encode = (lambda part: _filename(cur, part)) if dialect.tablespace_names_encoded else (lambda part: part)
+    return {f"{prefix}#p#{encode(part)}".lower(): part for part in partitions}
+
+
+def _tablespace_files(cur: Any, dialect: Dialect, table: TableName) -> list[tuple[str, str]]:
+    """(tablespace name, data file relative to the datadir) of `table` and its partitions, and of
+    any table whose name the LIKE matches too (`_` is a wildcard there): callers match names."""
+    prefix = _tablespace_name(cur, dialect, table)
+    cur.execute(dialect.tablespace_files, (prefix, f"{prefix}#P#%"))
+    return [(str(name), str(path)) for name, path in cur.fetchall()]
 
 
 def _filename(cur: Any, name: str) -> str:
@@ -534,12 +653,15 @@ def _filename(cur: Any, name: str) -> str:
     return bytes(cur.fetchone()[0]).decode("ascii")
 
 
-def copy_ddl(ddl: str, new: TableName, row_format: str | None) -> str:
+def copy_ddl(ddl: str, new: TableName, row_format: str | None, *, live_default: str | None = None) -> str:
     """SHOW CREATE TABLE of the restored table, for `new`: the name replaced, and ROW_FORMAT made
-    explicit (the imported tablespace has it; the live default may be another), at the end of the
-    table options, before any PARTITION BY."""
+    explicit (the imported tablespace has it) unless it is the live server's default anyway, at the
+    end of the table options, before any PARTITION BY. Only when needed: an explicit ROW_FORMAT
+    changes CHECKSUM TABLE of a table of fixed-size columns alone (MySQL 9.7), rows equal, so the
+    copy would not compare equal to its original."""
     ddl = re.sub(r"^CREATE TABLE `(?:[^`]|``)*`", lambda _: f"CREATE TABLE {new.sql()}", ddl, count=1)
-    if row_format and not re.search(r"\bROW_FORMAT=", ddl):
+    needed = row_format and (live_default is None or row_format.lower() != live_default.lower())
+    if row_format and needed and not re.search(r"\bROW_FORMAT=", ddl):
         ddl = re.sub(
             r"^(\) ENGINE=.*)$",
             lambda m: f"{m.group(1)} ROW_FORMAT={row_format.upper()}",
@@ -551,12 +673,13 @@ def copy_ddl(ddl: str, new: TableName, row_format: str | None) -> str:
 
 
 def content_digest(cur: Any, table: TableName, columns: list[str]) -> str:
-    """`rows:<N> sum:<S>`: S sums 60 bits of each row's MD5 over QUOTE() of every column (NULL
-    stays distinct from 'NULL'). Computed from values alone: CHECKSUM TABLE is not, it differed
-    between a table whose .frm has a FOREIGN KEY and its imported copy without one, rows equal."""
+    """`rows:<N> sum:<S>`: S sums 60 bits of each row's SHA-256 over QUOTE() of every column (NULL
+    stays distinct from 'NULL'; SHA2, not MD5: MySQL 9.x has no MD5). Computed from values alone:
+    CHECKSUM TABLE is not, it differed between a table whose .frm has a FOREIGN KEY and its imported
+    copy without one, rows equal."""
     row = "CONCAT_WS(',', " + ", ".join("QUOTE(`" + c.replace("`", "``") + "`)" for c in columns) + ")"
     cur.execute(
-        f"SELECT COUNT(*), SUM(CAST(CONV(LEFT(MD5({row}), 15), 16, 10) AS UNSIGNED)) FROM {table.sql()}"
+        f"SELECT COUNT(*), SUM(CAST(CONV(LEFT(SHA2({row}, 256), 15), 16, 10) AS UNSIGNED)) FROM {table.sql()}"
     )
     count, total = cur.fetchone()
     return f"rows:{count} sum:{total or 0}"
@@ -587,20 +710,20 @@ def _import(target: MySQLTarget, live: _Live, exports: list[_Export]) -> list[Re
                 ) from None
             created.append(ex.new)
             owner = live.owner[ex.new.schema]
-            if ex.partitions:
+            if ex.partitions and not live.dialect.discards_partitioned:
                 for n, part in enumerate(ex.partitions):
                     plain = TableName(ex.new.schema, f"xbp_part{n}_{ex.new.table}"[:64])
                     cur.execute(f"CREATE TABLE {plain.sql()} LIKE {ex.new.sql()}")
                     created.append(plain)
                     cur.execute(f"ALTER TABLE {plain.sql()} REMOVE PARTITIONING")
-                    _import_into(cur, live, plain, ex.files[part], owner, placed)
+                    _import_into(cur, live, plain, {"": ex.files[part]}, [], owner, placed)
                     cur.execute(
                         f"ALTER TABLE {ex.new.sql()} EXCHANGE PARTITION {quote_ident(part)} WITH TABLE {plain.sql()}"
                     )
                     cur.execute(f"DROP TABLE {plain.sql()}")
                     created.remove(plain)
-            else:
-                _import_into(cur, live, ex.new, ex.files[""], owner, placed)
+            else:  # a plain table, or (MySQL) all of a partitioned table's files at once
+                _import_into(cur, live, ex.new, ex.files, ex.partitions, owner, placed)
             digest = content_digest(cur, ex.new, ex.columns)
             if digest != ex.digest:
                 raise TableRestoreError(
@@ -651,25 +774,34 @@ def _roll_back(cur: Any, created: list[TableName], placed: list[Path], target: M
 
 
 def _import_into(
-    cur: Any, live: _Live, name: TableName, files: dict[str, Path], owner: tuple[int, int], placed: list[Path]
+    cur: Any,
+    live: _Live,
+    name: TableName,
+    files: dict[str, dict[str, Path]],
+    partitions: list[str],
+    owner: tuple[int, int],
+    placed: list[Path],
 ) -> None:
-    cur.execute(
-        "SELECT filename FROM information_schema.innodb_sys_tablespaces WHERE name = %s",
-        (_tablespace_name(cur, name),),
-    )
-    row = cur.fetchone()
-    if row is None:
+    """DISCARD the new table's tablespace(s), put the staged files (partition, "" for none ->
+    `.ibd` / `.cfg`) where the live server keeps each, IMPORT."""
+    wanted = _tablespaces(cur, live.dialect, name, partitions)
+    where = {
+        wanted[ts.lower()]: (live.datadir / path).resolve()
+        for ts, path in _tablespace_files(cur, live.dialect, name)
+        if ts.lower() in wanted
+    }
+    if set(where) != set(wanted.values()):
         raise TableRestoreError(
             f"{name} has no tablespace of its own on the live server; nothing was imported"
         )
-    ibd = (live.datadir / row[0]).resolve()
     cur.execute(f"ALTER TABLE {name.sql()} DISCARD TABLESPACE")
-    for ext in (".ibd", ".cfg"):
-        dst = ibd.with_suffix(ext)
-        placed.append(dst)
-        shutil.copyfile(files[ext], dst)
-        os.chown(dst, *owner)
-        os.chmod(dst, 0o660)
+    for part, ibd in where.items():
+        for ext in (".ibd", ".cfg"):
+            dst = ibd.with_suffix(ext)
+            placed.append(dst)
+            shutil.copyfile(files[part][ext], dst)
+            os.chown(dst, *owner)
+            os.chmod(dst, 0o660)
     try:
         cur.execute(f"ALTER TABLE {name.sql()} IMPORT TABLESPACE")
     except Exception as exc:

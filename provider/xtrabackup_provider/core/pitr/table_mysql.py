@@ -1,0 +1,108 @@
+"""restore-table's MySQL half (core/pitr/table.py): the plan from MySQL's point-in-time recovery
+(the newest MySQL backup before the target, the shipped binlogs from it to the target, the binlog
+client checked before anything is fetched), and the sandbox the tables are exported from: the
+backup restored into the scratch datadir (a clone is fetched and extracted: no prepare), a
+socket-only mysqld started on it with its own binlog off, and the binlogs replayed into it up to
+the target by MySQL's own mysqlbinlog | mysql (core/pitr/mysql_pipe.py: the start is the GTID set
+the copy holds, the stop a GTID set, a time or a position).
+
+Why tablespaces (FLUSH TABLES ... FOR EXPORT, then DISCARD / IMPORT TABLESPACE on the live
+server), as on MariaDB, rather than a logical copy (mysqldump of the sandbox into the live
+server): the import moves pages, not rows, so a large table comes back in the time of a file copy
+with its indexes built; the live server runs one unlogged CREATE and one IMPORT per table instead
+of every row re-inserted (each statement of which would have to be kept out of the binlog); and
+the `.cfg` written by FOR EXPORT lets IMPORT refuse a copy whose definition differs. MySQL keeps
+table definitions in its data dictionary (no `.frm` to copy): the sandbox's SHOW CREATE TABLE is
+the copy's definition, and MySQL 5.7+ discards and imports a partitioned table's files whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..binlog.catalog import BinlogError, BinlogManifest
+from ..binlog.ship import check_binlog_client
+from ..catalog.backups import Catalog
+from ..catalog.manifest import Manifest
+from ..common.values import GtidSet
+from ..db.dialect import dialect_for
+from ..db.sandbox import SandboxServer, privileged_account
+from ..db.server import MySQLTarget
+from .mysql_pipe import REPLAY_SERVER_ID, binlogs_to, choose_mysql_backup, replay_from_backup
+from .plan import PitrError, PitrTarget
+
+
+@dataclass
+class MysqlTablePlan:
+    backup: Manifest
+    target: PitrTarget
+    binlogs: list[BinlogManifest]  # from the backup's binlog to the first reaching the target
+    binlog_binary: str  # MySQL's mysqlbinlog, checked against the backup's server version
+
+
+def plan_mysql(
+    catalog: Catalog, target: PitrTarget, backup_id: str | None, binlog_binary: str
+) -> MysqlTablePlan:
+    """From manifests alone: what a MySQL table restore to `target` starts from and replays.
+    PitrError (a MariaDB GTID, no backup before the target, binlogs shipped short of it, a binlog
+    client of the other family) before anything is fetched."""
+    backup = choose_mysql_backup(catalog, target, backup_id)
+    binlogs = binlogs_to(catalog, backup, target)
+    tool = binlog_binary if binlog_binary != "mariadb-binlog" else "mysqlbinlog"  # the request's default
+    try:
+        tool = check_binlog_client(
+            tool, backup.server_version or "8.4.0", f"backup {backup.backup_id}", "nothing was restored"
+        )
+    except BinlogError as exc:
+        raise PitrError(str(exc)) from None
+    return MysqlTablePlan(backup, target, binlogs, tool)
+
+
+@contextmanager
+def mysql_sandbox(
+    catalog: Catalog,
+    backup: Manifest,
+    datadir: Path,
+    basedir: Path,
+    plan: MysqlTablePlan | None,
+    *,
+    scratch_dir: Path,
+    private_key: str | None = None,
+    passphrase: str | None = None,
+) -> Iterator[tuple[MySQLTarget, str]]:
+    """A socket-only mysqld on the restored `datadir` of `backup`, taken to the plan's target
+    (None: left at the backup): yields an all-privileges account on it and the GTID set it holds.
+    The grant tables are on (a replayed GRANT / CREATE USER needs them), so the account is a
+    throwaway one with a random password; the server is stopped afterwards."""
+    dialect = dialect_for(backup.server_version or "8.4.0")
+    server = SandboxServer.on_datadir(
+        datadir,
+        basedir,
+        server_id=REPLAY_SERVER_ID,
+        family="mysql",
+        log_bin=False,  # nothing the replay or the export runs gets a GTID of the sandbox's own
+        extra_args=[dialect.skip_replica_start_option],
+    )
+    server.start()
+    try:
+        account = privileged_account(server)
+        if plan is None:
+            reached = GtidSet.parse(backup.gtid or "")
+        else:
+            reached = replay_from_backup(
+                catalog,
+                backup,
+                account,
+                plan.target,
+                scratch_dir=scratch_dir,
+                private_key=private_key,
+                passphrase=passphrase,
+                binlog_binary=plan.binlog_binary,
+                client_binary=dialect.client,
+            )
+        yield account, str(reached)
+    finally:
+        server.stop()
