@@ -50,6 +50,8 @@ class Live:
     stop_time: datetime  # a time between the last good write and the accident
     checksums: dict[str, int]  # CHECKSUM TABLE of each table in RESTORED at that moment
     child_rows: list[tuple]  # the child's rows at that moment
+    stop_position: str  # FILE:POS where the accident's first transaction starts
+    at_backup: dict[str, int]  # CHECKSUM TABLE of each table in RESTORED when the backup was taken
 
 
 def _checksum(server: SandboxServer, db: str, table: str) -> int:
@@ -99,6 +101,7 @@ def live(mysql_factory, gpg_keys, tmp_path_factory) -> Live:
         INSERT INTO bystander {_seq(100, "SELECT n, n FROM s")};
         """
     )
+    at_backup = {name: _checksum(server, db, name) for name in RESTORED}
     staging = base / "staging"
     staging.mkdir()
     run_backup(
@@ -127,6 +130,7 @@ def live(mysql_factory, gpg_keys, tmp_path_factory) -> Live:
     at_stop = server.query("SELECT @@global.gtid_executed")[0][0].replace("\n", "")
     checksums = {name: _checksum(server, db, name) for name in RESTORED}
     child_rows = _rows(server, db, "child")
+    file, position = server.query("SHOW BINARY LOG STATUS")[0][:2]
     time.sleep(1.1)  # binlog times are whole seconds: the accident is stamped after the stop time
     stop_time = datetime.now(UTC).replace(microsecond=0)
     time.sleep(1.1)
@@ -150,7 +154,9 @@ def live(mysql_factory, gpg_keys, tmp_path_factory) -> Live:
             binary="mysqlbinlog",
         )
     )
-    return Live(server, catalog, store, db, at_stop, stop_time, checksums, child_rows)
+    return Live(
+        server, catalog, store, db, at_stop, stop_time, checksums, child_rows, f"{file}:{position}", at_backup
+    )
 
 
 def _state(live: Live) -> tuple[dict[str, int], list[str], str]:
@@ -239,6 +245,33 @@ def test_tables_come_back_as_before_the_accident_by_gtid_and_nothing_else_change
         assert not list(tmp_path.glob("xbp-tables-*")), "the scratch restore was left behind"
     finally:
         _drop(live, *(f"{n}_restored" for n in RESTORED))
+
+
+def test_tables_come_back_to_a_binlog_position_and_as_in_the_backup(live, gpg_keys, tmp_path):
+    before = _state(live)
+    at_position = restore_tables(
+        _request(
+            live,
+            gpg_keys,
+            tmp_path,
+            ["t$odd"],
+            new_names=[f"{live.db}.t_at_pos"],
+            target=PitrTarget.at_position(live.stop_position),
+        )
+    )
+    as_backed_up = restore_tables(
+        _request(live, gpg_keys, tmp_path, ["tp"], new_names=[f"{live.db}.tp_at_backup"])
+    )
+    try:
+        assert at_position.reached_gtid == live.at_stop
+        assert _checksum(live.server, live.db, "t_at_pos") == live.checksums["t$odd"]
+        assert as_backed_up.target == f"backup {as_backed_up.backup_id}"
+        assert _checksum(live.server, live.db, "tp_at_backup") == live.at_backup["tp"]
+        sums, _, gtid = _state(live)
+        assert {k: v for k, v in sums.items() if k not in ("t_at_pos", "tp_at_backup")} == before[0]
+        assert gtid == before[2]
+    finally:
+        _drop(live, "t_at_pos", "tp_at_backup")
 
 
 def test_the_cli_restores_a_table_to_a_time(live, gpg_keys, tmp_path, monkeypatch, capsys):
