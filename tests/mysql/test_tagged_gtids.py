@@ -42,6 +42,7 @@ from xtrabackup_provider.core.storage.local import LocalStore
 pytestmark = pytest.mark.mysql
 
 U2 = "9b2f8a10-0000-11f1-81ec-02fc00000001"  # another source's uuid, for sets only
+HUGE = 9_000_000_000_000_000_000  # a transaction number whose serialised form takes nine bytes
 
 
 @pytest.fixture
@@ -113,6 +114,19 @@ def test_tagged_gtid_sets_parse_print_and_compare_as_the_server_does(mysql):
     assert MysqlGtid.of(f"{uuid}:batch_7", 5) in GtidSet.parse(executed)
     assert MysqlGtid.of(f"{uuid}:batch_7", 4) not in GtidSet.parse(executed)
 
+    for bad in (
+        f"{uuid}:tag:1:",
+        f"{uuid}:9tag:1",
+        f"{uuid}:{'t' * 33}:1",
+        f"{uuid}:ta-g:1",
+        f"{uuid}:tag:0",
+        f"{uuid}::1",
+    ):
+        with pytest.raises(Exception, match="Malformed GTID set"):
+            mysql.query("SELECT GTID_SUBTRACT(%s, '')", (bad,))
+        with pytest.raises(ValueError, match="GTID set"):
+            GtidSet.parse(bad)
+
     rng = random.Random(36)
     for _ in range(60):
         a_text, b_text = _random_set(rng, uuid), _random_set(rng, uuid)
@@ -176,11 +190,12 @@ def test_tagged_gtids_are_shipped_in_the_manifests_and_listed_by_binlogs_events(
         + _tagged("audit", f"INSERT INTO {db}.t VALUES (2, 'b')")
         + f"INSERT INTO {db}.t VALUES (3, 'c'); FLUSH BINARY LOGS;"
         + _explicit(f"{uuid}:Batch_7:5", f"UPDATE {db}.t SET v = 'z' WHERE id = 1")
+        + _explicit(f"{uuid}:huge:{HUGE}", f"INSERT INTO {db}.t VALUES (5, 'e')")
         + _tagged("audit", f"DROP TABLE {db}.t")
         + f"CREATE TABLE {db}.u (id INT); FLUSH BINARY LOGS;"
     )
     executed = _executed(mysql)
-    assert executed == f"{uuid}:1-5:audit:1-2:batch_7:5", executed
+    assert executed == f"{uuid}:1-5:audit:1-2:batch_7:5:huge:{HUGE}", executed
     closed = [r[0] for r in mysql.query("SHOW BINARY LOGS")][:-1]
     common = ["--config", str(_config(tmp_path, mysql)), "--cluster", "c1", "--host", "db1"]
     caplog.set_level(logging.WARNING)
@@ -208,9 +223,10 @@ def test_tagged_gtids_are_shipped_in_the_manifests_and_listed_by_binlogs_events(
     ours = {m["gtid"]: m for m in listed}
     assert ours[f"{uuid}:audit:1"]["kinds"] == ["INSERT"]
     assert ours[f"{uuid}:batch_7:5"]["kinds"] == ["UPDATE"]
+    assert ours[f"{uuid}:huge:{HUGE}"]["kinds"] == ["INSERT"]
     (drop,) = _events(capsys, common, "--kind", "DROP")
     assert drop["gtid"] == f"{uuid}:audit:2" and f"DROP TABLE `{db}`.`t`" in drop["summary"], drop
-    assert drop["to_gtid"] == f"{uuid}:1-4:audit:1:batch_7:5"  # every transaction before it
+    assert drop["to_gtid"] == f"{uuid}:1-4:audit:1:batch_7:5:huge:{HUGE}"  # every transaction before it
     window = _events(capsys, common, "--gtid-from", f"{uuid}:AUDIT:2", "--gtid-to", f"{uuid}:audit:2")
     assert [m["gtid"] for m in window] == [f"{uuid}:audit:2"]
     rc, out, err = _cli(capsys, "binlogs", "events", *common, "--table", f"{db}.t")
@@ -335,6 +351,12 @@ def _from_a_clone_backup(source, tmp_path: Path) -> None:
     assert drop["to_gtid"] == at_stop  # "stop before the DROP": what the source had executed then
 
     target = tmp_path / "restored" / "data"
+    one = cli(
+        "restore", *common, "--target-datadir", str(target), "--create-parents", "--to-gtid", drop["gtid"]
+    )
+    assert one.returncode != 0 and not target.exists(), one.stderr
+    (line,) = [line for line in one.stderr.splitlines() if line.startswith("error:")]
+    assert f"before GTID {drop['gtid']}" in line and "the whole GTID set to reach" in line, line
     restored = cli(
         "restore", *common, "--target-datadir", str(target), "--create-parents", "--to-gtid", drop["to_gtid"]
     )

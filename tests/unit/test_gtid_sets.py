@@ -66,6 +66,37 @@ def test_parse_reads_what_the_server_prints():
     assert check_mysql_gtid_set(f"{U1}:1-5") == f"{U1}:1-5"
 
 
+def test_tagged_sets_read_and_print_as_mysql_does():
+    """Each expected text is what MySQL 9.7.4's GTID_SUBTRACT(text, '') printed for the input:
+    tags in lower case, a source's untagged intervals first, then its tags in byte order."""
+    assert str(GtidSet.parse(f"{U1}:zz:3:b:1-2,{U1}:1-3:A:5")) == f"{U1}:1-3:a:5:b:1-2:zz:3"
+    assert str(GtidSet.parse(f"{U1}:_a:1,{U1}:a_:2,{U1}:a1:3")) == f"{U1}:_a:1:a1:3:a_:2"
+    assert str(GtidSet.parse(f"{U1}:1:tag:2:1")) == f"{U1}:1:tag:1-2"
+    assert str(GtidSet.parse(f" {U1} : Tag : 1 ")) == f"{U1}:tag:1"
+    assert GtidSet.parse(f"{U1}:tag") == GtidSet()  # a tag with no interval names no transaction
+    longest = "t" * 32
+    assert str(GtidSet.parse(f"{U1}:{longest}:7")) == f"{U1}:{longest}:7"
+    audit = GtidSet.parse(f"{U1}:1-5:audit:1-3")
+    assert MysqlGtid.of(f"{U1}:AUDIT", 3) in audit and MysqlGtid.of(f"{U1}:audit", 4) not in audit
+    assert str(MysqlGtid.of(f"{U1}:Audit", 3)) == f"{U1}:audit:3"
+    assert MysqlGtid.of(f"{U1}:audit", 3).domain != MysqlGtid.of(U1, 3).domain
+    assert GtidSet.parse(f"{U1}:audit:2") <= audit and not GtidSet.parse(f"{U1}:other:2") <= audit
+    assert str(audit - GtidSet.parse(f"{U1}:2-5:audit:2")) == f"{U1}:1:audit:1:3"
+    assert str(audit | GtidSet.parse(f"{U2}:x:9")) == f"{U1}:1-5:audit:1-3,{U2}:x:9"
+    assert audit.with_gtid(MysqlGtid.of(f"{U1}:audit", 4)) == GtidSet.parse(f"{U1}:1-5:audit:1-4")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [f"{U1}:tag:1:", f"{U1}:9tag:1", f"{U1}:{'t' * 33}:1", f"{U1}:ta-g:1", f"{U1}:tag:0", f"{U1}::1"],
+)
+def test_a_bad_tagged_set_is_refused_in_one_line(text):
+    """MySQL 9.7 refuses each of these too (Malformed GTID set specification)."""
+    with pytest.raises(ValueError, match="--to-gtid") as exc:
+        GtidSet.parse(text, "--to-gtid")
+    assert "\n" not in str(exc.value)
+
+
 @pytest.mark.parametrize(
     ("text", "says"),
     [
