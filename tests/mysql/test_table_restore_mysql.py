@@ -5,11 +5,11 @@ table `t$odd` with secondary and unique indexes, a parent/child pair with a fore
 RANGE-partitioned table whose partition names need quoting (a reserved word, a space, a backtick,
 capitals), a MyISAM table and a bystander. A clone backup, more writes (and a table created), then
 the accident (DELETEs, cascading into the child; the new table dropped) and an ALTER of the damaged
-table; the binlogs are shipped encrypted.
-The restore brings the tables back as they were just before the accident (by a MySQL GTID set and
-by a time and by a binlog position; or as in the backup) under new names: each copy's CHECKSUM TABLE is the source table's at that moment, and
-every other table, the live gtid_executed (nothing reached the binlog) and the table list but for
-the copies are as they were. Bad input is refused in one line naming the table. On main the
+table; the binlogs are shipped encrypted. The restore brings the tables back as they were just
+before the accident (by a MySQL GTID set, by a time, by a binlog position; or as in the backup)
+under new names: each copy's CHECKSUM TABLE is the source table's at that moment, and every other
+table, the live gtid_executed (nothing reached the binlog) and the table list but for the copies
+are as they were. Bad input is refused in one line naming the table. On main the
 restore of a clone backup to a point in time was refused ("supports MariaDB backups only").
 """
 
