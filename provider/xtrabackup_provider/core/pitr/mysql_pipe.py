@@ -210,9 +210,15 @@ def choose_mysql_backup(catalog: Catalog, target: PitrTarget, backup_id: str | N
         return chosen
     found = [m for m in usable if before(m)]
     if not found:
+        hint = (
+            ": a MySQL --to-gtid is the whole GTID set to reach, as `binlogs events` prints it to stop before a "
+            "transaction, not one GTID"
+            if target.kind == "gtid" and usable
+            else ""
+        )
         raise PitrError(
             f"no MySQL backup of {catalog.describe()} is before {target.describe()} (usable: {len(usable)}); "
-            "point-in-time recovery starts from a backup taken before the target"
+            f"point-in-time recovery starts from a backup taken before the target{hint}"
         )
     return max(found, key=lambda m: m.backup_id)
 
