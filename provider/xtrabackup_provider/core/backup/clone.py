@@ -26,9 +26,13 @@ from typing import Any
 
 from ..common.tempdirs import private_dir
 from ..db.sandbox import SandboxServer, stop_orphans
-from ..db.server import MySQLTarget, ServerFacts, connect
+from ..db.server import MySQLTarget, ServerFacts, connection
+from ..db.session import Session
 from ..engine import clone
 from ..engine.tools import EngineError
+
+# The server: the backup verb's session (core/db/session.py), or its connection details.
+Server = MySQLTarget | Session
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +43,14 @@ SETTLE_REDO_BYTES = 2 * 48 * MiB  # the settling server's redo (core/db/sandbox.
 _LSN = re.compile(r"Log sequence number\s+(\d+)")
 # What the settling server wrote that is not the source's: its identity and its certificates.
 _SETTLER_FILES = ("auto.cnf", "*.pem")
+# It serves one query on its socket: no TLS certificates and RSA key pairs to generate (four RSA
+# keys, 0.2 to 0.8 s of a settle's CPU on a busy 2-core host) that would only be removed again.
+# `loose-`: a server without one of these options (sha256_password is deprecated) starts anyway.
+_SETTLER_NO_KEYS = (
+    "--loose-auto-generate-certs=OFF",
+    "--loose-sha256-password-auto-generate-rsa-keys=OFF",
+    "--loose-caching-sha2-password-auto-generate-rsa-keys=OFF",
+)
 
 
 @dataclass(frozen=True)
@@ -49,20 +61,17 @@ class Settled:
     lsn: int
 
 
-def check_clone(target: MySQLTarget, facts: ServerFacts, where: str) -> None:
+def check_clone(target: Server, facts: ServerFacts, where: str) -> None:
     """Refuse, before anything starts, a server the clone engine cannot copy: one line."""
     version = tuple(int(p) for p in re.findall(r"\d+", facts.version)[:3])
     plugin, backup_admin = None, False
     if not facts.is_mariadb:
-        conn = connect(target)
-        try:
+        with connection(target) as conn:
             cur = conn.cursor()
             cur.execute("SELECT PLUGIN_STATUS FROM information_schema.PLUGINS WHERE PLUGIN_NAME = 'clone'")
             row = cur.fetchone()
             plugin = str(row[0]) if row else None
             backup_admin = any(_grants_backup_admin(line) for line in _grants(cur))
-        finally:
-            conn.close()
     problem = clone.refusal(
         where, mariadb=facts.is_mariadb, version=version, plugin=plugin, backup_admin=backup_admin
     )
@@ -87,7 +96,7 @@ def _grants_backup_admin(grant: str) -> bool:
 
 @contextmanager
 def cloned(
-    target: MySQLTarget,
+    target: Server,
     facts: ServerFacts,
     lsn_dir: Path,
     *,
@@ -121,20 +130,17 @@ def cloned(
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def needed_bytes(target: MySQLTarget) -> int:
+def needed_bytes(target: Server) -> int:
     """What the copy takes: the server's InnoDB tablespaces (CLONE copies InnoDB only), the redo
     the settling server writes, and a tenth more for what changes while it copies."""
-    conn = connect(target)
-    try:
+    with connection(target) as conn:
         cur = conn.cursor()
         cur.execute("SELECT COALESCE(SUM(ALLOCATED_SIZE), 0) FROM information_schema.INNODB_TABLESPACES")
         data = int(cur.fetchone()[0])
-    finally:
-        conn.close()
     return data + data // 10 + SETTLE_REDO_BYTES
 
 
-def _check_space(target: MySQLTarget, staging: Path, where: str) -> None:
+def _check_space(target: Server, staging: Path, where: str) -> None:
     need, free = needed_bytes(target), shutil.disk_usage(staging).free
     if need > free:
         raise EngineError(
@@ -144,28 +150,25 @@ def _check_space(target: MySQLTarget, staging: Path, where: str) -> None:
         )
 
 
-def _clone(target: MySQLTarget, copy: Path, where: str) -> None:
+def _clone(target: Server, copy: Path, where: str) -> None:
     import MySQLdb
 
     log.info("CLONE LOCAL DATA DIRECTORY = %s", copy)
-    conn = connect(target)
-    try:
-        conn.cursor().execute("CLONE LOCAL DATA DIRECTORY = %s", (str(copy),))
-    except MySQLdb.Error as exc:
-        raise EngineError(f"{where}: CLONE LOCAL into {copy} failed: {exc}; nothing was backed up") from exc
-    finally:
-        conn.close()
+    with connection(target) as conn:
+        try:
+            conn.cursor().execute("CLONE LOCAL DATA DIRECTORY = %s", (str(copy),))
+        except MySQLdb.Error as exc:
+            raise EngineError(
+                f"{where}: CLONE LOCAL into {copy} failed: {exc}; nothing was backed up"
+            ) from exc
 
 
-def _server_layout(target: MySQLTarget) -> list[str]:
+def _server_layout(target: Server) -> list[str]:
     """The source's settings a server on its copy must share to open it."""
-    conn = connect(target)
-    try:
+    with connection(target) as conn:
         cur = conn.cursor()
         cur.execute("SELECT @@innodb_page_size, @@innodb_data_file_path, @@lower_case_table_names")
         page, data_file_path, lower = cur.fetchone()
-    finally:
-        conn.close()
     return [
         f"--innodb-page-size={page}",
         f"--innodb-data-file-path={data_file_path}",
@@ -173,9 +176,7 @@ def _server_layout(target: MySQLTarget) -> list[str]:
     ]
 
 
-def _settle(
-    target: MySQLTarget, copy: Path, basedir: Path, facts: ServerFacts, mysqld: str | None
-) -> Settled:
+def _settle(target: Server, copy: Path, basedir: Path, facts: ServerFacts, mysqld: str | None) -> Settled:
     """Start a server on the copy once: it finishes the clone and reports the copy's position."""
     server = SandboxServer.on_datadir(
         copy,
@@ -183,7 +184,7 @@ def _settle(
         server_id=facts.server_id,
         family="mysql",
         log_bin=False,
-        extra_args=["--plugin-load-add=mysql_clone.so", *_server_layout(target)],
+        extra_args=["--plugin-load-add=mysql_clone.so", *_SETTLER_NO_KEYS, *_server_layout(target)],
         mariadbd=mysqld or "mysqld",
     )
     try:
@@ -215,29 +216,23 @@ def _settle(
     )
 
 
-def _stop_leftovers(target: MySQLTarget, path: Path) -> None:
+def _stop_leftovers(target: Server, path: Path) -> None:
     """A dead run's staging directory: its settling server and a clone still writing there stop
     before it is removed."""
     stop_orphans(path)
-    with suppress(Exception):  # the server may be down or unreachable: then nothing writes there
-        conn = connect(target)
-        try:
-            cur = conn.cursor()
-            deadline = time.monotonic() + LEFTOVER_CLONE_WAIT
-            while time.monotonic() < deadline:
-                cur.execute(
-                    "SELECT PID FROM performance_schema.clone_status WHERE STATE = 'In Progress'"
-                    " AND DESTINATION LIKE CONCAT(%s, '%%')",
-                    (str(path),),
-                )
-                running = cur.fetchall()
-                if not running:
-                    return
-                for (pid,) in running:
-                    log.warning(
-                        "stopping the clone a dead run left writing into %s (connection %s)", path, pid
-                    )
-                    cur.execute(f"KILL QUERY {int(pid)}")
-                time.sleep(0.2)  # until the server says it stopped: nothing writes there while it is removed
-        finally:
-            conn.close()
+    with suppress(Exception), connection(target) as conn:  # the server may be down: nothing writes there
+        cur = conn.cursor()
+        deadline = time.monotonic() + LEFTOVER_CLONE_WAIT
+        while time.monotonic() < deadline:
+            cur.execute(
+                "SELECT PID FROM performance_schema.clone_status WHERE STATE = 'In Progress'"
+                " AND DESTINATION LIKE CONCAT(%s, '%%')",
+                (str(path),),
+            )
+            running = cur.fetchall()
+            if not running:
+                return
+            for (pid,) in running:
+                log.warning("stopping the clone a dead run left writing into %s (connection %s)", path, pid)
+                cur.execute(f"KILL QUERY {int(pid)}")
+            time.sleep(0.2)  # until the server says it stopped: nothing writes there while it is removed

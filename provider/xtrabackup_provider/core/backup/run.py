@@ -46,7 +46,8 @@ from ..db.heartbeat import (
     write_source_heartbeat,
 )
 from ..db.rowcounts import SnapshotCounter
-from ..db.server import MySQLTarget, ServerFacts, data_position, defaults_file, server_facts, tablespace_count
+from ..db.server import MySQLTarget, ServerFacts, data_position, defaults_file, tablespace_count
+from ..db.session import Session
 from ..db.shape import capture_shape, table_names
 from ..engine.argv import BackupOptions, backup_argv
 from ..engine.metadata import read_binlog_position, read_checkpoints, read_info
@@ -155,8 +156,9 @@ def plan(
 
 def run_backup(req: BackupRequest, now: datetime | None = None) -> Manifest:
     # One run per host at a time, from the decision to the manifest (HostLockBusy otherwise).
-    with HostLock(req.catalog) as lock:
-        return _run_locked(req, now, lock)
+    # One session with the server for the whole run (core/db/session.py), opened when first needed.
+    with HostLock(req.catalog) as lock, Session(req.target) as db:
+        return _run_locked(req, now, lock, db)
 
 
 # Backup ids have one-second resolution and must sort in the order the backups were taken.
@@ -179,24 +181,24 @@ def _start_after_newest(catalog: Catalog) -> datetime:
     return now
 
 
-def _run_locked(req: BackupRequest, now: datetime | None, lock: HostLock) -> Manifest:
+def _run_locked(req: BackupRequest, now: datetime | None, lock: HostLock, db: Session) -> Manifest:
     # First: a run refused below (a clock behind, a server down) has still cleaned up after the
     # run whose lock it took, which the next run, finding the lock free, could not prove dead.
     remove_abandoned(req.catalog, lock.dead_holder)
     started = _start_after_newest(req.catalog)
     tool = detect_tool(req.flavour, req.binary)
-    facts = server_facts(req.target)
+    facts = db.facts
     if tool.capabilities.own_stream:  # clone: its plugin and privileges, before anything starts
-        check_clone(req.target, facts, f"host {req.catalog.cluster}/{req.catalog.host}")
+        check_clone(db, facts, f"host {req.catalog.cluster}/{req.catalog.host}")
     server = dialect_for(facts.version)
     check_tool_for_server(tool, server.family, server.version)  # before anything starts
     manifests = readable_manifests(req.catalog)
     identity = _check_identity(req, facts, manifests)
-    require_open_files(tablespace_count(req.target) or 0, "tablespaces")  # before anything streams
+    require_open_files(tablespace_count(db) or 0, "tablespaces")  # before anything streams
     decision = plan(req, facts, tool, now or started, manifests)
     if decision.parent is not None:
         _check_parent(decision.parent, facts, tool)
-        decision = _check_lineage(req, decision, facts)
+        decision = _check_lineage(req, decision, facts, db)
     log.info("backup kind %s: %s", decision.kind, decision.reason)
     backup_id = new_backup_id(decision.kind, started)
     if req.catalog.store.head(req.catalog.manifest_key(backup_id)) is not None:
@@ -205,24 +207,26 @@ def _run_locked(req: BackupRequest, now: datetime | None, lock: HostLock) -> Man
         )
     datadir = identity.datadir  # the server's own @@datadir: the tool's check of it must agree
     _abort_stale_uploads(req)
-    canary = _heartbeat(req, backup_id) if req.heartbeat else {"heartbeat": False}
+    canary = _heartbeat(req, backup_id, db) if req.heartbeat else {"heartbeat": False}
     where = f"host {req.catalog.cluster}/{req.catalog.host}"
     applied = apply_settings(req.impact, tool, req.parallel, where)
-    counter = _row_counter(req, tool)
+    counter = _row_counter(req, tool, db)
     watch = LockWatch(tool.flavour, on_line=counter.on_line, refuse=not_what_was_asked)
     with counter, GpgHome() as gpg, private_workdir("backup") as work:
         recipients = _recipients(gpg, req)
-        before = _shape_before(req.target)
+        before = _shape_before(db)
         try:
-            stored = _stream(req, tool, decision, work, datadir, backup_id, gpg, recipients, applied, watch)
+            stored = _stream(
+                req, db, tool, decision, work, datadir, backup_id, gpg, recipients, applied, watch
+            )
         except PipelineError as exc:
             if watch.refused:  # the tool said it is not copying what it was asked to: that is the error
                 raise BackupError(
                     f"{where}: {tool.flavour}: {watch.refused}; nothing was registered"
                 ) from exc
             raise
-        _check_copy(req, facts, identity, stored, read_binlog_position(work / "lsn").gtid)
-        shape = _shape_after(req.target, before)
+        _check_copy(req, db, identity, stored, read_binlog_position(work / "lsn").gtid)
+        shape = _shape_after(db, before)
         parts_version = len(stored) > 1
         option_files = _option_files(req, backup_id, work, gpg, recipients, where)
         lsn_dir = work / "lsn"
@@ -311,15 +315,15 @@ def _check_identity(req: BackupRequest, facts: ServerFacts, manifests: list[Mani
 
 def _check_copy(
     req: BackupRequest,
-    facts: ServerFacts,
+    db: Session,
     identity: ServerIdentity,
     stored: list[StoredObject],
     gtid: str | None,
 ) -> None:
     """What the tool copied is the checked server's: its GTID position lies between the server's
     before and after the stream. Otherwise the objects are deleted and nothing is registered."""
-    after = server_facts(req.target)
-    problem = checked_copy(gtid, facts, after.gtid_current)
+    after = db.refresh()
+    problem = checked_copy(gtid, db.facts, after.gtid_current)
     if after.server_uuid != identity.server_uuid:
         problem = f"the connection now reaches {after.server_uuid}"
     if problem is None:
@@ -331,29 +335,29 @@ def _check_copy(
     )
 
 
-def _shape_before(target: MySQLTarget) -> tuple[str, set[str]] | None:
+def _shape_before(db: Session) -> tuple[str, set[str]] | None:
     try:
-        return table_names(target)
+        return table_names(db)
     except Exception as exc:  # noqa: BLE001 - the backup is good without it; restore tests say so
         log.warning("cannot read the source's tables before the backup (%s); recording none", exc)
         return None
 
 
-def _shape_after(target: MySQLTarget, before: tuple[str, set[str]] | None) -> SourceShape | None:
+def _shape_after(db: Session, before: tuple[str, set[str]] | None) -> SourceShape | None:
     """What the source looked like (catalog/shape.py): information_schema only, never a table scan."""
     if before is None:
         return None
     try:
-        return capture_shape(target, before[0], before[1])
+        return capture_shape(db, before[0], before[1])
     except Exception as exc:  # noqa: BLE001 - the backup is good without it; restore tests say so
         log.warning("cannot read the source's tables after the backup (%s); recording none", exc)
         return None
 
 
-def _row_counter(req: BackupRequest, tool: ToolVersion) -> SnapshotCounter:
+def _row_counter(req: BackupRequest, tool: ToolVersion, db: Session) -> SnapshotCounter:
     """Exact row counts of the smallest InnoDB tables at the backup's own point, read in a snapshot
     taken while the tool blocks commits (core/db/rowcounts.py), within impact.row_count_seconds."""
-    return SnapshotCounter(req.target, req.impact.row_count_seconds, tool.flavour)
+    return SnapshotCounter(db, req.impact.row_count_seconds, tool.flavour)
 
 
 def _abort_stale_uploads(req: BackupRequest) -> None:
@@ -378,10 +382,10 @@ def _put_options(req: BackupRequest, storage_class: str, expected_size: int | No
     )
 
 
-def _heartbeat(req: BackupRequest, backup_id: str) -> dict[str, Any]:
+def _heartbeat(req: BackupRequest, backup_id: str, db: Session) -> dict[str, Any]:
     """Plant this backup's row (canary + lineage token, never logged: core/db/heartbeat.py); with
     a heartbeat_target, the canary is the source's replicated row. What goes into manifest.extra."""
-    planted = plant(req.target, backup_id)
+    planted = plant(db, backup_id)
     extra: dict[str, Any] = {"heartbeat": planted.table is not None}
     if planted.table is None:
         log.warning("taking the backup without a canary or lineage row: %s", planted.skipped)
@@ -391,7 +395,7 @@ def _heartbeat(req: BackupRequest, backup_id: str) -> dict[str, Any]:
     if req.heartbeat_target:
         write_source_heartbeat(req.heartbeat_target, backup_id)
         extra.update(heartbeat=True, heartbeat_table=".".join(SOURCE_HEARTBEAT_TABLE))
-        if not wait_for_heartbeat(req.target, backup_id, req.heartbeat_wait):
+        if not wait_for_heartbeat(db, backup_id, req.heartbeat_wait):
             # Go on: the backup is still worth having, and a restore test will flag the missing canary.
             log.warning(
                 "the replica did not apply heartbeat %s within %.0fs; it is lagging or stopped",
@@ -401,15 +405,15 @@ def _heartbeat(req: BackupRequest, backup_id: str) -> dict[str, Any]:
     return extra
 
 
-def _check_lineage(req: BackupRequest, decision: Decision, facts: ServerFacts) -> Decision:
+def _check_lineage(req: BackupRequest, decision: Decision, facts: ServerFacts, db: Session) -> Decision:
     """An incremental only onto the parent's own data history (core/backup/lineage.py): otherwise
     `auto` takes a full and says why, and a requested incremental is refused."""
     parent = decision.parent
     assert parent is not None
     server = ServerLineage(
         facts.server_uuid,
-        data_position(req.target, parent.gtid),
-        lineage_token(req.target, parent.backup_id) if parent.extra.get("lineage_token") else None,
+        data_position(db, parent.gtid),
+        lineage_token(db, parent.backup_id) if parent.extra.get("lineage_token") else None,
         facts.is_mariadb,
     )
     problems = lineage_problems(parent, server)
@@ -464,6 +468,7 @@ def choose_parts(req: BackupRequest, datadir: str, incremental: bool) -> PartPla
 
 def _stream(
     req: BackupRequest,
+    db: Session,
     tool: ToolVersion,
     decision: Decision,
     work: Path,
@@ -491,7 +496,7 @@ def _stream(
     )
     encrypt_argv = applied.wrap_gpg(gpg.encrypt_argv(recipients) if recipients else None)
     t0 = time.monotonic()
-    with _producer(req, tool, opts, lsn_dir) as producer:
+    with _producer(req, db, tool, opts, lsn_dir) as producer:
         argv = applied.wrap_tool(producer)
         if plan is None:
             key = req.catalog.object_key(backup_id, BACKUP_OBJECT_NAME + suffix)
@@ -547,13 +552,12 @@ def _stream(
 
 @contextmanager
 def _producer(
-    req: BackupRequest, tool: ToolVersion, opts: BackupOptions, lsn_dir: Path
+    req: BackupRequest, db: Session, tool: ToolVersion, opts: BackupOptions, lsn_dir: Path
 ) -> Iterator[list[str]]:
     """The argv whose stdout is the backup stream: the tool's, or the clone engine's stream of the
     server's staged copy (core/backup/clone.py), which writes its metadata into `lsn_dir`."""
     if tool.capabilities.own_stream:
-        facts = server_facts(req.target)
-        with cloned(req.target, facts, lsn_dir, staging_root=req.staging_dir, mysqld=req.binary) as argv:
+        with cloned(db, db.facts, lsn_dir, staging_root=req.staging_dir, mysqld=req.binary) as argv:
             yield argv
         return
     # Percona XtraBackup is a MySQL 8 client: its TLS options are spelled as MySQL's (ssl-mode).

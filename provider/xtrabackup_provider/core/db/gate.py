@@ -11,9 +11,9 @@ from typing import Any, Literal
 
 from ..catalog.manifest import GateResult
 from .checksum import MAX_LISTED_TABLES
-from .dialect import dialect_of
 from .dsn import DEFAULT_REPLICATE, quote_table
-from .server import MySQLTarget, ServerError, connect
+from .server import MySQLTarget, ServerError, connection, dialect_on
+from .session import Session
 
 
 class ChecksumGateError(RuntimeError):
@@ -58,15 +58,12 @@ class ReplicaHealth:
         )
 
 
-def replica_health(target: MySQLTarget) -> ReplicaHealth:
-    conn = connect(target)
-    try:
+def replica_health(target: MySQLTarget | Session) -> ReplicaHealth:
+    with connection(target) as conn:
         cur = conn.cursor()
-        cur.execute(dialect_of(conn).replica_status)
+        cur.execute(dialect_on(target, conn).replica_status)
         row = cur.fetchone()
         status = None if row is None else {c[0]: v for c, v in zip(cur.description, row, strict=True)}
-    finally:
-        conn.close()
     return ReplicaHealth.from_status(status)
 
 
@@ -93,13 +90,13 @@ def diff_where(source: str = "master") -> str:
     return f"{source}_cnt <> this_cnt OR {source}_crc <> this_crc OR ISNULL({source}_crc) <> ISNULL(this_crc)"
 
 
-def checksum_findings(target: MySQLTarget, replicate: str = DEFAULT_REPLICATE) -> ChecksumFindings:
-    """Read this replica's own checksum table: freshness and the tables that differ."""
+def checksum_findings(target: MySQLTarget | Session, replicate: str = DEFAULT_REPLICATE) -> ChecksumFindings:
+    """Read this replica's own checksum table: freshness and the tables that differ (a session's
+    time_zone is left at UTC)."""
     import MySQLdb
 
     name = quote_table(replicate)
-    conn = connect(target)
-    try:
+    with connection(target) as conn:
         cur = conn.cursor()
         try:
             # Age on the server's clock: `ts` is the source's statement time, replicated. In
@@ -118,8 +115,6 @@ def checksum_findings(target: MySQLTarget, replicate: str = DEFAULT_REPLICATE) -
             f" WHERE {diff_where(source)} GROUP BY db, tbl ORDER BY db, tbl"
         )
         diffs = tuple(TableDiff(str(t), int(c), int(d)) for t, c, d in cur.fetchall())
-    finally:
-        conn.close()
     return ChecksumFindings(
         replicate,
         exists=True,
@@ -268,10 +263,11 @@ def evaluate_gate(
 
 
 def check_replica(target: MySQLTarget, policy: GatePolicy, label: str = "the replica") -> GateVerdict:
-    """Query the replica and evaluate the gate."""
+    """Query the replica (one session) and evaluate the gate."""
     try:
-        health = replica_health(target)
-        findings = checksum_findings(target, policy.replicate)
+        with Session(target) as db:
+            health = replica_health(db)
+            findings = checksum_findings(db, policy.replicate)
     except ServerError:
         raise
     except Exception as exc:  # a MySQLdb error mid-query: name the server

@@ -27,9 +27,13 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .dialect import dialect_of
-from .server import MySQLTarget, ServerError, connect, query
+from .server import MySQLTarget, ServerError, connect, connection, dialect_on, query
+
+if TYPE_CHECKING:
+    from .session import Session
 
 log = logging.getLogger(__name__)
 
@@ -58,14 +62,14 @@ class Planted:
     skipped: str = ""  # why there is no row
 
 
-def plant(target: MySQLTarget, backup_id: str) -> Planted:
-    """Write this backup's row without logging it; Planted(None, ...) if the account may not."""
+def plant(target: MySQLTarget | Session, backup_id: str) -> Planted:
+    """Write this backup's row without logging it; Planted(None, ...) if the account may not.
+    A session keeps sql_log_bin off afterwards: the verb's later statements only read."""
     schema, table = HEARTBEAT_TABLE
     token = secrets.token_hex(16)
-    conn = connect(target)
-    try:
+    with connection(target) as conn:
         cur = conn.cursor()
-        mariadb = dialect_of(conn).is_mariadb
+        mariadb = dialect_on(target, conn).is_mariadb
         last_gtid = (
             "SELECT @@session.sql_log_bin, @@last_gtid" if mariadb else "SELECT @@session.sql_log_bin, ''"
         )
@@ -93,11 +97,9 @@ def plant(target: MySQLTarget, backup_id: str) -> Planted:
         cur.execute(last_gtid)
         _check_unlogged(before or "", cur.fetchone()[1] or "", target)
         return Planted(f"{schema}.{table}", token)
-    finally:
-        conn.close()
 
 
-def _check_unlogged(before: str, after: str, target: MySQLTarget) -> None:
+def _check_unlogged(before: str, after: str, target: MySQLTarget | Session) -> None:
     """MariaDB's @@last_gtid is the GTID of the last transaction this session binlogged (MySQL has
     none: '' both times). The global positions move with every replicated transaction, so this
     session's own is what tells whether the row reached the binlog."""
@@ -114,7 +116,7 @@ def _error_code(exc: BaseException) -> int | None:
     return args[0] if args and isinstance(args[0], int) else None
 
 
-def lineage_token(target: MySQLTarget, backup_id: str) -> str | None:
+def lineage_token(target: MySQLTarget | Session, backup_id: str) -> str | None:
     """The token of `backup_id`'s row, or None when the server has no such row (or no table)."""
     schema, table = HEARTBEAT_TABLE
     try:
@@ -160,7 +162,7 @@ def write_source_heartbeat(source: MySQLTarget, backup_id: str) -> None:
         conn.close()
 
 
-def wait_for_heartbeat(target: MySQLTarget, backup_id: str, timeout: float) -> bool:
+def wait_for_heartbeat(target: MySQLTarget | Session, backup_id: str, timeout: float) -> bool:
     """Wait until a replica has applied the heartbeat row written on its source."""
     schema, table = SOURCE_HEARTBEAT_TABLE
     deadline = time.monotonic() + timeout

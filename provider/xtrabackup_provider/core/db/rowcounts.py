@@ -23,12 +23,17 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .sandbox import quote_ident
 from .server import MySQLTarget, connect
 from .shape import SYSTEM_SCHEMAS
+
+if TYPE_CHECKING:
+    from .session import Session
 
 log = logging.getLogger(__name__)
 
@@ -54,18 +59,24 @@ class RowCounts:
 
 class SnapshotCounter:
     """Entered before the tool runs (connects, lists the tables), on_line() for each line of its
-    log, finish() once it ended."""
+    log, finish() once it ended. Given the verb's session it counts on that connection, idle while
+    the tool streams, and leaves it open (its snapshot ended) for the verb."""
 
-    def __init__(self, target: MySQLTarget, budget_seconds: float, flavour: str = "mariabackup") -> None:
+    def __init__(
+        self, target: MySQLTarget | Session, budget_seconds: float, flavour: str = "mariabackup"
+    ) -> None:
         self.target = target
         self.budget = budget_seconds
         self.flavour = flavour
-        self._conn: Any = None
+        self._conn: Any = None  # its own connection, when given a MySQLTarget
+        self._ready = False  # connected, the tables listed
         self._tables: list[tuple[str, str]] = []
         self._snapshot: tuple[str, int] | None = None  # its binlog file and position
         self._why = "mariabackup never logged that it holds BACKUP STAGE BLOCK_COMMIT"
         self._lock = threading.Lock()
         self._done = False
+        self._in_snapshot = False
+        self._snapshot_conn: Any = None  # the connection holding it (a session's may be opened anew)
 
     def __enter__(self) -> SnapshotCounter:
         self.start()
@@ -83,27 +94,32 @@ class SnapshotCounter:
             self._why = "impact.row_count_seconds is 0"
             return
         try:
-            self._conn = connect(self.target)
-            cur = self._conn.cursor()
-            schemas = ", ".join(f"'{s}'" for s in SYSTEM_SCHEMAS)
-            cur.execute(_CANDIDATES_SQL.format(schemas, MAX_COUNTED))
-            self._tables = [(str(s), str(t)) for s, t in cur.fetchall()]
+            if isinstance(self.target, MySQLTarget):
+                self._conn = connect(self.target)
+            with self._using() as conn:
+                cur = conn.cursor()
+                schemas = ", ".join(f"'{s}'" for s in SYSTEM_SCHEMAS)
+                cur.execute(_CANDIDATES_SQL.format(schemas, MAX_COUNTED))
+                self._tables = [(str(s), str(t)) for s, t in cur.fetchall()]
+            self._ready = True
         except Exception as exc:  # noqa: BLE001 - the backup is good without counts; say why
             self._why = f"cannot list the tables: {exc}"
             self.close()
 
     def on_line(self, text: str) -> None:
         """LockWatch's listener (its thread): open the snapshot once commits are blocked."""
-        if self._conn is None or self._snapshot is not None or not BLOCK_COMMIT.search(text):
+        if not self._ready or self._snapshot is not None or not BLOCK_COMMIT.search(text):
             return
         with self._lock:
             if self._done:
                 return
             try:
-                cur = self._conn.cursor()
-                cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
-                cur.execute("SHOW SESSION STATUS LIKE 'binlog_snapshot_%'")
-                status = {str(k).lower(): str(v) for k, v in cur.fetchall()}
+                with self._using() as conn:
+                    cur = conn.cursor()
+                    cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+                    self._in_snapshot, self._snapshot_conn = True, conn
+                    cur.execute("SHOW SESSION STATUS LIKE 'binlog_snapshot_%'")
+                    status = {str(k).lower(): str(v) for k, v in cur.fetchall()}
                 self._snapshot = (
                     status.get("binlog_snapshot_file", ""),
                     int(status.get("binlog_snapshot_position") or 0),
@@ -120,16 +136,30 @@ class SnapshotCounter:
             finally:
                 self.close()
 
+    @contextmanager
+    def _using(self) -> Iterator[Any]:
+        """The connection, this thread's alone while the block runs (a session's is shared)."""
+        if isinstance(self.target, MySQLTarget):
+            yield self._conn
+        else:
+            with self.target.use() as conn:
+                yield conn
+
     def close(self) -> None:
-        if self._conn is not None:
-            try:
+        try:
+            if self._conn is not None:
                 self._conn.close()
-            except Exception:  # noqa: BLE001 - closing a connection that already failed
-                pass
-            self._conn = None
+            elif self._in_snapshot:  # the session goes on: out of the snapshot, whatever ended it
+                with self._using() as conn:
+                    conn.cursor().execute("ROLLBACK")
+        except Exception:  # noqa: BLE001 - closing a connection that already failed
+            pass
+        self._conn = None
+        self._ready = False
+        self._in_snapshot = False
 
     def _count(self, binlog_file: str | None, binlog_position: int | None) -> RowCounts:
-        if self._conn is None or self._snapshot is None:
+        if not self._ready or self._snapshot is None:
             return _none(self._why)
         at = f"{self._snapshot[0]}:{self._snapshot[1]}"
         if not self._snapshot[0]:
@@ -139,9 +169,14 @@ class SnapshotCounter:
                 f"the snapshot is at {at}, the backup at {binlog_file}:{binlog_position} "
                 "(opened after the backup lock was released)"
             )
+        with self._using() as conn:
+            if conn is not self._snapshot_conn:  # lost with the connection: counts would not be at its point
+                return _none("the connection holding the snapshot was lost; the session logged in again")
+            return self._count_in_snapshot(conn.cursor(), at)
+
+    def _count_in_snapshot(self, cur: Any, at: str) -> RowCounts:
         rows, t0 = {}, time.monotonic()
         deadline = t0 + self.budget
-        cur = self._conn.cursor()
         for schema, table in self._tables:
             left = deadline - time.monotonic()
             if left < 0.001:
@@ -155,6 +190,7 @@ class SnapshotCounter:
                     break
                 log.info("not counting %s.%s: %s", schema, table, exc)
         cur.execute("COMMIT")
+        self._in_snapshot = False
         seconds = round(time.monotonic() - t0, 3)
         log.info(
             "counted the rows of %d of %d InnoDB table(s) at %s in %.2fs",

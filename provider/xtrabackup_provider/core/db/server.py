@@ -13,11 +13,14 @@ import socket as socketlib
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..common.tempdirs import private_dir
 from .dialect import Dialect, dialect_for, dialect_of
 from .errors import cursor_class
+
+if TYPE_CHECKING:
+    from .session import Session
 
 
 class ServerError(RuntimeError):
@@ -201,6 +204,26 @@ def connect(target: MySQLTarget) -> Any:
         ) from exc
 
 
+@contextmanager
+def connection(server: MySQLTarget | Session) -> Iterator[Any]:
+    """A connection to `server`: a verb's session's own (session.py), left open, or a new one for
+    a MySQLTarget, closed afterwards."""
+    if not isinstance(server, MySQLTarget):
+        with server.use() as conn:
+            yield conn
+        return
+    conn = connect(server)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def dialect_on(server: MySQLTarget | Session, conn: Any) -> Dialect:
+    """The server's dialect: a session knows it, a bare connection asks (dialect_of)."""
+    return dialect_of(conn) if isinstance(server, MySQLTarget) else server.dialect
+
+
 # Client errors that mean nothing listens at the address: a missing socket, a refused or unroutable
 # port, an unknown host. Any other error came from something that answered.
 NOTHING_THERE = (2002, 2003, 2005)
@@ -213,26 +236,22 @@ def answered(exc: ServerError) -> bool:
     return code not in NOTHING_THERE
 
 
-def binlog_status(target: MySQLTarget) -> list[tuple[Any, ...]]:
+def binlog_status(target: MySQLTarget | Session) -> list[tuple[Any, ...]]:
     """The binlog being written, (File, Position, ...), in the server's own words (SHOW BINARY LOG
     STATUS on MySQL 8.2+, SHOW MASTER STATUS before and on MariaDB); [] with binary logging off."""
-    conn = connect(target)
-    try:
+    with connection(target) as conn:
         cur = conn.cursor()
-        cur.execute(dialect_of(conn).binlog_status)
+        cur.execute(dialect_on(target, conn).binlog_status)
         return list(cur.fetchall())
-    finally:
-        conn.close()
 
 
-def query(target: MySQLTarget, sql: str, args: tuple[Any, ...] | None = None) -> list[tuple[Any, ...]]:
-    conn = connect(target)
-    try:
+def query(
+    target: MySQLTarget | Session, sql: str, args: tuple[Any, ...] | None = None
+) -> list[tuple[Any, ...]]:
+    with connection(target) as conn:
         cur = conn.cursor()
         cur.execute(sql, args)
         return list(cur.fetchall())
-    finally:
-        conn.close()
 
 
 @dataclass(frozen=True)
@@ -254,7 +273,7 @@ class ServerFacts:
         return dialect_for(self.version)
 
 
-def tablespace_count(target: MySQLTarget) -> int | None:
+def tablespace_count(target: MySQLTarget | Session) -> int | None:
     """InnoDB tablespaces of the server (a backup tool keeps each one open); None if it cannot tell."""
     import MySQLdb
 
@@ -264,8 +283,7 @@ def tablespace_count(target: MySQLTarget) -> int | None:
         "SELECT COUNT(DISTINCT SPACE) FROM information_schema.INNODB_SYS_TABLES WHERE SPACE <> 0",
         "SELECT COUNT(*) FROM information_schema.INNODB_TABLESPACES",  # MySQL 8: its data dictionary
     )
-    conn = connect(target)
-    try:
+    with connection(target) as conn:
         cur = conn.cursor()
         for sql in queries:
             try:
@@ -274,39 +292,39 @@ def tablespace_count(target: MySQLTarget) -> int | None:
                 continue
             return int(cur.fetchone()[0])
         return None
-    finally:
-        conn.close()
 
 
-def server_facts(target: MySQLTarget) -> ServerFacts:
-    conn = connect(target)
-    try:
-        cur = conn.cursor()
-        cur.execute("SELECT @@version, @@server_id, @@datadir, @@hostname, @@port, @@socket")
-        version, server_id, datadir, hostname, port, socket = cur.fetchone()
-        is_mariadb = dialect_for(str(version)).is_mariadb
-        if is_mariadb:
-            cur.execute("SELECT @@gtid_binlog_pos, @@gtid_current_pos")
-            gtid, current = cur.fetchone()
-            # MariaDB has no server_uuid: identify the server by where it runs and its id.
-            uuid = f"mariadb-{hostname or socketlib.gethostname()}-{port}-{server_id}"
-        else:
-            cur.execute("SELECT @@server_uuid, @@global.gtid_executed")
-            uuid, gtid = cur.fetchone()
-            current = gtid
-        return ServerFacts(
-            str(version),
-            int(server_id),
-            str(uuid),
-            str(datadir),
-            str(gtid or ""),
-            is_mariadb,
-            int(port or 0),
-            str(socket or ""),
-            str(current or ""),
-        )
-    finally:
-        conn.close()
+def server_facts(target: MySQLTarget | Session) -> ServerFacts:
+    """The server's facts read now (a session's first ones: Session.facts)."""
+    with connection(target) as conn:
+        return read_facts(conn.cursor())
+
+
+def read_facts(cur: Any) -> ServerFacts:
+    """The facts through an open connection's cursor."""
+    cur.execute("SELECT @@version, @@server_id, @@datadir, @@hostname, @@port, @@socket")
+    version, server_id, datadir, hostname, port, socket = cur.fetchone()
+    is_mariadb = dialect_for(str(version)).is_mariadb
+    if is_mariadb:
+        cur.execute("SELECT @@gtid_binlog_pos, @@gtid_current_pos")
+        gtid, current = cur.fetchone()
+        # MariaDB has no server_uuid: identify the server by where it runs and its id.
+        uuid = f"mariadb-{hostname or socketlib.gethostname()}-{port}-{server_id}"
+    else:
+        cur.execute("SELECT @@server_uuid, @@global.gtid_executed")
+        uuid, gtid = cur.fetchone()
+        current = gtid
+    return ServerFacts(
+        str(version),
+        int(server_id),
+        str(uuid),
+        str(datadir),
+        str(gtid or ""),
+        is_mariadb,
+        int(port or 0),
+        str(socket or ""),
+        str(current or ""),
+    )
 
 
 @dataclass(frozen=True)
@@ -319,12 +337,11 @@ class DataPosition:
     contains: bool | None = None  # MySQL: GTID_SUBSET(<given set>, gtid_executed), computed by the server
 
 
-def data_position(target: MySQLTarget, gtid_set: str | None = None) -> DataPosition:
+def data_position(target: MySQLTarget | Session, gtid_set: str | None = None) -> DataPosition:
     """The server's LSN and GTID history; on MySQL also whether `gtid_set` is contained in it."""
-    conn = connect(target)
-    try:
+    with connection(target) as conn:
         cur = conn.cursor()
-        if dialect_of(conn).is_mariadb:
+        if dialect_on(target, conn).is_mariadb:
             cur.execute("SHOW GLOBAL STATUS LIKE 'Innodb_lsn_current'")
             row = cur.fetchone()
             cur.execute("SELECT @@gtid_binlog_state, @@gtid_current_pos")
@@ -344,5 +361,3 @@ def data_position(target: MySQLTarget, gtid_set: str | None = None) -> DataPosit
         except Exception:  # noqa: BLE001 - without the privilege the LSN check is skipped
             lsn = None
         return DataPosition(lsn, executed, contains=contains)
-    finally:
-        conn.close()

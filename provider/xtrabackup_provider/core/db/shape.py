@@ -10,10 +10,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..catalog.shape import MAX_SHAPE_TABLES, SourceShape, TableShape
-from .server import MySQLTarget, connect
+from .server import MySQLTarget, connection
+
+if TYPE_CHECKING:
+    from .session import Session
 
 SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
 
@@ -60,25 +63,21 @@ def read_gtid(cursor: Any) -> str:
     return "".join(str(cursor.fetchone()[0] or "").split())
 
 
-def server_gtid(target: MySQLTarget) -> str:
-    conn = connect(target)
-    try:
+def server_gtid(target: MySQLTarget | Session) -> str:
+    with connection(target) as conn:
         return read_gtid(conn.cursor())
-    finally:
-        conn.close()
 
 
-def capture_shape(target: MySQLTarget, gtid_before: str, names_before: set[str] | None) -> SourceShape:
+def capture_shape(
+    target: MySQLTarget | Session, gtid_before: str, names_before: set[str] | None
+) -> SourceShape:
     """The source right after its backup. `names_before` (the tables right before it started):
     a table in only one of the two lists was created or dropped during the backup."""
-    conn = connect(target)
-    try:
+    with connection(target) as conn:
         cur = conn.cursor()
         gtid_after = read_gtid(cur)
         tables = read_tables(cur)
         stale = stale_statistics(cur, tables[:MAX_SHAPE_TABLES])
-    finally:
-        conn.close()
     truncated = len(tables) > MAX_SHAPE_TABLES
     tables = tables[:MAX_SHAPE_TABLES]
     changed: list[str] = []
@@ -125,11 +124,8 @@ def stale_statistics(cursor: Any, tables: list[TableShape]) -> list[str] | None:
 _PARTITION = re.compile(r"#[Pp]#")
 
 
-def table_names(target: MySQLTarget) -> tuple[str, set[str]]:
+def table_names(target: MySQLTarget | Session) -> tuple[str, set[str]]:
     """(GTID position, names of the tables) right before a backup starts."""
-    conn = connect(target)
-    try:
+    with connection(target) as conn:
         cur = conn.cursor()
         return read_gtid(cur), {t.name for t in read_tables(cur)}
-    finally:
-        conn.close()
