@@ -347,3 +347,25 @@ def test_bad_input_is_one_line_naming_the_table_and_nothing_is_created(
     assert "Traceback" not in out.err
     assert _state(live) == before
     assert not list(tmp_path.glob("xbp-tables-*")), "the scratch restore was left behind"
+
+
+def test_tables_of_a_mysql_backup_are_refused_into_a_mariadb_server(
+    live, mariadb_factory, gpg_keys, tmp_path
+):
+    other = mariadb_factory("tblmaria", root_password=secrets.token_urlsafe(12))
+    try:
+        other.query(f"CREATE DATABASE {quote_ident(live.db)}")
+        request = _request(live, gpg_keys, tmp_path, ["t$odd"])
+        request.live = root_target(other)
+        with pytest.raises(TableRestoreError) as refused:
+            restore_tables(request)
+        message = str(refused.value)
+        assert "\n" not in message
+        assert re.match(
+            r"backup \S+ is of MySQL 9\.7\.\d+ and .* runs MariaDB .*: tables move only into a server",
+            message,
+        )
+        assert other.query(f"SHOW TABLES FROM {quote_ident(live.db)}") == []
+        assert not list(tmp_path.glob("xbp-tables-*")), "nothing was restored"
+    finally:
+        mariadb_factory.discard(other)

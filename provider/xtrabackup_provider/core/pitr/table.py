@@ -60,10 +60,11 @@ from ..catalog.backups import Catalog
 from ..catalog.manifest import Manifest
 from ..catalog.targets import Source, Targets
 from ..common.tempdirs import private_dir
-from ..db.dialect import Dialect, dialect_for, dialect_of
+from ..db.dialect import Dialect, dialect_of
 from ..db.sandbox import SANDBOX_REDO_BYTES, SandboxServer, quote_ident, stop_orphans
 from ..db.server import MySQLTarget, connect
 from ..restore.chain import RestoreRequest, plan_chain, read_chain, restore
+from ..restore.server_program import ServerProgramError, backup_dialect, check_server_program
 from .moments import MomentFilter, MomentsRequest, list_moments
 from .plan import PitrError, PitrTarget
 from .recover import PitrRequest, point_in_time_restore, read_plan
@@ -234,15 +235,17 @@ def _planned(
 
 def _check_family(backup: Manifest, dialect: Dialect, target: MySQLTarget) -> None:
     """A tablespace moves only between servers of one family (MariaDB's and MySQL's InnoDB files
-    and dictionaries differ)."""
-    if not backup.server_version:
-        return
-    theirs = dialect_for(backup.server_version)
+    and dictionaries differ), and the sandbox's server program must open the backup's datadir."""
+    theirs = backup_dialect(backup)
     if theirs.family != dialect.family:
         raise TableRestoreError(
             f"backup {backup.backup_id} is of {theirs.name} and {target.address} runs {dialect.name}: tables move "
             "only into a server of the backup's family; restore them into one, or dump them from a restored copy"
         )
+    try:
+        check_server_program(backup)
+    except ServerProgramError as exc:
+        raise TableRestoreError(f"{exc}; nothing was restored") from None
 
 
 def _check_room(need: int, work: Path) -> int:

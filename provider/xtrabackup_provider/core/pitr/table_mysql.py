@@ -28,9 +28,9 @@ from ..binlog.ship import check_binlog_client
 from ..catalog.backups import Catalog
 from ..catalog.manifest import Manifest
 from ..common.values import GtidSet
-from ..db.dialect import dialect_for
 from ..db.sandbox import SandboxServer, privileged_account
 from ..db.server import MySQLTarget
+from ..restore.server_program import backup_dialect
 from .mysql_pipe import REPLAY_SERVER_ID, binlogs_to, choose_mysql_backup, replay_from_backup
 from .plan import PitrError, PitrTarget
 
@@ -77,7 +77,7 @@ def mysql_sandbox(
     (None: left at the backup): yields an all-privileges account on it and the GTID set it holds.
     The grant tables are on (a replayed GRANT / CREATE USER needs them), so the account is a
     throwaway one with a random password; the server is stopped afterwards."""
-    dialect = dialect_for(backup.server_version or "8.4.0")
+    dialect = backup_dialect(backup)
     server = SandboxServer.on_datadir(
         datadir,
         basedir,
