@@ -6,7 +6,8 @@
 Run with the server's programs first on PATH (MySQL 9.7: /var/lib/xtrabackup-provider/roots/mysql-9.7/bin;
 MariaDB 11.8: .../roots/mariadb-11.8/bin; MariaDB 10.11: the host's). One sandbox server holds sysbench's
 tables (``sysbench oltp_read_write prepare``, about 1 GiB at the defaults), restarted cleanly and read once
-(warm page cache). Then, in one invocation, ``--pairs`` rounds of A B A B:
+(warm page cache). Then, in one invocation, ``--pairs`` rounds, ours first in odd rounds and the shell
+first in even ones (A B, B A, ...: neither method always runs right after the other's writes):
 
   backup, ours   ``run_backup()`` into a LocalStore (flavour ``clone`` on MySQL: CLONE LOCAL into a
                  private staging dir, a server started once on the copy to read its position, the copy
@@ -111,6 +112,14 @@ def summarize(pairs: Sequence[Pair], stage: str) -> Summary:
     if not ratios:
         return Summary([], None, None, None)
     return Summary(ratios, C.median(ratios), min(ratios), max(ratios))
+
+
+def round_order(index: int) -> list[tuple[str, str]]:
+    """(stage, who) in the order round `index` (0-based) runs them: backups before restores (a
+    restore reads its own method's backup), ours first in even-indexed rounds, the shell first in
+    odd ones."""
+    whos = ("ours", "shell") if index % 2 == 0 else ("shell", "ours")
+    return [(stage, who) for stage in ("backup", "restore") for who in whos]
 
 
 def section_name(family: str, version: str) -> str:
@@ -533,14 +542,10 @@ def main(argv: list[str] | None = None) -> int:
                 loads.append(C.load_average())
                 pair = Pair()
                 pairs.append(pair)
-                for key, who, stage, fn in (
-                    ("b-ours", "ours", "backup", bench.backup_ours),
-                    ("b-shell", "shell", "backup", bench.backup_shell),
-                    ("r-ours", "ours", "restore", bench.restore_ours),
-                    ("r-shell", "shell", "restore", bench.restore_shell),
-                ):
+                for stage, who in round_order(i):
+                    key = f"{stage[0]}-{who}"
                     C.log(f"pair {i + 1}: {stage}, {who} ...")
-                    run = fn()
+                    run = getattr(bench, f"{stage}_{who}")()
                     runs[key].append(run)
                     getattr(pair, who)[stage] = run.seconds
                     if stage == "backup" and family == "mysql":

@@ -59,3 +59,11 @@ def test_each_server_version_has_its_own_section(p1):
     assert p1.section_name("mariadb", "11.8.9-MariaDB-0+deb13u1") == "p1_mariadb_11_8"
     with pytest.raises(ValueError, match="major.minor"):
         p1.section_name("mysql", "nine")
+
+
+def test_rounds_alternate_which_method_goes_first(p1):
+    """Neither method always runs right after the other's writes; a restore follows both backups."""
+    first, second = p1.round_order(0), p1.round_order(1)
+    assert first == [("backup", "ours"), ("backup", "shell"), ("restore", "ours"), ("restore", "shell")]
+    assert second == [("backup", "shell"), ("backup", "ours"), ("restore", "shell"), ("restore", "ours")]
+    assert p1.round_order(2) == first
