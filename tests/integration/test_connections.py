@@ -100,7 +100,6 @@ def test_an_incremental_talks_to_the_server_through_one_session(host):
     assert opened.ours <= 1, f"an incremental opened {opened}"
 
 
-@pytest.mark.xfail(strict=True, reason="binlogs ship reads the server through 3 connections (next commit)")
 def test_a_batch_binlog_ship_opens_one_session_and_one_per_binlog_copied(host, gpg_keys):
     server, catalog = host
     for _ in range(2):

@@ -103,7 +103,7 @@ class _Follower:
         # The server's position first, then the copy: if the copy holds that position, every
         # event written before `seen` is in it.
         seen = datetime.now(UTC)
-        file, position = master_position(self.shipper.req.target, self.shipper.dialect)
+        file, position = master_position(self.shipper.db, self.shipper.dialect)
         self.summary = summarize(path, self.summary)
         if self.pending is not None and not self.adopt(path):
             return
@@ -146,7 +146,7 @@ def ship_continuous(
     with BinlogShipper(req) as shipper:
         shipper.run_batch()
         index = shipper.index()
-        logs = [name for name, _ in server_binlogs(req.target)]
+        logs = [name for name, _ in server_binlogs(shipper.db)]
         first = next(
             (n for n in logs if n not in index.complete and n not in shipper.report.not_ours), logs[-1]
         )

@@ -36,8 +36,8 @@ from ..db.server import (
     ServerFacts,
     defaults_file,
     query,
-    server_facts,
 )
+from ..db.session import Session
 from ..pipeline.gpg import GpgHome
 from ..pipeline.to_store import stream_to_store
 from ..storage.base import ObjectStore, ObjectWriter, PutOptions, WrittenSegment
@@ -192,7 +192,7 @@ def download_argv(
     return [*argv, first]
 
 
-def server_binlogs(target: MySQLTarget) -> list[tuple[str, int]]:
+def server_binlogs(target: MySQLTarget | Session) -> list[tuple[str, int]]:
     """SHOW BINARY LOGS: (name, size), oldest first; the last one is open."""
     import MySQLdb
 
@@ -208,7 +208,7 @@ def server_binlogs(target: MySQLTarget) -> list[tuple[str, int]]:
     return [(str(r[0]), int(r[1])) for r in rows]
 
 
-def master_position(target: MySQLTarget, dialect: Dialect | None = None) -> tuple[str, int]:
+def master_position(target: MySQLTarget | Session, dialect: Dialect | None = None) -> tuple[str, int]:
     """The binlog being written and its size now (the dialect's binlog status statement: MySQL 8.4
     removed SHOW MASTER STATUS)."""
     if dialect is None:
@@ -242,20 +242,26 @@ def check_same_file(where: str, stored: BinlogManifest, summary: BinlogSummary) 
 
 
 class BinlogShipper:
-    """One shipping run against one server: its identity, the storage index, the encryption keys."""
+    """One shipping run against one server: its identity, the storage index, the encryption keys;
+    it reads the server through one session (core/db/session.py), the binlog client logs in itself."""
 
     def __init__(self, req: ShipRequest) -> None:
         self.req = req
-        self.facts = server_facts(req.target)
+        self.db = Session(req.target)
         try:
+            self.facts = self.db.facts
             self.identity = check_server(
                 req.catalog, self.facts, req.target, accept_new=req.accept_new_server
             )
+            self.dialect = self.db.dialect
+            self.binary = binlog_tool(req.binary, self.facts, f"{req.target.address} ({self.dialect.name})")
         except IdentityError as exc:
+            self.db.close()
             raise BinlogError(f"{exc}; no binlog was shipped") from None
+        except BaseException:
+            self.db.close()
+            raise
         log.info("shipping the binlogs of %s: %s", self.identity.describe(), self.identity.basis)
-        self.dialect = dialect_for(self.facts.version)
-        self.binary = binlog_tool(req.binary, self.facts, f"{req.target.address} ({self.dialect.name})")
         # mariadb-binlog reads MariaDB's client options, mysqlbinlog MySQL 8's (the TLS spelling).
         self.client = self.dialect.client_family
         self.bcat = BinlogCatalog(req.catalog, self.facts.server_uuid)
@@ -286,6 +292,7 @@ class BinlogShipper:
         self.close()
 
     def close(self) -> None:
+        self.db.close()
         self.gpg.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
         if self.lock.etag is not None:
@@ -298,8 +305,8 @@ class BinlogShipper:
     # -- batch ---------------------------------------------------------------------------------
     def run_batch(self) -> ShipReport:
         if self.req.flush:
-            query(self.req.target, "FLUSH BINARY LOGS")
-        logs = server_binlogs(self.req.target)
+            query(self.db, "FLUSH BINARY LOGS")
+        logs = server_binlogs(self.db)
         index = self.index()
         closed = dict(logs[:-1])
         check_not_reset(index, logs, self.where)
@@ -610,16 +617,18 @@ class LagTarget:
 
 def lag_target(target: MySQLTarget, gtid: str | None = None) -> LagTarget:
     """The point to wait for: the given GTID, or the server's current binlog position."""
-    facts = server_facts(target)
-    dialect = dialect_for(facts.version)
-    if gtid:
-        try:
-            check_gtid_for(gtid, dialect.family, "gtid", f"the server at {target.address} ({dialect.name})")
-        except ValueError as exc:
-            raise BinlogError(str(exc)) from None
-        return LagTarget(facts.server_uuid, gtid=gtid)
-    file, position = master_position(target, dialect)
-    return LagTarget(facts.server_uuid, file, position)
+    with Session(target) as db:
+        facts, dialect = db.facts, db.dialect
+        if gtid:
+            try:
+                check_gtid_for(
+                    gtid, dialect.family, "gtid", f"the server at {target.address} ({dialect.name})"
+                )
+            except ValueError as exc:
+                raise BinlogError(str(exc)) from None
+            return LagTarget(facts.server_uuid, gtid=gtid)
+        file, position = master_position(db, dialect)
+        return LagTarget(facts.server_uuid, file, position)
 
 
 def is_shipped(catalog: Catalog, point: LagTarget) -> bool:
