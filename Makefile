@@ -16,7 +16,7 @@ DEMO_PACKAGES := mariadb-server mariadb-backup mariadb-client gnupg zstd procps 
 DEB_PACKAGES := $(DEMO_PACKAGES) percona-toolkit sysbench strace redis-server chromium debootstrap \
                 debian-archive-keyring git
 
-.PHONY: setup deps demo-deps test unit lint docs demo bench clean lock soak chaos chaos-smoke test-wheel envs ci \
+.PHONY: setup deps demo-deps test unit lint docs demo bench clean lock soak chaos chaos-smoke chaos-planted test-wheel envs ci \
         test-airflow-3.1 lock-airflow-3.1 test-airflow-3.2 lock-airflow-3.2 server-roots test-mysql \
         test-mariadb-11.8 test-fresh-debian test-quick
 
@@ -166,6 +166,14 @@ chaos: setup
 chaos-smoke:
 	@CHAOS_MINUTES=$${CHAOS_MINUTES:-4} CHAOS_FAULT_EVERY=$${CHAOS_FAULT_EVERY:-25} \
 	  CHAOS_PITR_POINTS=$${CHAOS_PITR_POINTS:-2} CHAOS_SEED=$${CHAOS_SEED:-20261203} $(MAKE) --no-print-directory chaos
+
+# The planted product bugs of issue 39 (tests/chaos/plant.py), one short run each: each run must
+# fail (the checker caught the bug); its log says after how long.
+chaos-planted:
+	@for bug in $${CHAOS_PLANTS:-retention shipping manifest}; do \
+	  if CHAOS_PLANT=$$bug CHAOS_MINUTES=$${CHAOS_MINUTES:-5} $(MAKE) --no-print-directory chaos; then \
+	    echo "chaos-planted: the planted $$bug bug was not caught"; exit 1; fi; \
+	done
 
 unit: setup
 	$(VENV)/bin/pytest -q tests/unit

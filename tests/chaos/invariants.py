@@ -156,6 +156,18 @@ def digests(reader: StoreReader, view: HostView, cache: dict[tuple[str, int, str
     return out
 
 
+def intact_binlogs(
+    reader: StoreReader, view: HostView, cache: dict[tuple[str, int, str], str]
+) -> list[dict[str, object]]:
+    """The complete and partial binlog manifests whose every object is stored with its sha256:
+    what a replay can use (the others are violations of digests())."""
+    return [
+        m
+        for m in (*view.binlogs.values(), *view.partials.values())
+        if not any(_digest_problem(reader, view, cache, k, n, h) for k, n, h in hashed_binlog_pieces(m))
+    ]
+
+
 def _binlog_key(view: HostView, m: dict[str, object], partial: bool) -> str:
     return f"{view.prefix}/binlogs/{m.get('server_uuid')}/{m.get('name')}" + (
         ".partial.json" if partial else ".json"

@@ -9,7 +9,7 @@ import json
 import uuid
 from pathlib import Path
 
-from invariants import digests
+from invariants import digests, intact_binlogs
 from ledger import (
     CUTS_HISTORY,
     FaultSeen,
@@ -149,6 +149,8 @@ def test_digests_name_an_object_of_the_right_size_but_other_bytes_and_a_partials
     assert len(found) == 2, found
     assert found[0].startswith(f"backup b2 needs {prefix}/backups/b2/backup.xbstream: its bytes hash to ")
     assert found[1] == f"open binlog u1/bin.000001 (partial) needs {seg1['key']}: it is gone"
+    # and the ledger's recoverable range leaves that binlog out
+    assert intact_binlogs(reader, reader.host(prefix), cache) == []
     # a partial dropped meanwhile (its binlog shipped whole) is not judged
     client.delete_object(Bucket=bucket, Key=f"{prefix}/binlogs/u1/bin.000001.partial.json")
     view = reader.host(prefix)
