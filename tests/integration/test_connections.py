@@ -7,23 +7,34 @@ Issue 36: a backup reached the server through 11 connections, one per fact."""
 from __future__ import annotations
 
 import contextlib
+import subprocess
+import sys
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
+import yaml
 
 from helpers import root_target, seed_database, unique_name
 from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
+from xtrabackup_provider.core.binlog.replication import ReplicationSource
 from xtrabackup_provider.core.binlog.ship import ShipRequest, ship_binlogs
 from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.db.checksum import ChecksumOptions
 from xtrabackup_provider.core.db.gate import GatePolicy, check_replica
 from xtrabackup_provider.core.db.sandbox import SandboxServer
+from xtrabackup_provider.core.db.server import MySQLTarget
+from xtrabackup_provider.core.restore.replica_compare import SourceCompare
+from xtrabackup_provider.core.restore.restore_test import RestoreTestRequest, run_restore_test
 from xtrabackup_provider.core.storage.local import LocalStore
 
+RUN = "import sys; from xtrabackup_provider.cli.main import main; sys.exit(main(sys.argv[1:]))"
 # What a tool the verb runs says first on a connection of its own (the general log's words).
 TOOLS = {
     "mariabackup": "SET SESSION wait_timeout=2147483",  # it opens several: main, stages, per copy thread
     "the binlog client": "Binlog Dump",  # mariadb-binlog --read-from-remote-server: one per binlog
+    "pt-table-checksum": "SET SESSION innodb_lock_wait_timeout=1",
 }
 
 
@@ -31,14 +42,16 @@ TOOLS = {
 class Opened:
     count: int = 0  # every connection the server accepted (its own counter)
     tools: dict[str, int] = field(default_factory=dict)  # of which a tool's, by the general log
+    accounts: dict[str, int] = field(default_factory=dict)  # the connections not a tool's, by account
 
     @property
     def ours(self) -> int:
         return self.count - sum(self.tools.values())
 
     def __str__(self) -> str:
-        tools = ", ".join(f"{n} by {tool}" for tool, n in self.tools.items() if n)
-        return f"{self.count} connection(s) ({self.ours} of the verb's own{'; ' + tools if tools else ''})"
+        accounts = ", ".join(f"{n} as {account}" for account, n in sorted(self.accounts.items()))
+        tools = "".join(f"; {n} by {tool}" for tool, n in self.tools.items() if n)
+        return f"{self.count} connection(s) ({self.ours} not a tool's: {accounts or 'none'}{tools})"
 
 
 @contextlib.contextmanager
@@ -62,12 +75,15 @@ def connections(server: SandboxServer) -> Iterator[Opened]:
         said: dict[int, list[str]] = {}
         for thread, command, argument in cur.fetchall():
             said.setdefault(int(thread), []).append(f"{command} {argument}")
+        new = {t: lines for t, lines in said.items() if lines[0].startswith("Connect")}
         for tool, words in TOOLS.items():
-            opened.tools[tool] = sum(
-                1
-                for lines in said.values()
-                if any(line.startswith("Connect") for line in lines) and any(words in line for line in lines)
-            )
+            opened.tools[tool] = sum(1 for lines in new.values() if any(words in line for line in lines))
+        for lines in new.values():
+            if not any(words in line for words in TOOLS.values() for line in lines):
+                account = lines[0].split()[1].split("@")[0]
+                opened.accounts[account] = opened.accounts.get(account, 0) + 1
+        for t, lines in sorted(new.items()):  # what each connection did, when a count is off
+            print(t, " | ".join(line[:80] for line in lines[:6]))
     finally:
         conn.close()
 
@@ -116,3 +132,68 @@ def test_the_checksum_gate_reads_a_replica_through_one_session(mariadb_replica):
         verdict = check_replica(root_target(mariadb_replica), GatePolicy())
     assert verdict.health.is_replica
     assert opened.ours <= 1, f"the checksum gate opened {opened}"
+
+
+def test_check_reads_the_catalogs_alone(host, tmp_path):
+    """`check` reads the catalogs alone, even for a host whose connection the fleet config gives."""
+    server, catalog = host
+    _backup(server, catalog, "full")
+    config = tmp_path / "fleet.yaml"
+    defaults = str(server.write_client_defaults(tmp_path / "client.cnf"))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "storage": {"local_path": str(tmp_path / "store")},
+                "clusters": [{"name": "c1", "hosts": [{"name": "db1", "defaults_file": defaults}]}],
+            }
+        )
+    )
+    with connections(server) as opened:
+        proc = subprocess.run(
+            [sys.executable, "-c", RUN, "check", "--config", str(config)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    assert "newest restorable backup" in proc.stdout, proc.stdout + proc.stderr
+    assert opened.count == 0, f"check opened {opened}"
+
+
+@pytest.fixture
+def deep_source(mariadb: SandboxServer, tmp_path) -> tuple[SandboxServer, Catalog, SourceCompare]:
+    """A source with a replication account and pt-table-checksum's, backed up once."""
+    repl, check = uuid.uuid4().hex, uuid.uuid4().hex
+    mariadb.execute_script(
+        f"CREATE USER xrepl@'127.0.0.1' IDENTIFIED BY '{repl}'; GRANT REPLICATION SLAVE ON *.* TO xrepl@'127.0.0.1';"
+        f"CREATE USER xbp_checksum@'127.0.0.1' IDENTIFIED BY '{check}';"
+        "GRANT SELECT, PROCESS, SUPER, BINLOG ADMIN, SLAVE MONITOR, REPLICATION SLAVE, REPLICATION CLIENT"
+        " ON *.* TO xbp_checksum@'127.0.0.1'; GRANT ALL ON percona.* TO xbp_checksum@'127.0.0.1';"
+    )
+    seed_database(mariadb, unique_name("deep"), rows=200)
+    catalog = Catalog(LocalStore(tmp_path / "store"), "backups", "c1", "db1")
+    run_backup(BackupRequest(catalog, root_target(mariadb), allow_unencrypted=True))
+    deep = SourceCompare(
+        ReplicationSource("127.0.0.1", mariadb.port, "xrepl", repl, connect_retry=1, label="c1/db1"),
+        MySQLTarget(host="127.0.0.1", port=mariadb.port, user="xbp_checksum", password=check),
+        catch_up_timeout=120,
+        poll_seconds=0.2,
+        checksum=ChecksumOptions(timeout_minutes=3),
+    )
+    return mariadb, catalog, deep
+
+
+def test_a_deep_restore_test_reads_its_source_through_a_session_before_the_restore_and_one_after(
+    deep_source, tmp_path
+):
+    """The checksum account's session before the restore (the preflight) and after it (catch-up,
+    pt's dsn table), none held idle on the source while the restore runs; besides them the
+    replication account's login check, the binlog it reads, the restored copy's replica thread,
+    and pt-table-checksum's own."""
+    server, catalog, deep = deep_source
+    with connections(server) as opened:
+        report = run_restore_test(RestoreTestRequest(catalog, tmp_path / "rt", level="deep", deep=deep))
+    assert report.verdict == "pass", report.reasons
+    assert opened.tools["pt-table-checksum"] >= 1 and opened.tools["the binlog client"] >= 2
+    assert opened.accounts.get("xrepl") == 1  # its login, checked before anything is restored
+    assert opened.accounts.get("xbp_checksum", 0) <= 2, f"the restore test opened {opened}"
+    assert set(opened.accounts) <= {"xrepl", "xbp_checksum"}, f"the restore test opened {opened}"

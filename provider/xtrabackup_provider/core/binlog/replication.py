@@ -37,7 +37,8 @@ from ..db.replica import (
     read_state,
     wait_replica,
 )
-from ..db.server import MySQLTarget, binlog_status, connect, defaults_file, query
+from ..db.server import MySQLTarget, binlog_status, connect, connection, defaults_file, dialect_on, query
+from ..db.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -172,15 +173,12 @@ class CatchUp:
     lag: int | None
 
 
-def source_position(source_admin: MySQLTarget) -> str:
+def source_position(source_admin: MySQLTarget | Session) -> str:
     """The GTIDs of the source's binlogs now: what a replica has to apply to be caught up."""
-    conn = connect(source_admin)
-    try:
+    with connection(source_admin) as conn:
         cur = conn.cursor()
-        cur.execute(f"SELECT {dialect_of(conn).gtid_binlog_variable}")
+        cur.execute(f"SELECT {dialect_on(source_admin, conn).gtid_binlog_variable}")
         return "".join(str(cur.fetchone()[0] or "").split())
-    finally:
-        conn.close()
 
 
 def caught_up(state: ReplicaState, want: str, max_lag_seconds: float) -> bool:
@@ -209,7 +207,7 @@ def purged_or_raise(exc: ReplicaThreadError) -> ReplicaThreadError:
 def wait_caught_up(
     replica: Callable[[], Any],
     source: ReplicationSource,
-    source_admin: MySQLTarget,
+    source_admin: MySQLTarget | Session,
     *,
     max_lag_seconds: float,
     timeout: float,
@@ -241,7 +239,7 @@ def wait_caught_up(
 
 
 def check_source_login(
-    source: ReplicationSource, source_admin: MySQLTarget, *, binary: str | None = None, what: str
+    source: ReplicationSource, source_admin: MySQLTarget | Session, *, binary: str | None = None, what: str
 ) -> None:
     """Log in to the source from this host as the replication account, the way `what` (a replica
     that will run here) will: same account, address and TLS; then read the start of the source's
@@ -251,7 +249,10 @@ def check_source_login(
 
     account = source.client_target()
     who = f"the replication account {source.user}@{source.address}"
-    dialect = dialect_for(str(query(source_admin, "SELECT @@version")[0][0]))
+    if isinstance(source_admin, Session):
+        dialect = source_admin.dialect
+    else:
+        dialect = dialect_for(str(query(source_admin, "SELECT @@version")[0][0]))
     if len(source.password or "") > dialect.max_replication_password:
         raise ReplicationError(
             f"{who}: its password has {len(source.password or '')} characters and a {dialect.name} replica accepts "

@@ -13,8 +13,9 @@ import os
 import subprocess
 import time
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..common import children
 from .dsn import (
@@ -26,7 +27,10 @@ from .dsn import (
     quote_table,
 )
 from .heartbeat import LOCAL_SCHEMA
-from .server import MySQLTarget, connect, defaults_file
+from .server import MySQLTarget, connection, defaults_file
+
+if TYPE_CHECKING:
+    from .session import Session
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +172,7 @@ def checksum_argv(target: MySQLTarget, creds_path: str, opts: ChecksumOptions) -
     return argv
 
 
-def write_dsn_table(target: MySQLTarget, table: str, dsns: Sequence[str]) -> None:
+def write_dsn_table(target: MySQLTarget | Session, table: str, dsns: Sequence[str]) -> None:
     """Make the dsn table on the source list exactly `dsns` (rewritten only when it differs).
 
     Written with binary logging on: the schema must exist on the replicas too, because the
@@ -177,8 +181,7 @@ def write_dsn_table(target: MySQLTarget, table: str, dsns: Sequence[str]) -> Non
     for dsn in dsns:
         check_dsn(dsn)
     name = quote_table(table)
-    conn = connect(target)
-    try:
+    with connection(target) as conn:
         cur = conn.cursor()
         cur.execute(f"CREATE DATABASE IF NOT EXISTS {name.split('.')[0]}")
         cur.execute(
@@ -189,11 +192,17 @@ def write_dsn_table(target: MySQLTarget, table: str, dsns: Sequence[str]) -> Non
         if [row[0] for row in cur.fetchall()] == list(dsns):
             return
         conn.autocommit(False)
-        cur.execute(f"DELETE FROM {name}")
-        cur.executemany(f"INSERT INTO {name} (dsn) VALUES (%s)", [(d,) for d in dsns])
-        conn.commit()
-    finally:
-        conn.close()
+        try:
+            cur.execute(f"DELETE FROM {name}")
+            cur.executemany(f"INSERT INTO {name} (dsn) VALUES (%s)", [(d,) for d in dsns])
+            conn.commit()
+        except BaseException:
+            with suppress(Exception):
+                conn.rollback()
+            raise
+        finally:
+            with suppress(Exception):
+                conn.autocommit(True)  # a session goes on as it was
 
 
 @dataclass(frozen=True)
@@ -321,12 +330,14 @@ def run_checksum(
     *,
     watch: Callable[[], object] | None = None,
     watch_every: float = 2.0,
+    db: Session | None = None,
 ) -> ChecksumRun:
     """Run pt-table-checksum against the source `target` and return its structured result.
 
     `watch`, called every `watch_every` seconds while pt runs, raises to stop it: pt waits for a
     replica whose SQL thread stopped (it ended at once in one run, waited over six minutes in
     another), so the caller watches the replica (core/db/replica.py) and pt is killed on its error.
+    `db`: the caller's session with `target` (session.py), for what is read or written before pt runs.
     """
     if opts.recursion_method == "dsn":
         if not opts.replica_dsns:
@@ -334,7 +345,7 @@ def run_checksum(
                 "no replica DSNs for the dsn recursion method: give each replica host a checksum_gate "
                 "(or its dsn), or set recursion_method to processlist or hosts"
             )
-        write_dsn_table(target, opts.dsn_table, opts.replica_dsns)
+        write_dsn_table(db or target, opts.dsn_table, opts.replica_dsns)
     with defaults_file(target) as creds:
         argv = checksum_argv(target, creds, opts)
         log.info("running %s", " ".join(argv))  # no secret: credentials are in the F= file

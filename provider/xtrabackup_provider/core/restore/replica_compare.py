@@ -32,11 +32,11 @@ from pathlib import Path
 
 from ..binlog.replication import ReplicationSource, attach, check_source_login, wait_caught_up, watch_for
 from ..db.checksum import ChecksumOptions, run_checksum
-from ..db.dialect import dialect_for
 from ..db.heartbeat import HEARTBEAT_TABLE
 from ..db.replica import GRACE_SECONDS, read_state, thread_problem
 from ..db.sandbox import SandboxServer, privileged_account
-from ..db.server import MySQLTarget, connect, defaults_file, query
+from ..db.server import MySQLTarget, connect, defaults_file
+from ..db.session import Session
 from .evidence import CheckResult
 
 log = logging.getLogger(__name__)
@@ -64,12 +64,19 @@ class SourceCompare:
 
     def preflight(self) -> None:
         """Before the restore: the replication account logs in to the source from this worker."""
-        check_source_login(self.source, self.source_admin, binary=self.binlog_binary, what=WHAT)
+        # One session with the source before the restore and one after it (core/db/session.py):
+        # none is held idle on the source while the restore runs, which may take hours.
+        with Session(self.source_admin) as db:
+            check_source_login(self.source, db, binary=self.binlog_binary, what=WHAT)
 
     def __call__(self, datadir: Path, basedir: Path, gtid: str) -> CheckResult:
+        with Session(self.source_admin) as db:
+            return self._replicate(db, datadir, basedir, gtid)
+
+    def _replicate(self, db: Session, datadir: Path, basedir: Path, gtid: str) -> CheckResult:
         basedir.mkdir(parents=True, exist_ok=True)
         # The restored copy is the source's family (a clone of MySQL opens in mysqld only).
-        dialect = dialect_for(str(query(self.source_admin, "SELECT @@version")[0][0]))
+        dialect = db.dialect
         server = SandboxServer.on_datadir(
             datadir,
             basedir,
@@ -89,7 +96,7 @@ class SourceCompare:
             caught = wait_caught_up(
                 lambda: connect(account),
                 self.source,
-                self.source_admin,
+                db,
                 max_lag_seconds=self.max_lag_seconds,
                 timeout=self.catch_up_timeout,
                 poll=self.poll_seconds,
@@ -97,13 +104,13 @@ class SourceCompare:
                 grace=self.grace_seconds,
             )
             log.info("the restored copy caught up with %s in %.1fs", self.source.describe(), caught.seconds)
-            return self._compare(server, account, caught.seconds, gtid)
+            return self._compare(db, server, account, caught.seconds, gtid)
         finally:
             server.stop()
             shutil.rmtree(basedir, ignore_errors=True)
 
     def _compare(
-        self, server: SandboxServer, account: MySQLTarget, caught_up: float, gtid: str
+        self, db: Session, server: SandboxServer, account: MySQLTarget, caught_up: float, gtid: str
     ) -> CheckResult:
         with defaults_file(account) as creds:
             options = replace(
@@ -117,7 +124,10 @@ class SourceCompare:
             )
             watch = watch_for(WHAT, self.source, self.grace_seconds)
             run = run_checksum(
-                self.source_admin, options, watch=lambda: watch.check(read_state(lambda: connect(account)))
+                self.source_admin,
+                options,
+                watch=lambda: watch.check(read_state(lambda: connect(account))),
+                db=db,
             )
         # pt may have given up on the replica itself (REPLICATION_STOPPED): name the replica's error.
         problem = thread_problem(read_state(lambda: connect(account)))
