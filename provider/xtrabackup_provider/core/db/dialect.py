@@ -49,6 +49,8 @@ _STATUS_COLUMNS = {
     "sql_delay": ("SQL_Delay", "SQL_Delay"),
     "sql_remaining_delay": ("SQL_Remaining_Delay", "SQL_Remaining_Delay"),
     "source_server_id": ("Source_Server_Id", "Master_Server_Id"),
+    "relay_log_file": ("Relay_Log_File", "Relay_Log_File"),
+    "relay_log_pos": ("Relay_Log_Pos", "Relay_Log_Pos"),
     # MySQL: the GTID sets received and applied; MariaDB: the GTID mode and the IO thread's position.
     "retrieved_gtid_set": ("Retrieved_Gtid_Set", "Retrieved_Gtid_Set"),
     "executed_gtid_set": ("Executed_Gtid_Set", "Executed_Gtid_Set"),
@@ -190,6 +192,41 @@ class Dialect:
             statements.append((f"SET GLOBAL {self.gtid_start_variable} = %s", (gtid_start,)))
         statements.append((f"{prefix} " + ", ".join(options), tuple(args)))
         return statements
+
+    def relay_log_source(self, *, host: str, relay_file: str, relay_pos: int) -> tuple[str, tuple[Any, ...]]:
+        """Point the applier at relay logs placed by hand (binlogs replayed as relay logs, core/pitr/
+        mysql_applier.py): a source `host` never contacted (no receiver thread is started), no
+        password. MySQL only: MariaDB's applier also needs MASTER_LOG_FILE/POS (core/pitr/applier.py)."""
+        if self.is_mariadb:
+            raise ValueError("MariaDB's relay log applier is set up by core/pitr/applier.py")
+        prefix, word = (
+            ("CHANGE REPLICATION SOURCE TO", "SOURCE")
+            if self.at_least(8, 0, 23)
+            else ("CHANGE MASTER TO", "MASTER")
+        )
+        return (
+            f"{prefix} {word}_HOST = %s, {word}_PORT = 9, {word}_USER = 'none', RELAY_LOG_FILE = %s, "
+            "RELAY_LOG_POS = %s",
+            (host, relay_file, int(relay_pos)),
+        )
+
+    def parallel_applier_options(self, workers: int) -> list[str]:
+        """Server options of a replica that applies relay logs with `workers` parallel workers (0: the
+        SQL thread alone), its replication threads stopped at startup and its relay logs kept."""
+        if self.is_mariadb:  # as core/pitr/applier.py starts MariaDB's
+            options = ["--skip-slave-start"]
+            if workers > 0:
+                options += [f"--slave-parallel-threads={workers}", "--slave-parallel-mode=optimistic"]
+            return options
+        name = "replica" if self.at_least(8, 0, 26) else "slave"
+        options = [
+            self.skip_replica_start_option,
+            "--relay-log-purge=OFF",
+            f"--{name}-parallel-workers={workers}",
+        ]
+        if workers > 0:  # commit in relay log order: no gaps if the replay stops early
+            options.append(f"--{name}-preserve-commit-order=ON")
+        return options
 
     @property
     def skip_replica_start_option(self) -> str:

@@ -208,8 +208,8 @@ def apply_relay(
     `datadir`; returns the gtid_slave_pos it reached. The files stay where they are (they are
     hard-linked, or copied across filesystems, into the datadir and removed from it afterwards)."""
     aside = private_dir("replay", "/tmp", on_sweep=stop_orphans)  # 0700; short socket path
-    moved = _set_aside(datadir, aside / "aside")
-    relays = _place_relay_logs(datadir, files)
+    moved = set_aside(datadir, aside / "aside")
+    relays = place_relay_logs(datadir, files)
     args = ["--skip-slave-start", "--max-allowed-packet=1G", "--slave-max-allowed-packet=1G"]
     if threads > 0:
         args += [f"--slave-parallel-threads={threads}", "--slave-parallel-mode=optimistic"]
@@ -236,7 +236,7 @@ def apply_relay(
     return reached
 
 
-def _set_aside(datadir: Path, aside: Path) -> list[Path]:
+def set_aside(datadir: Path, aside: Path) -> list[Path]:
     found = [datadir / n for n in _REPLICATION_FILES if (datadir / n).exists()]
     found += sorted(datadir.glob(f"{RELAY_BASE}.*"))
     if found:
@@ -250,7 +250,7 @@ def _set_aside(datadir: Path, aside: Path) -> list[Path]:
     return found
 
 
-def _place_relay_logs(datadir: Path, files: list[Path]) -> list[Path]:
+def place_relay_logs(datadir: Path, files: list[Path]) -> list[Path]:
     placed = []
     for path in files:
         relay = datadir / relay_name(path.name)

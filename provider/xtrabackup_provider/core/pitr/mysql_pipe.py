@@ -20,6 +20,7 @@ a socket-only server started on it, the replay, the server stopped. Proven on My
 
 from __future__ import annotations
 
+import logging
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,10 +34,13 @@ from ..common.values import GtidSet, binlog_number, check_gtid_for, gtid_form
 from ..db.dialect import dialect_for
 from ..db.sandbox import SandboxServer, stop_orphans
 from ..db.server import MySQLTarget, defaults_file, query
+from .applier import REPLAY_METHODS
+from .mysql_applier import apply_relay_mysql
 from .plan import PitrError, PitrTarget
 from .recover import PitrRequest, fetch_binlogs
 from .replay import reader_argv, run_replay
 
+log = logging.getLogger(__name__)
 _MAX_PACKET = "--max-allowed-packet=1G"  # a row event of a big transaction is one statement
 
 
@@ -139,14 +143,27 @@ def replay_from_backup(
     """Take `server` (restored from `backup`, running) to `target` with the binlogs shipped after
     the backup; returns its gtid_executed after. The copies live in a private scratch directory,
     removed afterwards."""
-    needed = binlogs_to(catalog, backup, target)
     scratch = private_dir("mysqlpitr", str(scratch_dir) if scratch_dir else None)
     try:
-        fetch = PitrRequest(catalog, scratch, target, private_key=private_key, passphrase=passphrase)
-        files = fetch_binlogs(fetch, needed, scratch / "binlogs")
+        files = fetch_shipped(catalog, backup, target, scratch, private_key, passphrase)
         return replay_mysql(server, files, target, binlog_binary=binlog_binary, client_binary=client_binary)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def fetch_shipped(
+    catalog: Catalog,
+    backup: Manifest,
+    target: PitrTarget,
+    scratch: Path,
+    private_key: str | None = None,
+    passphrase: str | None = None,
+) -> list[Path]:
+    """The binlogs shipped after `backup` up to the first that reaches `target`, fetched and checked
+    into `scratch`/binlogs (the caller removes `scratch`)."""
+    needed = binlogs_to(catalog, backup, target)
+    fetch = PitrRequest(catalog, scratch, target, private_key=private_key, passphrase=passphrase)
+    return fetch_binlogs(fetch, needed, scratch / "binlogs")
 
 
 REPLAY_SERVER_ID = 4_100_000_001  # the restored copy's server_id while it replays (no replica sees it)
@@ -230,6 +247,8 @@ def mysql_point_in_time_restore(req: PitrRequest) -> MysqlPitrReport:
     from ..restore.chain import RestoreRequest, restore
     from ..restore.server_program import ServerProgramError, check_server_program
 
+    if req.replay not in REPLAY_METHODS:
+        raise PitrError(f"replay {req.replay!r}: use one of {', '.join(REPLAY_METHODS)}")
     backup = choose_mysql_backup(req.catalog, req.target, req.backup_id)
     try:
         check_server_program(backup)  # the replay's server opens the restored copy
@@ -263,29 +282,12 @@ def mysql_point_in_time_restore(req: PitrRequest) -> MysqlPitrReport:
             without_read_lease=req.without_read_lease,
         )
     )
-    basedir = private_dir("replay", "/tmp", on_sweep=stop_orphans)  # 0700; a short socket path
+    scratch = private_dir("mysqlpitr", str(req.scratch_dir) if req.scratch_dir else None)
     try:
-        server = SandboxServer.on_datadir(
-            Path(req.target_datadir), basedir, server_id=REPLAY_SERVER_ID, family="mysql"
-        )
-        server.start()
-        try:
-            account = MySQLTarget(socket=str(server.socket), user="root")  # grant tables skipped
-            reached = replay_from_backup(
-                req.catalog,
-                backup,
-                account,
-                req.target,
-                scratch_dir=req.scratch_dir,
-                private_key=req.private_key,
-                passphrase=req.passphrase,
-                binlog_binary=binlog_binary,
-                client_binary=client,
-            )
-        finally:
-            server.stop()
+        files = fetch_shipped(req.catalog, backup, req.target, scratch, req.private_key, req.passphrase)
+        reached, how = _replay_restored(req, files, binlog_binary, client)
     finally:
-        shutil.rmtree(basedir, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
     return MysqlPitrReport(
         backup_id=backup.backup_id,
         chain=restored.chain,
@@ -295,5 +297,43 @@ def mysql_point_in_time_restore(req: PitrRequest) -> MysqlPitrReport:
         binlogs=[m.name for m in binlogs_to(req.catalog, backup, req.target)],
         start_gtid=backup.gtid or "",
         reached_gtid=str(reached),
+        replay=how,
         fallbacks=restored.fallbacks,
     )
+
+
+def _replay_restored(
+    req: PitrRequest, files: list[Path], binlog_binary: str, client: str
+) -> tuple[GtidSet, str]:
+    """Replay `files` into the stopped, restored `req.target_datadir` by `req.replay`; returns its
+    gtid_executed after and how it was replayed. The applier hands a GTID set with a hole to the pipe."""
+    if req.replay == "applier":
+        reached, stop = apply_relay_mysql(
+            Path(req.target_datadir),
+            files_to(req.target, files),
+            req.target,
+            threads=req.replay_threads,
+            server_args=req.replay_server_args,
+        )
+        if not stop.hole:
+            return (
+                reached,
+                f"applier: {max(req.replay_threads, 1)} worker(s), {stop.transactions} transaction(s)",
+            )
+        log.info("%s, and the applier applies in binlog order: replaying with the pipe", stop.hole)
+    basedir = private_dir("replay", "/tmp", on_sweep=stop_orphans)  # 0700; a short socket path
+    try:
+        server = SandboxServer.on_datadir(
+            Path(req.target_datadir), basedir, server_id=REPLAY_SERVER_ID, family="mysql"
+        )
+        server.start()
+        try:
+            account = MySQLTarget(socket=str(server.socket), user="root")  # grant tables skipped
+            reached = replay_mysql(
+                account, files, req.target, binlog_binary=binlog_binary, client_binary=client
+            )
+        finally:
+            server.stop()
+    finally:
+        shutil.rmtree(basedir, ignore_errors=True)
+    return reached, "pipe: mysqlbinlog | mysql"
