@@ -26,13 +26,16 @@ from pathlib import Path
 import pytest
 
 from helpers import root_target, unique_name
+from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
 from xtrabackup_provider.core.binlog.ship import ShipRequest, ship_binlogs
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.common.values import GtidSet
+from xtrabackup_provider.core.db.dialect import dialect_for
 from xtrabackup_provider.core.db.sandbox import SandboxServer, table_checksums
 from xtrabackup_provider.core.pitr.mysql_pipe import mysql_point_in_time_restore
 from xtrabackup_provider.core.pitr.plan import PitrTarget
 from xtrabackup_provider.core.pitr.recover import PitrRequest
+from xtrabackup_provider.core.storage.local import LocalStore
 
 pytestmark = pytest.mark.mysql
 
@@ -173,3 +176,80 @@ def _prepare(source, catalog: Catalog) -> History:
     )
     assert ship_binlogs(ship).shipped
     return history
+
+
+def test_a_clone_of_a_replica_is_taken_to_a_gtid_set_by_the_applier(mysql_factory, tmp_path):
+    """Backups are mostly of replicas: the copy keeps the replica's channel (auto-positioned), which
+    refuses relay log coordinates until the applier turns it off; a replayed CREATE USER applies."""
+    primary = mysql_factory("applpri", root_password=secrets.token_urlsafe(12))
+    replica = mysql_factory("applrep", root_password=secrets.token_urlsafe(12))
+    try:
+        _replicate(primary, replica)
+        catalog = Catalog(LocalStore(tmp_path / "store"), "backups", "c1", "rep1")
+        staging = tmp_path / "staging"
+        staging.mkdir()
+        run_backup(
+            BackupRequest(
+                catalog=catalog,
+                target=root_target(replica),
+                flavour="clone",
+                staging_dir=str(staging),
+                allow_unencrypted=True,
+                accept_new_server=True,
+            )
+        )
+        user = unique_name("bob")
+        primary.execute_script(f"CREATE USER {user}@localhost IDENTIFIED BY '{secrets.token_urlsafe(9)}';")
+        history = _history(primary, unique_name("ar"))
+        _caught_up(primary, replica)
+        replica.query("FLUSH BINARY LOGS")  # the primary's FLUSH is not replicated
+        ship = ShipRequest(
+            catalog=catalog,
+            target=root_target(replica),
+            allow_unencrypted=True,
+            binary=shutil.which("mysqlbinlog"),
+        )
+        assert ship_binlogs(ship).shipped
+        datadir = tmp_path / "r" / "data"
+        replay, checksums, executed, u_rows = _restore(
+            catalog, history.db, PitrTarget.at_gtid(history.at_stop), datadir
+        )
+        assert replay.startswith("applier"), replay
+        assert (checksums, executed, u_rows) == (history.checksums, history.at_stop, 0)
+        sandbox = SandboxServer.on_datadir(datadir, tmp_path / "sb", server_id=996, family="mysql")
+        sandbox.start()
+        with sandbox:
+            assert sandbox.query("SELECT COUNT(*) FROM mysql.user WHERE user = %s", (user,))[0][0] == 1
+    finally:
+        mysql_factory.discard(replica)
+        mysql_factory.discard(primary)
+
+
+def _replicate(primary, replica) -> None:
+    """`replica` replicates from `primary` (auto-positioned), with the clone plugin for its backup."""
+    dialect = dialect_for(primary.query("SELECT @@version")[0][0])
+    password = secrets.token_urlsafe(12)
+    primary.execute_script(
+        f"CREATE USER appl_repl@'127.0.0.1' IDENTIFIED BY '{password}';"
+        "GRANT REPLICATION SLAVE ON *.* TO appl_repl@'127.0.0.1';"
+    )
+    replica.query("INSTALL PLUGIN clone SONAME 'mysql_clone.so'")
+    conn = replica.connect()
+    try:
+        cur = conn.cursor()
+        cur.execute("RESET BINARY LOGS AND GTIDS")  # a replica holds no transaction of its own
+        for sql, args in dialect.change_source(
+            host="127.0.0.1", port=primary.port, user="appl_repl", password=password, connect_retry=1
+        ):
+            cur.execute(sql, args)
+        cur.execute(dialect.start_replica)
+    finally:
+        conn.close()
+    _caught_up(primary, replica)
+
+
+def _caught_up(primary, replica, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not GtidSet.parse(_executed(primary)) <= GtidSet.parse(_executed(replica)):
+        assert time.monotonic() < deadline, "the replica did not catch up"
+        time.sleep(0.2)

@@ -196,7 +196,9 @@ class Dialect:
     def relay_log_source(self, *, host: str, relay_file: str, relay_pos: int) -> tuple[str, tuple[Any, ...]]:
         """Point the applier at relay logs placed by hand (binlogs replayed as relay logs, core/pitr/
         mysql_applier.py): a source `host` never contacted (no receiver thread is started), no
-        password. MySQL only: MariaDB's applier also needs MASTER_LOG_FILE/POS (core/pitr/applier.py)."""
+        password. What a copy of a replica keeps of its channel is turned off: auto-positioning
+        (which refuses RELAY_LOG_FILE), GTID_ONLY (which needs it), a delay, a privilege-checks
+        account. MySQL only: MariaDB's applier also needs MASTER_LOG_FILE/POS (core/pitr/applier.py)."""
         if self.is_mariadb:
             raise ValueError("MariaDB's relay log applier is set up by core/pitr/applier.py")
         prefix, word = (
@@ -204,11 +206,18 @@ class Dialect:
             if self.at_least(8, 0, 23)
             else ("CHANGE MASTER TO", "MASTER")
         )
-        return (
-            f"{prefix} {word}_HOST = %s, {word}_PORT = 9, {word}_USER = 'none', RELAY_LOG_FILE = %s, "
-            "RELAY_LOG_POS = %s",
-            (host, relay_file, int(relay_pos)),
-        )
+        options = [
+            f"{word}_HOST = %s",
+            f"{word}_PORT = 9",
+            f"{word}_USER = 'none'",
+            f"{word}_AUTO_POSITION = 0",
+        ]
+        options += [f"{word}_DELAY = 0", "RELAY_LOG_FILE = %s", "RELAY_LOG_POS = %s"]
+        if self.at_least(8, 0, 18):
+            options.append("PRIVILEGE_CHECKS_USER = NULL")
+        if self.at_least(8, 0, 27):
+            options.append("GTID_ONLY = 0")
+        return f"{prefix} " + ", ".join(options), (host, relay_file, int(relay_pos))
 
     def parallel_applier_options(self, workers: int) -> list[str]:
         """Server options of a replica that applies relay logs with `workers` parallel workers (0: the
