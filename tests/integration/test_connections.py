@@ -16,6 +16,7 @@ import yaml
 
 from connection_count import connections
 from helpers import root_target, seed_database, unique_name
+from replica_helpers import NewHost, new_host_dir
 from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
 from xtrabackup_provider.core.binlog.replication import ReplicationSource
 from xtrabackup_provider.core.binlog.ship import ShipRequest, ship_binlogs
@@ -24,6 +25,7 @@ from xtrabackup_provider.core.db.checksum import ChecksumOptions
 from xtrabackup_provider.core.db.gate import GatePolicy, check_replica
 from xtrabackup_provider.core.db.sandbox import SandboxServer
 from xtrabackup_provider.core.db.server import MySQLTarget
+from xtrabackup_provider.core.restore.provision import ProvisionRequest, provision_replica
 from xtrabackup_provider.core.restore.replica_compare import SourceCompare
 from xtrabackup_provider.core.restore.restore_test import RestoreTestRequest, run_restore_test
 from xtrabackup_provider.core.storage.local import LocalStore
@@ -103,7 +105,7 @@ def test_check_reads_the_catalogs_alone(host, tmp_path):
 
 
 @pytest.fixture
-def deep_source(mariadb: SandboxServer, tmp_path) -> tuple[SandboxServer, Catalog, SourceCompare]:
+def deep_source(mariadb: SandboxServer, tmp_path) -> tuple[SandboxServer, Catalog, SourceCompare, str]:
     """A source with a replication account and pt-table-checksum's, backed up once."""
     repl, check = uuid.uuid4().hex, uuid.uuid4().hex
     mariadb.execute_script(
@@ -112,7 +114,8 @@ def deep_source(mariadb: SandboxServer, tmp_path) -> tuple[SandboxServer, Catalo
         "GRANT SELECT, PROCESS, SUPER, BINLOG ADMIN, SLAVE MONITOR, REPLICATION SLAVE, REPLICATION CLIENT"
         " ON *.* TO xbp_checksum@'127.0.0.1'; GRANT ALL ON percona.* TO xbp_checksum@'127.0.0.1';"
     )
-    seed_database(mariadb, unique_name("deep"), rows=200)
+    db = unique_name("deep")
+    seed_database(mariadb, db, rows=200)
     catalog = Catalog(LocalStore(tmp_path / "store"), "backups", "c1", "db1")
     run_backup(BackupRequest(catalog, root_target(mariadb), allow_unencrypted=True))
     deep = SourceCompare(
@@ -122,7 +125,7 @@ def deep_source(mariadb: SandboxServer, tmp_path) -> tuple[SandboxServer, Catalo
         poll_seconds=0.2,
         checksum=ChecksumOptions(timeout_minutes=3),
     )
-    return mariadb, catalog, deep
+    return mariadb, catalog, deep, db
 
 
 def test_a_deep_restore_test_reads_its_source_through_a_session_before_the_restore_and_one_after(
@@ -132,7 +135,7 @@ def test_a_deep_restore_test_reads_its_source_through_a_session_before_the_resto
     pt's dsn table), none held idle on the source while the restore runs; besides them the
     replication account's login check, the binlog it reads, the restored copy's replica thread,
     and pt-table-checksum's own."""
-    server, catalog, deep = deep_source
+    server, catalog, deep, _db = deep_source
     with connections(server) as opened:
         report = run_restore_test(RestoreTestRequest(catalog, tmp_path / "rt", level="deep", deep=deep))
     assert report.verdict == "pass", report.reasons
@@ -140,3 +143,39 @@ def test_a_deep_restore_test_reads_its_source_through_a_session_before_the_resto
     assert opened.accounts.get("xrepl") == 1  # its login, checked before anything is restored
     assert opened.accounts.get("xbp_checksum", 0) <= 2, f"the restore test opened {opened}"
     assert set(opened.accounts) <= {"xrepl", "xbp_checksum"}, f"the restore test opened {opened}"
+
+
+def test_provisioning_a_replica_reads_its_source_through_a_session_before_the_restore_and_one_after(
+    deep_source, tmp_path
+):
+    """As the deep restore test: the checksum account's session before the restore (the login,
+    grants and binlog checks) and after it (catch-up, pt's dsn table), besides the replication
+    account's login check, the binlog client's and the new replica's threads, and pt's own."""
+    server, catalog, deep, db = deep_source
+    host = NewHost(new_host_dir(), server_id=7401)
+    try:
+        request = ProvisionRequest(
+            catalog=catalog,
+            target_datadir=host.datadir,
+            source=deep.source,
+            source_admin=deep.source_admin,
+            replica=host.target(server.root_password),
+            start_command=host.start_command,
+            poll_seconds=0.2,
+            catch_up_timeout=120,
+            checksum=ChecksumOptions(
+                replica_dsns=(f"h=127.0.0.1,P={host.port}",),
+                databases=(db,),
+                dsn_table="percona.xbp_provision_dsns",
+                replicate="percona.xbp_provision_checksums",
+            ),
+        )
+        with connections(server) as opened:
+            report = provision_replica(request)
+    finally:
+        host.destroy()
+    assert report.checksum is not None and report.checksum["differing_count"] == 0
+    assert opened.tools["pt-table-checksum"] >= 1 and opened.tools["the binlog client"] >= 2
+    assert opened.accounts.get("xrepl") == 1  # its login, checked before anything is restored
+    assert opened.accounts.get("xbp_checksum", 0) <= 2, f"provisioning opened {opened}"
+    assert set(opened.accounts) <= {"xrepl", "xbp_checksum"}, f"provisioning opened {opened}"

@@ -37,7 +37,7 @@ from ..db.replica import (
     read_state,
     wait_replica,
 )
-from ..db.server import MySQLTarget, binlog_status, connect, connection, defaults_file, dialect_on, query
+from ..db.server import MySQLTarget, binlog_status, connection, defaults_file, dialect_on, query
 from ..db.session import Session
 
 log = logging.getLogger(__name__)
@@ -238,6 +238,13 @@ def wait_caught_up(
     return CatchUp(time.monotonic() - started, state.gtid, want, state.lag)
 
 
+def _dialect(source_admin: MySQLTarget | Session) -> Dialect:
+    """A session knows its server's dialect; connection details ask the server."""
+    if isinstance(source_admin, Session):
+        return source_admin.dialect
+    return dialect_for(str(query(source_admin, "SELECT @@version")[0][0]))
+
+
 def check_source_login(
     source: ReplicationSource, source_admin: MySQLTarget | Session, *, binary: str | None = None, what: str
 ) -> None:
@@ -249,10 +256,7 @@ def check_source_login(
 
     account = source.client_target()
     who = f"the replication account {source.user}@{source.address}"
-    if isinstance(source_admin, Session):
-        dialect = source_admin.dialect
-    else:
-        dialect = dialect_for(str(query(source_admin, "SELECT @@version")[0][0]))
+    dialect = _dialect(source_admin)
     if len(source.password or "") > dialect.max_replication_password:
         raise ReplicationError(
             f"{who}: its password has {len(source.password or '')} characters and a {dialect.name} replica accepts "
@@ -294,10 +298,9 @@ def check_source_login(
         )
 
 
-def oldest_binlog_state(source_admin: MySQLTarget) -> tuple[str, str]:
+def oldest_binlog_state(source_admin: MySQLTarget | Session) -> tuple[str, str]:
     """(the source's oldest binlog, the GTID state before it from its Gtid_list event)."""
-    conn = connect(source_admin)
-    try:
+    with connection(source_admin) as conn:
         cur = conn.cursor()
         cur.execute("SHOW BINARY LOGS")
         names = [str(row[0]) for row in cur.fetchall()]
@@ -310,12 +313,10 @@ def oldest_binlog_state(source_admin: MySQLTarget) -> tuple[str, str]:
                 state = "".join(str(row[5]).strip("[] ").split())
                 break
         return names[0], state
-    finally:
-        conn.close()
 
 
 def check_binlogs_kept(
-    source_admin: MySQLTarget,
+    source_admin: MySQLTarget | Session,
     source: ReplicationSource,
     gtid: str,
     *,
@@ -326,7 +327,7 @@ def check_binlogs_kept(
 
     `first_needed`: the binlog of the source that holds the position, when it is known (a backup of
     the source itself records it); it is the first missing binlog when the check fails."""
-    if not dialect_for(str(query(source_admin, "SELECT @@version")[0][0])).is_mariadb:
+    if not _dialect(source_admin).is_mariadb:
         return _check_mysql_binlogs_kept(source_admin, source, gtid, backup=backup, first_needed=first_needed)
     oldest, state = oldest_binlog_state(source_admin)
     have, want = parse_gtid_pos(state), parse_gtid_pos(gtid)
@@ -347,7 +348,12 @@ def check_binlogs_kept(
 
 
 def _check_mysql_binlogs_kept(
-    source_admin: MySQLTarget, source: ReplicationSource, gtid: str, *, backup: str, first_needed: str | None
+    source_admin: MySQLTarget | Session,
+    source: ReplicationSource,
+    gtid: str,
+    *,
+    backup: str,
+    first_needed: str | None,
 ) -> None:
     """MySQL: an auto-positioned replica holding `gtid` needs every transaction the source has and
     `gtid` has not; the source has lost those in its gtid_purged (they are in no binlog any more)."""

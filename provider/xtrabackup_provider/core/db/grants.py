@@ -13,8 +13,12 @@ import logging
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .server import MySQLTarget, connect
+from .server import MySQLTarget, connection
+
+if TYPE_CHECKING:
+    from .session import Session
 
 log = logging.getLogger(__name__)
 
@@ -84,13 +88,12 @@ class GrantsUnreadable(RuntimeError):
     """The reading account may not see the grant tables (nothing can be said)."""
 
 
-def account_grants(reader: MySQLTarget, user: str, names: Sequence[str]) -> AccountGrants | None:
+def account_grants(reader: MySQLTarget | Session, user: str, names: Sequence[str]) -> AccountGrants | None:
     """The grants of the account `user` gets when connecting as one of `names`, read on `reader`'s
     server; None when no account matches. GrantsUnreadable when `reader` may not read them."""
     import MySQLdb
 
-    conn = connect(reader)
-    try:
+    with connection(reader) as conn:
         cur = conn.cursor()
         try:
             cur.execute("SELECT Host FROM mysql.user WHERE User = %s", (user,))
@@ -103,5 +106,3 @@ def account_grants(reader: MySQLTarget, user: str, names: Sequence[str]) -> Acco
             raise GrantsUnreadable(
                 f"{reader.user} on {reader.address} cannot read the grant tables: {exc}"
             ) from exc
-    finally:
-        conn.close()

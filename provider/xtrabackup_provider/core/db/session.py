@@ -50,6 +50,10 @@ class Session:
     def address(self) -> str:
         return self.target.address
 
+    @property
+    def user(self) -> str:
+        return self.target.user
+
     @contextmanager
     def use(self) -> Iterator[Any]:
         """The open connection (a MySQLdb one, whose errors name this server and the statement),

@@ -65,7 +65,8 @@ from ..db.replica import (
     read_state,
     wait_running,
 )
-from ..db.server import MySQLTarget, ServerError, ServerFacts, answered, connect, server_facts
+from ..db.server import MySQLTarget, ServerError, ServerFacts, answered, connect
+from ..db.session import Session
 from .chain import RestoreRequest, check_target, empty_dir, read_chain, restore
 
 log = logging.getLogger(__name__)
@@ -143,18 +144,7 @@ def provision_replica(req: ProvisionRequest) -> ProvisionReport:
     backup = chain[-1]
     _refuse_flavour(backup)
     gtid = backup.gtid or ""
-    source_facts = server_facts(req.source_admin)
-    try:
-        check_source_login(req.source, req.source_admin, binary=req.binlog_binary, what="the new replica")
-    except ReplicationError as exc:
-        raise ReplicationError(f"{exc}. Nothing was restored") from None
-    refuse_occupied(req.replica, source_facts)
-    check_replica_account(req.source_admin, req.replica, source_facts.version)
-    # A backup of the source itself records the source's own binlog: the first one the replica needs.
-    first_needed = backup.binlog_file if backup.server_uuid == source_facts.server_uuid else None
-    check_binlogs_kept(
-        req.source_admin, req.source, gtid, backup=f"backup {backup.backup_id}", first_needed=first_needed
-    )
+    source_facts = _check_source(req, backup, gtid)
     report = ProvisionReport(
         backup.backup_id, [m.backup_id for m in chain], str(req.target_datadir), gtid, req.source.describe()
     )
@@ -175,7 +165,9 @@ def provision_replica(req: ProvisionRequest) -> ProvisionReport:
     report.timings.update({k: v for k, v in restored.timings.items() if k != "scratch_cleanup"})
     started = _Started()
     try:
-        _bring_up(req, backup, source_facts.server_id, report, started)
+        # A session with the source after the restore (the catch-up, pt's dsn table), opened if needed.
+        with Session(req.source_admin) as source_db:
+            _bring_up(req, source_db, backup, source_facts.server_id, report, started)
     except BaseException as exc:
         left = clean_up(req, started.proven)
         if not isinstance(exc, Exception):
@@ -190,6 +182,27 @@ def provision_replica(req: ProvisionRequest) -> ProvisionReport:
         report.summary(),
     )
     return report
+
+
+def _check_source(req: ProvisionRequest, backup: Manifest, gtid: str) -> ServerFacts:
+    """Before anything is restored, through one session with the source (core/db/session.py; none
+    is held idle on it while the restore runs): the replication account logs in and reads a binlog,
+    no server answers at the new one's address yet, its account has what provisioning runs there,
+    and the source still has the binlogs from `gtid` on."""
+    with Session(req.source_admin) as source_db:
+        source_facts = source_db.facts
+        try:
+            check_source_login(req.source, source_db, binary=req.binlog_binary, what="the new replica")
+        except ReplicationError as exc:
+            raise ReplicationError(f"{exc}. Nothing was restored") from None
+        refuse_occupied(req.replica, source_facts)
+        check_replica_account(source_db, req.replica, source_facts.version)
+        # A backup of the source itself records the source's own binlog: the first one the replica needs.
+        first_needed = backup.binlog_file if backup.server_uuid == source_facts.server_uuid else None
+        check_binlogs_kept(
+            source_db, req.source, gtid, backup=f"backup {backup.backup_id}", first_needed=first_needed
+        )
+        return source_facts
 
 
 @dataclass(frozen=True)
@@ -207,7 +220,12 @@ class _Started:
 
 
 def _bring_up(
-    req: ProvisionRequest, backup: Manifest, source_id: int, report: ProvisionReport, started: _Started
+    req: ProvisionRequest,
+    source_db: Session,
+    backup: Manifest,
+    source_id: int,
+    report: ProvisionReport,
+    started: _Started,
 ) -> None:
     """Start the restored server, make it a replica, watch it start, wait and check (as asked)."""
     if req.owner:
@@ -227,12 +245,14 @@ def _bring_up(
     except ReplicaThreadError as exc:
         raise purged_or_raise(exc) from None
     if req.wait:
-        report.caught_up = wait_for_replica(req)
+        report.caught_up = wait_for_replica(req, source_db)
         report.timings["catch_up"] = report.caught_up.seconds
     if req.checksum is not None:
         t0 = time.monotonic()
         watch = _watch(req)
-        report.checksum = checksum_gate(req.source_admin, req.checksum, lambda: watch.check(_state(req)))
+        report.checksum = checksum_gate(
+            req.source_admin, req.checksum, lambda: watch.check(_state(req)), source_db
+        )
         report.timings["checksum"] = time.monotonic() - t0
 
 
@@ -262,7 +282,7 @@ def _watch(req: ProvisionRequest) -> ReplicaWatch:
 # the dialect's (core/db/dialect.py replica_setup_privileges): MariaDB's and MySQL's names differ.
 
 
-def check_replica_account(source_admin: MySQLTarget, replica: MySQLTarget, version: str) -> None:
+def check_replica_account(source_admin: MySQLTarget | Session, replica: MySQLTarget, version: str) -> None:
     """The new server's account, as the source's grant tables have it (the restored data brings
     them), must hold what provisioning runs on it. Skipped, with a warning, when the source's
     account may not read the grant tables or the account is in a defaults file."""
@@ -394,11 +414,11 @@ def refuse_occupied(replica: MySQLTarget, source: ServerFacts) -> None:
     )
 
 
-def wait_for_replica(req: ProvisionRequest) -> CatchUp:
+def wait_for_replica(req: ProvisionRequest, source_db: Session | None = None) -> CatchUp:
     return wait_caught_up(
         lambda: connect(req.replica),
         req.source,
-        req.source_admin,
+        source_db or req.source_admin,
         max_lag_seconds=req.max_lag_seconds,
         timeout=req.catch_up_timeout,
         poll=req.poll_seconds,
@@ -408,11 +428,14 @@ def wait_for_replica(req: ProvisionRequest) -> CatchUp:
 
 
 def checksum_gate(
-    source_admin: MySQLTarget, options: ChecksumOptions, watch: Callable[[], object] | None = None
+    source_admin: MySQLTarget,
+    options: ChecksumOptions,
+    watch: Callable[[], object] | None = None,
+    source_db: Session | None = None,
 ) -> dict[str, Any]:
     """pt-table-checksum on the source against the new replica; any differing chunk is an error.
     `watch` (the replica's thread watcher) stops pt when the replica stops replicating."""
-    run: ChecksumRun = run_checksum(source_admin, options, watch=watch)
+    run: ChecksumRun = run_checksum(source_admin, options, watch=watch, db=source_db)
     summary = run.summary()
     if run.differing or run.problems:
         tables = ", ".join(summary["differing_tables"][:10])
