@@ -141,7 +141,7 @@ def apply_relay_mysql(
     aside = private_dir("replay", "/tmp", on_sweep=stop_orphans)  # 0700; a short socket path
     moved = set_aside(datadir, aside / "aside")
     relays = place_relay_logs(datadir, files)
-    dialect = _program_dialect()
+    dialect = program_dialect()
     server = SandboxServer.on_datadir(
         datadir,
         aside / "srv",
@@ -171,7 +171,7 @@ def apply_relay_mysql(
         shutil.rmtree(aside, ignore_errors=True)
 
 
-def _program_dialect() -> Dialect:
+def program_dialect() -> Dialect:
     """The dialect of the mysqld on PATH (its options name the replica's threads), from its --version."""
     proc = children.run(["mysqld", "--no-defaults", "--version"], capture_output=True, text=True, timeout=60)
     found = re.search(r"\bVer (\d+\.\d+\.\d+)", proc.stdout + proc.stderr)

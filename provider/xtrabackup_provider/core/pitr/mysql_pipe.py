@@ -32,10 +32,10 @@ from ..catalog.manifest import Manifest
 from ..common.tempdirs import private_dir
 from ..common.values import GtidSet, binlog_number, check_gtid_for, gtid_form
 from ..db.dialect import dialect_for
-from ..db.sandbox import SandboxServer, stop_orphans
-from ..db.server import MySQLTarget, defaults_file, query
+from ..db.sandbox import SandboxServer, privileged_account, stop_orphans
+from ..db.server import MySQLTarget, connect, defaults_file, query
 from .applier import REPLAY_METHODS
-from .mysql_applier import apply_relay_mysql
+from .mysql_applier import apply_relay_mysql, program_dialect
 from .plan import PitrError, PitrTarget
 from .recover import PitrRequest, fetch_binlogs
 from .replay import reader_argv, run_replay
@@ -323,15 +323,28 @@ def _replay_restored(
         log.info("%s, and the applier applies in binlog order: replaying with the pipe", stop.hole)
     basedir = private_dir("replay", "/tmp", on_sweep=stop_orphans)  # 0700; a short socket path
     try:
+        # No binlog of its own (the copy gets no stray binlog), and a copy of a replica does not
+        # start replicating from its source while it replays.
         server = SandboxServer.on_datadir(
-            Path(req.target_datadir), basedir, server_id=REPLAY_SERVER_ID, family="mysql"
+            Path(req.target_datadir),
+            basedir,
+            server_id=REPLAY_SERVER_ID,
+            family="mysql",
+            log_bin=False,
+            extra_args=[program_dialect().skip_replica_start_option, *req.replay_server_args],
         )
         server.start()
         try:
-            account = MySQLTarget(socket=str(server.socket), user="root")  # grant tables skipped
+            # Replayed CREATE USER / GRANT need the grant tables on: a throwaway account, dropped after.
+            account = privileged_account(server, "xbp_pitr")
             reached = replay_mysql(
                 account, files, req.target, binlog_binary=binlog_binary, client_binary=client
             )
+            conn = connect(account)  # root's grants are the copy's own now
+            try:
+                conn.cursor().execute("DROP USER %s@'localhost'", (account.user,))
+            finally:
+                conn.close()
         finally:
             server.stop()
     finally:
