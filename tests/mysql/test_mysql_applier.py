@@ -120,7 +120,7 @@ def _restore(
             replay_threads=4,
         )
     )
-    sandbox = SandboxServer.on_datadir(datadir, datadir.parent / "sb", server_id=995, family="mysql")
+    sandbox = _copy_server(datadir, datadir.parent / "sb")
     sandbox.start()
     with sandbox:
         u_rows = int(sandbox.query(f"SELECT COUNT(*) FROM {db}.u")[0][0])
@@ -181,9 +181,10 @@ def _prepare(source, catalog: Catalog) -> History:
 @pytest.mark.parametrize("replay", ["applier", "pipe"])
 def test_a_clone_of_a_replica_is_taken_to_a_gtid_set_by_either_method(mysql_factory, tmp_path, replay):
     """Backups are mostly of replicas: the copy keeps the replica's channel (auto-positioned), which
-    refused the applier's relay log coordinates (error 1776) until it turned it off. A replayed
-    CREATE USER is applied by both (the pipe's client failed on it with error 1290: the sandbox
-    skipped the grant tables), and the pipe's throwaway account is gone afterwards."""
+    refused the applier's relay log coordinates (error 1776); the applier uses a channel of its own
+    and the copy's channel is as the backup had it afterwards, by either method. A replayed CREATE
+    USER is applied by both (the pipe's client failed on it with error 1290: the sandbox skipped
+    the grant tables), and the pipe's throwaway account is gone afterwards."""
     primary = mysql_factory("applpri", root_password=secrets.token_urlsafe(12))
     replica = mysql_factory("applrep", root_password=secrets.token_urlsafe(12))
     try:
@@ -219,14 +220,25 @@ def test_a_clone_of_a_replica_is_taken_to_a_gtid_set_by_either_method(mysql_fact
         )
         assert how.startswith(replay), how
         assert (checksums, executed, u_rows) == (history.checksums, history.at_stop, 0)
-        sandbox = SandboxServer.on_datadir(datadir, tmp_path / "sb", server_id=996, family="mysql")
+        sandbox = _copy_server(datadir, tmp_path / "sb")
         sandbox.start()
         with sandbox:
             users = {r[0] for r in sandbox.query("SELECT user FROM mysql.user")}
             assert user in users and not [u for u in users if u.startswith("xbp")], users
+            channels = sandbox.query(
+                "SELECT channel_name, host, port, auto_position FROM performance_schema.replication_connection_configuration"
+            )
+            assert [tuple(r) for r in channels] == [("", "127.0.0.1", primary.port, "1")], channels
     finally:
         mysql_factory.discard(replica)
         mysql_factory.discard(primary)
+
+
+def _copy_server(datadir: Path, basedir: Path) -> SandboxServer:
+    """A server on a restored copy; a copy of a replica does not start replicating."""
+    return SandboxServer.on_datadir(
+        datadir, basedir, server_id=995, family="mysql", extra_args=["--skip-replica-start"]
+    )
 
 
 def _replicate(primary, replica) -> None:

@@ -57,3 +57,18 @@ def test_the_replica_status_names_the_relay_log_position():
         829,
         "No",
     )
+
+
+def test_a_statement_for_a_named_channel():
+    mysql = dialect_for("9.7.4")
+    assert mysql.on_channel("SHOW REPLICA STATUS", "xbp_replay") == (
+        "SHOW REPLICA STATUS FOR CHANNEL %s",
+        ("xbp_replay",),
+    )
+    until = mysql.start_sql_thread_until(before_gtids="u:audit:3")
+    assert mysql.on_channel(until, "c") == (
+        "START REPLICA SQL_THREAD UNTIL SQL_BEFORE_GTIDS = %s FOR CHANNEL %s",
+        ("u:audit:3", "c"),
+    )
+    with pytest.raises(ValueError, match="MariaDB"):
+        dialect_for("11.8.9-MariaDB").on_channel("SHOW SLAVE STATUS", "c")

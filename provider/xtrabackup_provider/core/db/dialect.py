@@ -219,6 +219,16 @@ class Dialect:
             options.append("GTID_ONLY = 0")
         return f"{prefix} " + ", ".join(options), (host, relay_file, int(relay_pos))
 
+    def on_channel(
+        self, statement: str | tuple[str, tuple[Any, ...]], channel: str
+    ) -> tuple[str, tuple[Any, ...]]:
+        """A replication statement (text, or text and arguments) for MySQL's channel `channel`;
+        MySQL names a named channel's relay logs `<relay_log>-<channel>.NNNNNN`."""
+        if self.is_mariadb:
+            raise ValueError("MariaDB names a replication connection in the statement, not FOR CHANNEL")
+        sql, args = (statement, ()) if isinstance(statement, str) else statement
+        return f"{sql} FOR CHANNEL %s", (*args, channel)
+
     def parallel_applier_options(self, workers: int) -> list[str]:
         """Server options of a replica that applies relay logs with `workers` parallel workers (0: the
         SQL thread alone), its replication threads stopped at startup and its relay logs kept."""

@@ -250,22 +250,23 @@ def set_aside(datadir: Path, aside: Path) -> list[Path]:
     return found
 
 
-def place_relay_logs(datadir: Path, files: list[Path]) -> list[Path]:
+def place_relay_logs(datadir: Path, files: list[Path], base: str = RELAY_BASE) -> list[Path]:
+    """`files` as the relay logs `base`.NNNNNN of `datadir`, listed in `base`.index."""
     placed = []
     for path in files:
-        relay = datadir / relay_name(path.name)
+        relay = datadir / relay_name(path.name, base)
         try:
             os.link(path, relay)
         except OSError:  # another filesystem (a scratch dir elsewhere): copy
             shutil.copyfile(path, relay)
         placed.append(relay)
-    (datadir / f"{RELAY_BASE}.index").write_text("".join(f"./{p.name}\n" for p in placed))
+    (datadir / f"{base}.index").write_text("".join(f"./{p.name}\n" for p in placed))
     return placed
 
 
-def relay_name(binlog: str) -> str:
+def relay_name(binlog: str, base: str = RELAY_BASE) -> str:
     """The relay log that holds `binlog`: the same number, so positions mean the same."""
-    return f"{RELAY_BASE}.{binlog_number(binlog)[1]:06d}"
+    return f"{base}.{binlog_number(binlog)[1]:06d}"
 
 
 def _run_sql_thread(

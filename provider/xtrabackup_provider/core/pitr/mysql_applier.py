@@ -1,12 +1,14 @@
 """Point-in-time replay on MySQL through the restored server's own replication applier.
 
-The fetched binlogs become the restored datadir's relay logs (`relay-bin.NNNNNN`, the binlog's
-number, hard links of the scratch copies, and `relay-bin.index`); a socket-only sandbox on that
+The fetched binlogs become the restored datadir's relay logs of a channel of its own (`xbp_replay`:
+`relay-bin-xbp_replay.NNNNNN`, the binlog's number, hard links of the scratch copies, and their
+index); a socket-only sandbox on that
 datadir (no binlog of its own, replication threads stopped at startup, relay logs kept, parallel
 workers committing in order) is pointed at them through a source that is never contacted, and its
 SQL thread applies them:
 
-    CHANGE REPLICATION SOURCE TO SOURCE_HOST='replay.invalid', ..., RELAY_LOG_FILE=<first>, RELAY_LOG_POS=4;
+    CHANGE REPLICATION SOURCE TO SOURCE_HOST='replay.invalid', ..., RELAY_LOG_FILE=<first>,
+      RELAY_LOG_POS=4 FOR CHANNEL 'xbp_replay';
     START REPLICA SQL_THREAD UNTIL SQL_BEFORE_GTIDS = '<first GTID not to apply>'   (a GTID set)
                                  | SQL_AFTER_GTIDS = '<the GTID set to reach>'        (a GTID set, a time)
                                  | RELAY_LOG_FILE = .., RELAY_LOG_POS = <end>         (a position)
@@ -24,7 +26,9 @@ the pipe's semantics (core/pitr/mysql_pipe.py):
 The GTID set reached is checked against the plan afterwards; a transaction cut by the stop (or by
 the files' end) is not applied, as the pipe's client rolls it back. A replayed CREATE USER needs the
 grant tables: FLUSH PRIVILEGES first, from the one session a --skip-grant-tables server allows.
-Afterwards RESET REPLICA ALL removes the dummy source and the relay logs.
+A copy of a replica keeps its own channels as they were (its default channel, auto-positioned,
+refused relay log coordinates: error 1776); afterwards RESET REPLICA ALL FOR CHANNEL 'xbp_replay'
+removes the applier's channel and its relay logs.
 """
 
 from __future__ import annotations
@@ -44,12 +48,14 @@ from ..common.tempdirs import private_dir
 from ..common.values import GtidSet, MysqlGtid
 from ..db.dialect import Dialect, dialect_for
 from ..db.sandbox import SandboxError, SandboxServer, stop_orphans
-from .applier import RELAY_BASE, place_relay_logs, relay_name, set_aside
+from .applier import RELAY_BASE, place_relay_logs, relay_name
 from .plan import PitrError, PitrTarget
 from .replay import ReplayError
 
 log = logging.getLogger(__name__)
 
+CHANNEL = "xbp_replay"  # a channel of its own: a copy of a replica keeps its channels as they were
+RELAY = f"{RELAY_BASE}-{CHANNEL}"  # MySQL names a channel's relay logs <relay_log>-<channel>.NNNNNN
 _DUMMY_SOURCE = "replay.invalid"  # .invalid never resolves: the receiver thread is never started anyway
 _STALL_SECONDS = 60.0
 REPLAY_SERVER_ID = 4_100_000_002  # the restored copy's server_id while it applies (no replica sees it)
@@ -113,7 +119,7 @@ def plan_mysql_stop(files: list[Path], target: PitrTarget, holds: GtidSet) -> My
     if target.kind == "gtid" and outside is not None:
         return MysqlStop(reached, count, "SQL_BEFORE_GTIDS", str(outside))
     if target.kind == "position" and end is not None:
-        return MysqlStop(reached, count, "RELAY_LOG_POS", (relay_name(end[0]), end[1]))
+        return MysqlStop(reached, count, "RELAY_LOG_POS", (relay_name(end[0], RELAY), end[1]))
     return MysqlStop(reached, count, "SQL_AFTER_GTIDS", str(reached))
 
 
@@ -139,8 +145,7 @@ def apply_relay_mysql(
     `datadir` up to `target` with the SQL thread of a sandbox on it; returns its gtid_executed after
     and the plan. A plan with a hole is returned unapplied (stop.hole says why): the caller pipes."""
     aside = private_dir("replay", "/tmp", on_sweep=stop_orphans)  # 0700; a short socket path
-    moved = set_aside(datadir, aside / "aside")
-    relays = place_relay_logs(datadir, files)
+    relays = place_relay_logs(datadir, files, RELAY)
     dialect = program_dialect()
     server = SandboxServer.on_datadir(
         datadir,
@@ -164,10 +169,8 @@ def apply_relay_mysql(
             conn.close()
     finally:
         server.stop()
-        for path in [*relays, datadir / f"{RELAY_BASE}.index", *datadir.glob(f"{RELAY_BASE}.[0-9]*")]:
+        for path in [*relays, datadir / f"{RELAY}.index", *datadir.glob(f"{RELAY}.[0-9]*")]:
             path.unlink(missing_ok=True)
-        for path in moved:
-            shutil.move(str(aside / "aside" / path.name), str(path))
         shutil.rmtree(aside, ignore_errors=True)
 
 
@@ -191,16 +194,20 @@ def _run_sql_thread(
     progress_seconds: float,
 ) -> GtidSet:
     cur.execute("FLUSH PRIVILEGES")  # a replayed CREATE USER / GRANT needs the grant tables
+    first = relay_name(files[0].name, RELAY)
     cur.execute(
-        *dialect.relay_log_source(host=_DUMMY_SOURCE, relay_file=relay_name(files[0].name), relay_pos=4)
+        *dialect.on_channel(
+            dialect.relay_log_source(host=_DUMMY_SOURCE, relay_file=first, relay_pos=4), CHANNEL
+        )
     )
     if stop.until == "RELAY_LOG_POS":
         assert isinstance(stop.value, tuple)
-        cur.execute(*dialect.start_sql_thread_until(file=stop.value[0], position=stop.value[1]))
+        until = dialect.start_sql_thread_until(file=stop.value[0], position=stop.value[1])
     elif stop.until == "SQL_BEFORE_GTIDS":
-        cur.execute(*dialect.start_sql_thread_until(before_gtids=str(stop.value)))
+        until = dialect.start_sql_thread_until(before_gtids=str(stop.value))
     else:
-        cur.execute(*dialect.start_sql_thread_until(after_gtids=str(stop.value)))
+        until = dialect.start_sql_thread_until(after_gtids=str(stop.value))
+    cur.execute(*dialect.on_channel(until, CHANNEL))
     log.info(
         "applying %d transaction(s) of %d binlog(s) until %s %s, to GTID set %s",
         stop.transactions,
@@ -214,7 +221,7 @@ def _run_sql_thread(
     reached = GtidSet.parse(str(cur.fetchone()[0] or ""))
     if reached != stop.reached:
         raise ReplayError(f"the applier reached GTID set {reached or '-'}, the binlogs say {stop.reached}")
-    cur.execute(f"{dialect.reset_replica_all} FOR CHANNEL ''")  # the dummy source and the relay logs go
+    cur.execute(*dialect.on_channel(dialect.reset_replica_all, CHANNEL))  # the channel and its relay logs go
     return reached
 
 
@@ -227,7 +234,7 @@ def _wait(
     progress_seconds: float,
 ) -> None:
     """Poll the replica status until the SQL thread stops; its error is the ReplayError."""
-    sizes = {relay_name(p.name): p.stat().st_size for p in files}
+    sizes = {relay_name(p.name, RELAY): p.stat().st_size for p in files}
     names = list(sizes)
     progress = ProgressLogger(
         log, "replay (applier)", sum(sizes.values()), progress_seconds, "the binlogs to apply"
@@ -242,7 +249,7 @@ def _wait(
                     )
                 )
             )
-        cur.execute(dialect.replica_status)
+        cur.execute(*dialect.on_channel(dialect.replica_status, CHANNEL))
         row = cur.fetchone()
         status = dialect.status({d[0]: v for d, v in zip(cur.description, row, strict=True)} if row else {})
         at = (status.get("relay_log_file"), int(status.get("relay_log_pos") or 0))
@@ -256,7 +263,7 @@ def _wait(
         idle = "read all relay log" in str(status.get("sql_running_state"))
         if idle and GtidSet.parse(str(status.get("executed_gtid_set") or "")) == stop.reached:
             # The stop is the files' end (the transaction after it is cut there): nothing will come.
-            cur.execute(f"{dialect.stop_replica} SQL_THREAD")
+            cur.execute(*dialect.on_channel(f"{dialect.stop_replica} SQL_THREAD", CHANNEL))
             return
         if at[0] in sizes:
             progress(sum(sizes[n] for n in names[: names.index(at[0])]) + at[1])
