@@ -245,7 +245,8 @@ class Checker:
             have = recoverable(points, spans)
             end = acked_at(tx, now - SHIP_BOUND)
             say(f"checker: {c} recoverable {have}; required seq {min(seqs)}..{end}")
-            for f in unrecoverable(c, tx, min(seqs), end, have, self.faults()):
+            gone = not any(b.seq == min(seqs) and b.id in view.manifests for b in seen if b.id in floor)
+            for f in unrecoverable(c, tx, min(seqs), end, have, self.faults(), start_gone=gone):
                 if f.cause == "lost":
                     self.transactions_lost += f.transactions
                 self._record(f)

@@ -214,13 +214,21 @@ def blame(cluster: str, t0: float, t1: float, faults: Iterable[FaultSeen], kinds
 
 
 def unrecoverable(cluster: str, tx: Sequence[tuple[float, int]], start: int, end: int,
-                  have: Sequence[tuple[int, int]], faults: Iterable[FaultSeen]) -> list[Finding]:  # fmt: skip
-    """Each range of [start, end] the store cannot restore, with its cause or "lost"."""
+                  have: Sequence[tuple[int, int]], faults: Iterable[FaultSeen],
+                  start_gone: bool = False) -> list[Finding]:  # fmt: skip
+    """Each range of [start, end] the store cannot restore, with its cause or "lost". A re-seed
+    predicts a range that begins after the backup it starts from (what the old server had not
+    shipped); a range from `start` whose backup is gone (`start_gone`) is lost whatever else
+    happened then."""
     out = []
     faults = list(faults)
     for lo, hi in subtract((start, end), have):
         t0, t1 = acked_when(tx, lo) or 0.0, acked_when(tx, hi) or time.time()
-        cause = blame(cluster, t0 - SHIP_BOUND, t1, faults, CUTS_HISTORY)
+        cause = (
+            "lost"
+            if start_gone and lo == start
+            else blame(cluster, t0 - SHIP_BOUND, t1, faults, CUTS_HISTORY)
+        )
         out.append(Finding("unrecoverable", cluster, f"{cluster}: seq {lo}..{hi} ({hi - lo + 1} transaction(s), "
                            f"acknowledged {_hms(t0)}..{_hms(t1)}) cannot be restored", cause, t1, hi - lo + 1))  # fmt: skip
     return out

@@ -92,8 +92,8 @@ def main() -> int:
     writer: LoadWriter | None = None
     try:
         started, writer = start(fleet, checker, ledger)
-        live = faults_phase(fleet, injector, checker, rng, minutes, kinds, every, planted)
-        return finish(fleet, injector, checker, started, seed, bug, live)
+        live, watcher = faults_phase(fleet, injector, checker, rng, minutes, kinds, every, planted)
+        return finish(fleet, injector, checker, started, seed, bug, live, watcher)
     finally:
         if writer:
             writer.close()
@@ -141,17 +141,16 @@ def start(fleet: Fleet, checker: Checker, ledger: Ledger) -> tuple[float, LoadWr
 
 
 def faults_phase(fleet: Fleet, injector: Injector, checker: Checker, rng: random.Random, minutes: float,
-                 kinds: list[str], every: float, planted: Path | None) -> float:  # fmt: skip
-    """The faults; returns when a planted bug went live (0: none planted)."""
+                 kinds: list[str], every: float, planted: Path | None) -> tuple[float, Watcher]:  # fmt: skip
+    """The faults; returns when a planted bug went live (0: none planted) and the checker's thread,
+    still sweeping (it goes on while the last faults' evidence is awaited)."""
     live = 0.0
     if planted:
         go_live(planted)
         live = time.time()
         print(f"chaos: the planted bug is live from {time.strftime('%H:%M:%S')}", flush=True)
     end = time.time() + minutes * 60
-    stop = threading.Event()
-    watcher = threading.Thread(target=check_loop, args=(checker, stop), name="checker", daemon=True)
-    watcher.start()
+    watcher = Watcher(checker)
     running: list[threading.Thread] = []
     postponed: list[str] = []  # kinds whose every target was busy: tried first next time
     bag: list[str] = []
@@ -176,9 +175,22 @@ def faults_phase(fleet: Fleet, injector: Injector, checker: Checker, rng: random
     )
     for thread in running:
         thread.join(FINAL_TIMEOUT)
-    stop.set()
-    watcher.join()
-    return live
+    return live, watcher
+
+
+class Watcher:
+    """The checker's thread during the run (check_loop)."""
+
+    def __init__(self, checker: Checker) -> None:
+        self.stop = threading.Event()
+        self.thread = threading.Thread(
+            target=check_loop, args=(checker, self.stop), name="checker", daemon=True
+        )
+        self.thread.start()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
 
 
 def one_fault(injector: Injector, kind: str, rng: random.Random, postponed: list[str]) -> None:
@@ -208,7 +220,7 @@ def check_loop(checker: Checker, stop: threading.Event) -> None:
 
 
 def finish(fleet: Fleet, injector: Injector, checker: Checker, started: float, seed: int, bug: str,
-           live: float) -> int:  # fmt: skip
+           live: float, watcher: Watcher) -> int:  # fmt: skip
     for ep in fleet.endpoints.values():
         ep.control_set(seed=0)  # faults over: the final runs and checks see healthy endpoints
     pending = [f for f in injector.log if f.evidence]
@@ -217,6 +229,7 @@ def finish(fleet: Fleet, injector: Injector, checker: Checker, started: float, s
         time.sleep(20)
     for f in injector.log:
         f.seen = find(fleet.work, f, fleet.stack)
+    watcher.close()
     final_backups(fleet)
     checker.sweep(final=True)
     checker.plan(final=True)

@@ -108,6 +108,9 @@ def test_an_unrecoverable_range_is_lost_unless_a_fault_on_its_cluster_predicts_i
     assert judged[0].cause.startswith("reseed_replica")
     assert [f.cause for f in unrecoverable("c1", tx, 100, 260, have, [elsewhere, no_effect])] == ["lost"]
     assert "reseed_replica" in CUTS_HISTORY
+    # a range from the floor's oldest backup, which is gone: lost, though a re-seed came in it
+    assert unrecoverable("c1", tx, 201, 259, have, [reseed])[0].cause.startswith("reseed_replica")
+    assert [f.cause for f in unrecoverable("c1", tx, 201, 259, have, [reseed], start_gone=True)] == ["lost"]
 
 
 def test_the_lag_is_the_wait_of_the_oldest_acknowledged_transaction_not_shipped() -> None:
