@@ -16,8 +16,6 @@ read the tool's log late, when the verb's own thread has gone on to read the ser
 
 from __future__ import annotations
 
-__all__ = ["Session"]
-
 import threading
 import time
 from collections.abc import Iterator
