@@ -1,13 +1,16 @@
 """One session with a server for the length of a verb: one connection, the server's Dialect and
 the facts read once (version, server_id, uuid, datadir, GTID state), passed down to every helper
-that reads the server instead of its connection details (issue 36: a backup opened eleven
-connections, one per fact). The helpers of server.py, shape.py, heartbeat.py, gate.py take either:
-a MySQLTarget still gets a connection of its own, closed afterwards.
+that reads the server instead of its connection details (issue 36: a full backup opened seven
+connections of its own, one per fact). The helpers of server.py, shape.py, heartbeat.py, gate.py,
+rowcounts.py, checksum.py, grants.py, backup/clone.py and binlog/replication.py take either: a
+MySQLTarget still gets a connection of its own, closed afterwards.
 
 The connection is opened on first use, so a verb refused before it needs the server never logs
 in. A connection that sat idle (a backup streams for hours) is pinged before it is used again, and
 opened anew if the server dropped it (wait_timeout, a restart): the facts of the first are kept,
 and a verb that must know the server is still the one it checked reads them again (`refresh`).
+What the session set goes with a dropped connection (the heartbeat's sql_log_bin=0, the row
+counter's snapshot, which then records no counts): a verb writes nothing after its heartbeat.
 
 One thread at a time uses the connection (`use`; MySQLdb refuses a second one rather than wait):
 the backup's row counter (rowcounts.py) opens its snapshot from the tool's log thread, which may
