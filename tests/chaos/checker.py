@@ -183,7 +183,8 @@ class Checker:
         age = now - max(finished) if finished else 0.0
         self.history.setdefault(c, []).append((now, behind, age))
         self.ledger.write({"type": "rpo", "cluster": c, "t": now, "shipped_seq": shipped, "acked_seq": acked_at(tx, now),
-                           "lag_s": round(behind, 1), "backup_age_s": round(age, 1)})  # fmt: skip
+                           "lag_s": round(behind, 1), "backup_age_s": round(age, 1),
+                           "recoverable": recoverable(restore_points(view), spans)})  # fmt: skip
         if behind <= SHIP_BOUND:
             self.stalled.pop(c, None)
             return
@@ -234,15 +235,8 @@ class Checker:
             tx = self.ledger.acked(c)
             if not seqs or not tx:
                 continue
-            points = []
-            for bid, m in view.manifests.items():
-                try:
-                    view.chain(bid)
-                except AssertionError:
-                    continue
-                points.append((backup_of(m).seq, str(m.get("server_uuid"))))
             spans = [span_of(m) for m in intact_binlogs(reader, view, self.digest_cache)]
-            have = recoverable(points, spans)
+            have = recoverable(restore_points(view), spans)
             end = acked_at(tx, now - SHIP_BOUND)
             say(f"checker: {c} recoverable {have}; required seq {min(seqs)}..{end}")
             gone = not any(b.seq == min(seqs) and b.id in view.manifests for b in seen if b.id in floor)
@@ -419,6 +413,19 @@ class Checker:
             say(f"PITR check {t.cluster} {t.gtid}: skipped, retention dropped its window ({error[-160:]})")
             return
         self.violation(f"PITR of {t.cluster} to {t.gtid} failed: {error}")
+
+
+def restore_points(view: HostView) -> list[tuple[int, str]]:
+    """(domain-0 seq, server) of every backup whose chain resolves to a full."""
+    points = []
+    for bid, m in view.manifests.items():
+        try:
+            view.chain(bid)
+        except AssertionError:
+            continue
+        if m.get("finished_at"):
+            points.append((backup_of(m).seq, str(m.get("server_uuid"))))
+    return points
 
 
 def say(text: str) -> None:

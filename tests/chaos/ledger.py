@@ -86,6 +86,19 @@ class FaultSeen:
     t0: float
     t1: float
     effect: bool = True  # it found a victim and its effect showed
+    on_shipping: bool = True  # its effect reached the cluster's binlog shipping (stops_shipping())
+
+
+def stops_shipping(kind: str, target: str, note: str, victims: Iterable[Sequence[str]]) -> bool:
+    """Whether a fault's effect reached binlog shipping: a killed worker or tool under a shipping
+    task, a restart of the backed-up replica (r1), a partition of the primary endpoint, a re-seed."""
+    if kind in ("kill_worker", "kill_tool"):
+        return any("binlog_shipping" in v[0] and v[1] == "ship_binlogs" for v in victims if len(v) > 1)
+    if kind == "restart_db":
+        return target.split(" ")[0].endswith("-r1")
+    if kind == "s3_partition":
+        return note == "primary"
+    return kind in STOPS_SHIPPING
 
 
 @dataclass
@@ -208,7 +221,11 @@ def blame(cluster: str, t0: float, t1: float, faults: Iterable[FaultSeen], kinds
     """The fault of `kinds` on `cluster` that had an effect and overlaps [t0, t1] (its effect lasting
     `after` past its end), named; else "lost"."""
     for f in sorted(faults, key=lambda f: f.t0):
-        if f.kind in kinds and cluster in f.clusters and f.effect and f.t0 <= t1 and t0 <= f.t1 + after:
+        if f.kind not in kinds or cluster not in f.clusters or not f.effect:
+            continue
+        if kinds & STOPS_SHIPPING and f.kind not in CUTS_HISTORY and not f.on_shipping:
+            continue  # e.g. a killed worker that ran a restore test: shipping went on
+        if f.t0 <= t1 and t0 <= f.t1 + after:
             return f"{f.kind} at {_hms(f.t0)}"
     return "lost"
 

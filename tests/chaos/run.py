@@ -38,7 +38,7 @@ from pathlib import Path
 from checker import Checker
 from evidence import Alert, ProxyFault, alerts, explain, find, missed
 from fleet import Fleet
-from ledger import FaultSeen, Ledger, LoadWriter, Policy
+from ledger import FaultSeen, Ledger, LoadWriter, Policy, stops_shipping
 from plant import go_live, plant
 
 from faults import KINDS, Fault, Injector, NoTarget
@@ -110,7 +110,8 @@ def faults_seen(injector: Injector) -> list[FaultSeen]:
             f.t0,
             f.t1 or time.time(),
             f.evidence is not None and not f.note.startswith("HARNESS"),
-        )  # fmt: skip
+            stops_shipping(f.kind, f.target, f.note, f.victims),
+        )
         for f in list(injector.log)
     ]
 

@@ -12,13 +12,16 @@ from pathlib import Path
 from invariants import digests, intact_binlogs
 from ledger import (
     CUTS_HISTORY,
+    STOPS_SHIPPING,
     FaultSeen,
     Ledger,
     Policy,
     Span,
+    blame,
     lag,
     recoverable,
     retention_floor,
+    stops_shipping,
     unrecoverable,
 )
 from ledger import Backup as B
@@ -111,6 +114,25 @@ def test_an_unrecoverable_range_is_lost_unless_a_fault_on_its_cluster_predicts_i
     # a range from the floor's oldest backup, which is gone: lost, though a re-seed came in it
     assert unrecoverable("c1", tx, 201, 259, have, [reseed])[0].cause.startswith("reseed_replica")
     assert [f.cause for f in unrecoverable("c1", tx, 201, 259, have, [reseed], start_gone=True)] == ["lost"]
+
+
+def test_a_stall_of_shipping_is_explained_only_by_a_fault_whose_effect_reached_shipping() -> None:
+    stall = (1000.0, 1600.0)
+    copy = [["mysql_binlog_shipping_c1", "copy_binlogs_offsite", "r"]]
+    follower = [["mysql_binlog_shipping_c1", "ship_binlogs", "r"]]
+    restore_test = [["mysql_restore_test_c1", "restore_latest_chain", "r"]]
+    for kind, target, note, victims, reached in (
+        ("kill_worker", "worker-c1-r1", "", copy, False),
+        ("kill_worker", "worker-c1-r1", "", restore_test, False),
+        ("kill_worker", "worker-c1-r1", "", follower, True),
+        ("kill_tool", "gpg pid 1 on worker-c1-r2", "", follower, True),
+        ("restart_db", "c1-r2 killed", "", [], False),
+        ("restart_db", "c1-r1 stopped", "", [], True),
+        ("s3_partition", "offsite for 2.0 min", "offsite", [], False),
+        ("s3_partition", "primary for 2.0 min", "primary", [], True),
+    ):
+        f = FaultSeen(kind, ("c1",), 1100.0, 1200.0, on_shipping=stops_shipping(kind, target, note, victims))
+        assert (blame("c1", *stall, [f], STOPS_SHIPPING) != "lost") is reached, (kind, target, victims)
 
 
 def test_the_lag_is_the_wait_of_the_oldest_acknowledged_transaction_not_shipped() -> None:
