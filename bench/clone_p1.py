@@ -114,6 +114,22 @@ def summarize(pairs: Sequence[Pair], stage: str) -> Summary:
     return Summary(ratios, C.median(ratios), min(ratios), max(ratios))
 
 
+def cpu_pairs(cpu: dict[str, list[float]]) -> list[Pair]:
+    """The rounds' CPU seconds as pairs (keys b-ours, b-shell, r-ours, r-shell; each list in round
+    order, shorter where a failure cut a round short): their ratio moves far less with the load of
+    a shared machine than wall time does."""
+    rounds = max((len(v) for v in cpu.values()), default=0)
+    pairs = []
+    for i in range(rounds):
+        pair = Pair()
+        for key, values in cpu.items():
+            if i < len(values):
+                stage = "backup" if key[0] == "b" else "restore"
+                getattr(pair, key.split("-", 1)[1])[stage] = values[i]
+        pairs.append(pair)
+    return pairs
+
+
 def round_order(index: int) -> list[tuple[str, str]]:
     """(stage, who) in the order round `index` (0-based) runs them: backups before restores (a
     restore reads its own method's backup), ours first in even-indexed rounds, the shell first in
@@ -472,6 +488,11 @@ def report(
         each = " / ".join(f"{r:.2f}" for r in s.ratios) or "-"
         goal, verdict = (f"<= {TARGET:.2f}", s.verdict) if stage in STAGES else ("(info)", "")
         ratio_rows.append([f"{stage}: ours / shell (wall)", each, fmt_summary(s), goal, verdict])
+    by_cpu = cpu_pairs({k: [r.cpu_seconds for r in rs] for k, rs in runs.items()})
+    for stage in STAGES:
+        s = summarize(by_cpu, stage)
+        each = " / ".join(f"{r:.2f}" for r in s.ratios) or "-"
+        ratio_rows.append([f"{stage}: ours / shell (CPU s)", each, fmt_summary(s), "(info)", ""])
     lines += [
         C.markdown_table(["P1 ratio", "Pair by pair", "Median (range)", "Goal", "Median"], ratio_rows),
         "",

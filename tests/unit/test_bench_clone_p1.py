@@ -67,3 +67,11 @@ def test_rounds_alternate_which_method_goes_first(p1):
     assert first == [("backup", "ours"), ("backup", "shell"), ("restore", "ours"), ("restore", "shell")]
     assert second == [("backup", "shell"), ("backup", "ours"), ("restore", "shell"), ("restore", "ours")]
     assert p1.round_order(2) == first
+
+
+def test_cpu_ratios_pair_the_same_rounds_and_skip_what_a_failure_cut(p1):
+    cpu = {"b-ours": [10.0, 12.0], "b-shell": [8.0, 12.0], "r-ours": [4.0], "r-shell": [2.0]}
+    pairs = p1.cpu_pairs(cpu)
+    assert p1.summarize(pairs, "backup").ratios == [1.25, 1.0]
+    assert p1.summarize(pairs, "restore").ratios == [2.0]
+    assert p1.summarize(pairs, "total").ratios == [14.0 / 10.0]
