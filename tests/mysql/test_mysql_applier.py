@@ -269,3 +269,30 @@ def _caught_up(primary, replica, timeout: float = 60) -> None:
     while not GtidSet.parse(_executed(primary)) <= GtidSet.parse(_executed(replica)):
         assert time.monotonic() < deadline, "the replica did not catch up"
         time.sleep(0.2)
+
+
+def test_a_point_in_time_restore_that_fails_after_the_restore_leaves_the_target_as_it_was(
+    source, backup, tmp_path
+):
+    """A shipped binlog damaged in the store fails the run after the backup was restored into the
+    target: the half-made copy (the backup without the binlogs) is removed again, as MariaDB's
+    PITR does; an empty directory the target already was stays (a mount point, say)."""
+    catalog, _ = backup
+    history = _prepare(source, catalog)
+    objects = sorted(p for p in (tmp_path / "store").rglob("*") if p.is_file() and "/binlogs/" in str(p))
+    damaged = next(p for p in objects if not p.name.endswith(".json"))
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+
+    for existed in (False, True):
+        target = tmp_path / f"t-{existed}" / "data"
+        if existed:
+            target.mkdir(parents=True)
+        with pytest.raises(Exception) as err:
+            _restore(catalog, history.db, PitrTarget.at_gtid(history.at_stop), target)
+        assert damaged.name in str(err.value) or "sha256" in str(err.value), err.value
+        if existed:
+            assert target.is_dir() and not any(target.iterdir()), list(target.iterdir())
+        else:
+            assert not target.exists() or not any(target.iterdir()), list(target.iterdir())

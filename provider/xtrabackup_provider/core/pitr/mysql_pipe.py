@@ -243,8 +243,16 @@ def choose_mysql_backup(catalog: Catalog, target: PitrTarget, backup_id: str | N
 def mysql_point_in_time_restore(req: PitrRequest) -> MysqlPitrReport:
     """Restore the MySQL backup before `req.target` into `req.target_datadir` and replay the shipped
     binlogs up to the target in a socket-only server started on it. What could make the replay
-    fail (the binlogs, the client) is checked before anything is restored."""
-    from ..restore.chain import RestoreRequest, restore
+    fail (the binlogs, the client) is checked before anything is restored; the target is held for
+    the whole run, and emptied again of what this run wrote when the replay fails."""
+    from ..restore.standby_lock import target_lock
+
+    with target_lock(req.target_datadir, "point-in-time restore"):
+        return _mysql_point_in_time_restore(req)
+
+
+def _mysql_point_in_time_restore(req: PitrRequest) -> MysqlPitrReport:
+    from ..restore.chain import RestoreRequest, empty_dir, restore
     from ..restore.server_program import ServerProgramError, check_server_program
 
     if req.replay not in REPLAY_METHODS:
@@ -266,6 +274,8 @@ def mysql_point_in_time_restore(req: PitrRequest) -> MysqlPitrReport:
         )
     except BinlogError as exc:
         raise PitrError(str(exc)) from None
+    existed = req.target_datadir.exists()
+    before = set(req.target_datadir.iterdir()) if req.target_datadir.is_dir() else set()
     restored = restore(
         RestoreRequest(
             catalog=req.catalog,
@@ -286,6 +296,11 @@ def mysql_point_in_time_restore(req: PitrRequest) -> MysqlPitrReport:
     try:
         files = fetch_shipped(req.catalog, backup, req.target, scratch, req.private_key, req.passphrase)
         reached, how = _replay_restored(req, files, binlog_binary, client)
+    except BaseException:
+        if req.target_datadir.exists() and set(req.target_datadir.iterdir()) - before:
+            empty_dir(req.target_datadir, remove=not existed, keep=before)  # only what this run wrote
+            log.error("point-in-time restore failed; emptied %s again", req.target_datadir)
+        raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return MysqlPitrReport(
