@@ -68,3 +68,13 @@ def test_free_port_is_bindable():
     port = free_port()
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))
+
+
+def test_free_ports_are_below_the_kernels_ephemeral_range_and_bindable():
+    """A port from the ephemeral range can go to an outgoing connection before the server binds it
+    (a loaded CI run: "Address already in use")."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = [free_port() for _ in range(20)]
+    assert all(1024 <= p < low for p in ports), (low, ports)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", ports[-1]))

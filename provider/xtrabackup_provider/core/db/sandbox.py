@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket as _socket
@@ -37,10 +38,29 @@ _running: set[SandboxServer] = set()
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM) as s:
+    """A TCP port on 127.0.0.1 that was free a moment ago, below the kernel's ephemeral range: a
+    port the kernel hands out (bind to 0) is also what it gives the next outgoing connection, so on
+    a busy host it can be taken before the server binds it (CI saw "Address already in use")."""
+    low = _ephemeral_low()
+    for _ in range(64):
+        port = random.randrange(max(low - 12_000, 1024), low)
+        with _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM) as s:  # all taken: the kernel's pick
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default: 32768)."""
+    try:
+        return max(int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0]), 2048)
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 SANDBOX_REDO_BYTES = 48 * 1024 * 1024  # every sandbox's redo log (a restored datadir gets one of this size)
