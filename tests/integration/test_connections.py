@@ -21,6 +21,7 @@ from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
 from xtrabackup_provider.core.binlog.replication import ReplicationSource
 from xtrabackup_provider.core.binlog.ship import ShipRequest, ship_binlogs
 from xtrabackup_provider.core.catalog.backups import Catalog
+from xtrabackup_provider.core.catalog.manifest import Manifest
 from xtrabackup_provider.core.db.checksum import ChecksumOptions
 from xtrabackup_provider.core.db.gate import GatePolicy, check_replica
 from xtrabackup_provider.core.db.sandbox import SandboxServer
@@ -39,14 +40,18 @@ def host(mariadb: SandboxServer, tmp_path) -> tuple[SandboxServer, Catalog]:
     return mariadb, Catalog(LocalStore(tmp_path / "store"), "backups", "c1", "db1")
 
 
-def _backup(server: SandboxServer, catalog: Catalog, kind: str) -> None:
-    run_backup(BackupRequest(catalog, root_target(server), kind=kind, allow_unencrypted=True, heartbeat=True))
+def _backup(server: SandboxServer, catalog: Catalog, kind: str) -> Manifest:
+    return run_backup(
+        BackupRequest(catalog, root_target(server), kind=kind, allow_unencrypted=True, heartbeat=True)
+    )
 
 
 def test_a_full_backup_talks_to_the_server_through_one_session(host):
     server, catalog = host
     with connections(server) as opened:
-        _backup(server, catalog, "full")
+        manifest = _backup(server, catalog, "full")
+    # The row counter counted on the session, in the snapshot it opened from the tool's log thread.
+    assert manifest.table_rows and "skipped" not in manifest.extra["row_counts"], manifest.extra["row_counts"]
     assert opened.tools["mariabackup"] >= 1
     assert opened.ours <= 1, f"a full backup opened {opened}"
 
