@@ -196,8 +196,8 @@ def add_restore_targets(p: argparse.ArgumentParser) -> None:
         "--replay",
         choices=["applier", "pipe"],
         default="applier",
-        help="how binlogs are applied: the server's replication applier (default, parallel) or "
-        "mariadb-binlog | mariadb (the fallback)",
+        help="how binlogs are applied: the server's replication applier (default, parallel) or the "
+        "family's binlog client piped into its client (mariadb-binlog | mariadb, mysqlbinlog | mysql)",
     )
     p.add_argument(
         "--replay-threads", type=int, default=4, help="the applier's parallel workers (0: one SQL thread)"
