@@ -42,6 +42,9 @@ def connections(server: SandboxServer) -> Iterator[Opened]:
     opened = Opened()
     try:
         cur = conn.cursor()
+        # TRUNCATE is binlogged: on the session's shared replica it was a transaction of the
+        # replica's own, and the source's next one broke replication (gtid strict mode).
+        cur.execute("SET SESSION sql_log_bin = 0")
         cur.execute("SET GLOBAL log_output = 'TABLE'")
         cur.execute("TRUNCATE TABLE mysql.general_log")
         cur.execute("SHOW GLOBAL STATUS LIKE 'Connections'")
