@@ -21,7 +21,8 @@ import pytest
 
 SHIP = textwrap.dedent(
     """
-    import os, sys
+    import faulthandler, os, signal, sys
+    faulthandler.register(signal.SIGUSR1)  # the test asks a shipper that hangs where it is
     from datetime import timedelta
     from xtrabackup_provider.core.binlog.ship import ShipRequest, ship_binlogs
     from xtrabackup_provider.core.catalog.backups import Catalog
@@ -67,6 +68,22 @@ def _wait_stopped(proc: subprocess.Popen[str], timeout: float = 120) -> None:
     raise AssertionError("the first shipper never reached its pause between upload and manifest")
 
 
+def _finish(proc: subprocess.Popen[str], server, timeout: float = 300) -> tuple[str, str]:
+    """The shipper's output once it ended; one that hangs is asked for its stack (faulthandler)
+    and the server's processlist is shown with it (CI saw a second shipper hang once, at load 24)."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(1)
+        proc.kill()
+        out, err = proc.communicate()
+        threads = server.query("SHOW FULL PROCESSLIST")
+        raise AssertionError(
+            f"shipper pid {proc.pid} still ran after {timeout:g} s:\n{err}\nserver: {threads}"
+        ) from None
+
+
 def _manifests_name_their_own_bytes(store: Path) -> dict[str, bool]:
     """Each complete binlog manifest -> whether every object it names holds the bytes it says."""
     verdict = {}
@@ -102,7 +119,7 @@ def test_a_second_shipper_is_refused_while_the_first_holds_the_server(
     try:
         _wait_stopped(first)
         second = _start(store, server_with_binlogs, key_file)
-        out, err = second.communicate(timeout=300)
+        out, err = _finish(second, server_with_binlogs)
         print(out, err)
     finally:
         first.send_signal(signal.SIGCONT)
@@ -130,7 +147,7 @@ def test_a_shipper_paused_past_its_lease_registers_nothing_and_every_manifest_na
         _wait_stopped(first)
         time.sleep(5)  # past the lease (2 s) and the store clock margin (2 s)
         second = _start(store, server_with_binlogs, key_file, LEASE="2")
-        out, err = second.communicate(timeout=300)
+        out, err = _finish(second, server_with_binlogs)
         print(out, err)
         assert second.returncode == 0, err
     finally:
