@@ -95,6 +95,9 @@ class Checker:
         default_factory=dict
     )  # cluster -> (t, lag, rpo age)
     explained: list[Finding] = field(default_factory=list)  # findings a fault predicts
+    shipped_at: dict[str, list[tuple[float, int]]] = field(
+        default_factory=dict
+    )  # cluster -> (t, shipped seq)
 
     def readers(self) -> dict[str, tuple[StoreReader, str]]:
         p, o = self.fleet.endpoints["primary"], self.fleet.endpoints["offsite"]
@@ -165,6 +168,14 @@ class Checker:
         if store == "primary":
             self.watch_rpo(c, view, now)
 
+    def lag_floor(self, c: str, t: float) -> float:
+        """The least the shipping lag of `c` can have been at `t`, between two sweeps: shipping only
+        moves forward, so what the next sweep found shipped bounds what was shipped at `t`."""
+        if self.ledger is None:
+            return 0.0
+        after = [seq for when, seq in self.shipped_at.get(c, []) if when >= t]
+        return lag(self.ledger.acked(c), after[0], t) if after else 0.0
+
     def _sha_of(self, reader: StoreReader, key: str) -> str:
         try:
             return sha256_of(reader.get_bytes(key))
@@ -182,6 +193,7 @@ class Checker:
         finished = [backup_of(m).finished for m in view.manifests.values() if m.get("finished_at")]
         age = now - max(finished) if finished else 0.0
         self.history.setdefault(c, []).append((now, behind, age))
+        self.shipped_at.setdefault(c, []).append((now, shipped))
         self.ledger.write({"type": "rpo", "cluster": c, "t": now, "shipped_seq": shipped, "acked_seq": acked_at(tx, now),
                            "lag_s": round(behind, 1), "backup_age_s": round(age, 1),
                            "recoverable": recoverable(restore_points(view), spans)})  # fmt: skip

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -195,16 +195,29 @@ def _seconds(text: str) -> float:
 History = dict[str, list[tuple[float, float, float]]]
 
 
-def explain(
-    alert: Alert, faults: list[Fault], proxy: list[ProxyFault], history: History | None = None
-) -> list[str]:
-    """What explains each finding of the alert; a finding nothing explains is named "UNEXPLAINED"."""
+def explain(alert: Alert, faults: list[Fault], proxy: list[ProxyFault], history: History | None = None,
+            lag_floor: Callable[[str, float], float] | None = None) -> list[str]:  # fmt: skip
+    """What explains each finding of the alert; a finding nothing explains is named "UNEXPLAINED".
+    `lag_floor(cluster, t)`: the least shipping lag the ledger proves at `t` (between its sweeps)."""
     out = []
     kinds = findings(alert.line) or ["unrecognised"]
     for finding in kinds:
-        why = _measured(finding, alert, history or {}) or _explains(finding, alert, faults, proxy)
+        why = (
+            _lag_proven(finding, alert, lag_floor)
+            or _measured(finding, alert, history or {})
+            or _explains(finding, alert, faults, proxy)
+        )
         out.append(f"{finding}: {why}" if why else f"{finding}: UNEXPLAINED")
     return out
+
+
+def _lag_proven(finding: str, alert: Alert, lag_floor: Callable[[str, float], float] | None) -> str | None:
+    if finding != "binlogs" or lag_floor is None:
+        return None
+    least = lag_floor(alert.cluster, alert.t)
+    if least < LOSSES["binlogs"][0] / 2:
+        return None
+    return f"the ledger: the oldest acknowledged transaction not shipped had waited at least {least:.0f} s"
 
 
 def _measured(finding: str, alert: Alert, history: History) -> str | None:

@@ -238,7 +238,7 @@ def finish(fleet: Fleet, injector: Injector, checker: Checker, started: float, s
     checker.sweep(final=False)  # the lag and the RPO once more, after the final checks
     checker.final_books()
     proxy = proxy_faults(fleet)
-    false = false_alerts(fleet, injector.log, proxy, started, checker.history)
+    false = false_alerts(fleet, injector.log, proxy, started, checker)
     missing = missed(checker.history, alerts(fleet.work, started))
     for m in missing:
         print(f"MISSED ALERT: {m}", flush=True)
@@ -307,7 +307,7 @@ def proxy_faults(fleet: Fleet) -> list[ProxyFault]:
 
 
 def false_alerts(fleet: Fleet, faults: list[Fault], proxy: list[ProxyFault], started: float,
-                 history: dict[str, list[tuple[float, float, float]]]) -> list[str]:  # fmt: skip
+                 checker: Checker) -> list[str]:  # fmt: skip
     """Check alerts (WARNING / CRITICAL) with a finding no fault explains (evidence.explain), once
     the host had been OK (before that, a new fleet has no backup or restore test yet: true alerts)."""
     ok_since: dict[str, float] = {}
@@ -318,7 +318,7 @@ def false_alerts(fleet: Fleet, faults: list[Fault], proxy: list[ProxyFault], sta
             continue
         if alert.cluster not in ok_since:
             continue
-        why = explain(alert, faults, proxy, history)
+        why = explain(alert, faults, proxy, checker.history, checker.lag_floor)
         print(f"alert {_hms(alert)} {alert.line[:160]}: {'; '.join(why)}", flush=True)
         if any("UNEXPLAINED" in w for w in why):
             out.append(f"{_hms(alert)} {alert.line} ({'; '.join(why)})")
