@@ -217,3 +217,53 @@ def test_existing_defaults_file_is_used_as_is_and_kept(private_tmp):
     with defaults_file(MySQLTarget(defaults_file=str(existing))) as path:
         assert path == str(existing)
     assert existing.read_text() == "[client]\nuser=x\n"
+
+
+def test_a_writer_stopped_while_holding_the_directory_lock_is_an_error_naming_it_not_a_hang(
+    tmp_path, monkeypatch
+):
+    """A shipper SIGSTOPped (or its VM frozen) inside a conditional write of the host lock held the
+    directory's flock: the next run's takeover waited forever (a loaded CI run: 300 s, then killed)."""
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    from xtrabackup_provider.core.storage import local
+    from xtrabackup_provider.core.storage.base import StorageError
+
+    store = LocalStore(tmp_path / "store")
+    store.put_bytes("backups/c1/db1/backup.lock", b"{}")
+    directory = tmp_path / "store" / "backups" / "c1" / "db1"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, signal, sys; fd = os.open(sys.argv[1], os.O_RDONLY); "
+            "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); os.kill(os.getpid(), signal.SIGSTOP)",
+            str(directory),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        monkeypatch.setattr(local, "DIR_LOCK_WAIT", 1.0, raising=False)
+        outcome: list[object] = []
+
+        def write() -> None:
+            try:
+                outcome.append(store.put_new("backups/c1/db1/backup.lock", b"{}", if_match=None))
+            except StorageError as exc:
+                outcome.append(exc)
+
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        writer.join(timeout=20)
+        assert not writer.is_alive(), "the conditional write still waits for the stopped process's lock"
+        (error,) = outcome
+        assert isinstance(error, StorageError), error
+        assert str(directory) in str(error) and "nothing was written" in str(error), error
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()

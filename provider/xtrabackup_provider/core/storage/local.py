@@ -150,26 +150,33 @@ class LocalStore:
         return result
 
     def put_new(self, key: str, data: bytes, if_match: str | None = None) -> str | None:
-        """Conditional write (see S3Store.put_new); a lock on the directory makes it atomic."""
-        import fcntl
+        """Conditional write (see S3Store.put_new); a lock on the directory makes it atomic.
 
+        The bytes are written and synced before the lock is taken, so it is held only to compare and
+        rename: a process stopped (SIGSTOP, a frozen VM) while holding it stops every other writer
+        of the directory, e.g. the next run taking over a host lock whose lease that process lost.
+        A lock held past DIR_LOCK_WAIT is an error naming the directory, never a wait forever."""
         path = self._path(key)
         with self._named(key, "write"):
-            make_dirs(path.parent)
-            dir_fd = os.open(path.parent, os.O_RDONLY)
+            writer = _LocalWriter(path, self._named(key, "write"))
         try:
-            fcntl.flock(dir_fd, fcntl.LOCK_EX)
-            current = path.read_bytes() if path.is_file() else None
-            if (current is None) != (if_match is None) or (
-                current is not None and _etag(current) != if_match
-            ):
-                return None
-            with self._named(key, "write"):
-                writer = _LocalWriter(path, self._named(key, "write"))
             writer.write(data)
-            writer.commit()
+            writer.sync()
+            with self._named(key, "write"):
+                dir_fd = os.open(path.parent, os.O_RDONLY)
+            try:
+                _lock_dir(dir_fd, path.parent, key)
+                current = path.read_bytes() if path.is_file() else None
+                if (current is None) != (if_match is None) or (
+                    current is not None and _etag(current) != if_match
+                ):
+                    return None
+                writer.rename()
+            finally:
+                os.close(dir_fd)  # also releases the flock
         finally:
-            os.close(dir_fd)  # also releases the flock
+            writer.abort()  # the temporary file, unless renamed
+        fsync_dir(path.parent)  # the name is on disk before anything committed after it
         return _etag(data)
 
     def get_versioned(self, key: str) -> Versioned | None:
@@ -181,6 +188,28 @@ class LocalStore:
             return None
         # One machine (or one file server) sets both times: its clock is the store's clock.
         return Versioned(data, _etag(data), timedelta(seconds=max(0.0, time.time() - mtime)))
+
+
+DIR_LOCK_WAIT = 120.0  # seconds a conditional write waits for another writer's directory lock
+
+
+def _lock_dir(dir_fd: int, directory: Path, key: str) -> None:
+    """Take the directory's write lock, waiting at most DIR_LOCK_WAIT for another writer."""
+    import fcntl
+
+    deadline = time.monotonic() + DIR_LOCK_WAIT
+    while True:
+        try:
+            fcntl.flock(dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise StorageError(
+                    f"cannot write {key[:200]!r}: another process has held the write lock of {directory} for "
+                    f"over {DIR_LOCK_WAIT:g} s (a stopped or frozen process? `fuser {directory}` names it); "
+                    "nothing was written"
+                ) from None
+            time.sleep(0.01)
 
 
 def _etag(data: bytes) -> str:
@@ -204,17 +233,24 @@ class _LocalWriter:
         self.size += len(data)
 
     def commit(self) -> int:
+        self.sync()
+        self.rename()
+        fsync_dir(self.path.parent)  # the name is on disk before anything committed after it
+        return self.size
+
+    def sync(self) -> None:
+        """The bytes on disk before the name points at them."""
         self.fh.flush()
-        os.fsync(self.fh.fileno())  # the bytes are on disk before the name points at them
+        os.fsync(self.fh.fileno())
         self.fh.close()
+
+    def rename(self) -> None:
         try:
             with self.named:
                 os.replace(self.tmp, self.path)
         except StorageError:
             self.tmp.unlink(missing_ok=True)
             raise
-        fsync_dir(self.path.parent)  # the name is on disk before anything committed after it
-        return self.size
 
     def abort(self) -> None:
         self.fh.close()
