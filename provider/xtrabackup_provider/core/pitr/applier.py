@@ -275,7 +275,7 @@ def _run_sql_thread(
     file, pos = start
     sizes = {p.name: p.stat().st_size for p in files}
     names = [p.name for p in files]
-    total = _offset(names, sizes, stop.file, stop.position) - pos
+    total = relay_offset(names, sizes, stop.file, stop.position) - pos
     progress = ProgressLogger(log, "replay (applier)", total, progress_seconds, "the binlogs to apply")
     conn = server.connect()  # --skip-grant-tables: the one session that keeps every privilege
     try:
@@ -328,14 +328,7 @@ def _wait(
     """Poll SHOW SLAVE STATUS until the SQL thread stops; its error is the ReplayError."""
     seen, since = (None, -1), time.monotonic()
     while True:
-        if not server.running:
-            raise ReplayError(
-                str(
-                    SandboxError(
-                        "the server died while applying the binlogs", server.datadir, server.error_log
-                    )
-                )
-            )
+        check_running(server)
         cur.execute("SHOW SLAVE STATUS")
         row = cur.fetchone()
         status = {d[0]: v for d, v in zip(cur.description, row, strict=True)} if row else {}
@@ -355,7 +348,7 @@ def _wait(
             cur.execute("STOP SLAVE SQL_THREAD")
             return status
         if at[0] in sizes:
-            progress(_offset(names, sizes, at[0], at[1]) - pos)
+            progress(relay_offset(names, sizes, at[0], at[1]) - pos)
         if at != seen:
             seen, since = at, time.monotonic()
         elif idle and (time.monotonic() - since > _STALL_SECONDS):
@@ -366,7 +359,15 @@ def _wait(
         time.sleep(0.2)
 
 
-def _offset(names: list[str], sizes: dict[str, int], file: str, pos: int) -> int:
+def check_running(server: SandboxServer) -> None:
+    """A ReplayError ending with the server's error log when the replay's server died."""
+    if not server.running:
+        raise ReplayError(
+            str(SandboxError("the server died while applying the binlogs", server.datadir, server.error_log))
+        )
+
+
+def relay_offset(names: list[str], sizes: dict[str, int], file: str, pos: int) -> int:
     """Bytes from the start of the first file to FILE:POS."""
     if file not in sizes:
         return 0

@@ -47,8 +47,8 @@ from ..common.progress import ProgressLogger
 from ..common.tempdirs import private_dir
 from ..common.values import GtidSet, MysqlGtid
 from ..db.dialect import Dialect, dialect_for
-from ..db.sandbox import SandboxError, SandboxServer, stop_orphans
-from .applier import RELAY_BASE, place_relay_logs, relay_name
+from ..db.sandbox import SandboxServer, stop_orphans
+from .applier import RELAY_BASE, check_running, place_relay_logs, relay_name, relay_offset
 from .plan import PitrError, PitrTarget
 from .replay import ReplayError
 
@@ -241,14 +241,7 @@ def _wait(
     )
     seen, since = (None, -1), time.monotonic()
     while True:
-        if not server.running:
-            raise ReplayError(
-                str(
-                    SandboxError(
-                        "the server died while applying the binlogs", server.datadir, server.error_log
-                    )
-                )
-            )
+        check_running(server)
         cur.execute(*dialect.on_channel(dialect.replica_status, CHANNEL))
         row = cur.fetchone()
         status = dialect.status({d[0]: v for d, v in zip(cur.description, row, strict=True)} if row else {})
@@ -266,7 +259,7 @@ def _wait(
             cur.execute(*dialect.on_channel(f"{dialect.stop_replica} SQL_THREAD", CHANNEL))
             return
         if at[0] in sizes:
-            progress(sum(sizes[n] for n in names[: names.index(at[0])]) + at[1])
+            progress(relay_offset(names, sizes, at[0], at[1]))
         if at != seen:
             seen, since = at, time.monotonic()
         elif idle and time.monotonic() - since > _STALL_SECONDS:

@@ -58,6 +58,19 @@ class _NothingChanged(PromoteError):
     """The first change was refused: the server is as it was."""
 
 
+def _step_failed(where: str, done: list[str], first: str, exc: Exception, privileges: str) -> PromoteError:
+    """What a failed change step means: nothing changed when it was the first, else HALF-PROMOTED."""
+    if not done:
+        return _NothingChanged(
+            f"{where}: {first} failed: {exc}; nothing was changed (the account needs the {privileges} "
+            "privileges, or SUPER)"
+        )
+    return PromoteError(
+        f"{where} is HALF-PROMOTED: done {', '.join(done)}, then {exc}; keep writes away "
+        "and run promote again (it repeats every step)"
+    )
+
+
 @dataclass
 class PromoteRequest:
     catalog: Catalog
@@ -298,15 +311,7 @@ def _set_state(target: MySQLTarget, where: str, timeline: Timeline) -> None:
         cur.execute("SELECT @@gtid_binlog_state, @@gtid_slave_pos")
         have_state, have_slave = (str(v or "") for v in cur.fetchone())
     except MySQLdb.Error as exc:
-        if not done:
-            raise _NothingChanged(
-                f"{where}: RESET MASTER failed: {exc}; nothing was changed (the account needs the RELOAD and "
-                "BINLOG ADMIN privileges, or SUPER)"
-            ) from exc
-        raise PromoteError(
-            f"{where} is HALF-PROMOTED: done {', '.join(done)}, then {exc}; keep writes away "
-            "and run promote again (it repeats every step)"
-        ) from exc
+        raise _step_failed(where, done, "RESET MASTER", exc, "RELOAD and BINLOG ADMIN") from exc
     finally:
         conn.close()
     if _binlog_state(have_state) != _binlog_state(timeline.binlog_state) or have_slave != timeline.start_gtid:
@@ -542,14 +547,8 @@ def _make_primary(target: MySQLTarget, where: str, dialect: Dialect, detach: boo
         read_only = tuple(int(v or 0) for v in cur.fetchone())
         left = _channels(conn, dialect)
     except MySQLdb.Error as exc:
-        if not done:
-            raise _NothingChanged(
-                f"{where}: {steps[0]} failed: {exc}; nothing was changed (the account needs the "
-                "REPLICATION_SLAVE_ADMIN and SYSTEM_VARIABLES_ADMIN privileges, or SUPER)"
-            ) from exc
-        raise PromoteError(
-            f"{where} is HALF-PROMOTED: done {', '.join(done)}, then {exc}; keep writes away "
-            "and run promote again (it repeats every step)"
+        raise _step_failed(
+            where, done, steps[0], exc, "REPLICATION_SLAVE_ADMIN and SYSTEM_VARIABLES_ADMIN"
         ) from exc
     finally:
         conn.close()
