@@ -318,6 +318,47 @@ def take_backup(
     return run_backup(request)
 
 
+def clone_backup(server: SandboxServer, catalog: Catalog, staging: Path) -> Manifest:
+    """An unencrypted `flavour: clone` backup of a MySQL server (clone plugin installed), staged
+    in `staging` (made here)."""
+    staging.mkdir(parents=True, exist_ok=True)
+    request = BackupRequest(
+        catalog=catalog,
+        target=root_target(server),
+        flavour="clone",
+        staging_dir=str(staging),
+        allow_unencrypted=True,
+        accept_new_server=True,
+    )
+    return run_backup(request)
+
+
+def ship_mysql_binlogs(catalog: Catalog, server: SandboxServer) -> Any:
+    """A batch `binlogs ship` of a MySQL server's closed binlogs, unencrypted, by MySQL's own
+    mysqlbinlog (first on PATH); its ShipReport."""
+    import shutil
+
+    from xtrabackup_provider.core.binlog.ship import ShipRequest, ship_binlogs
+
+    request = ShipRequest(
+        catalog=catalog,
+        target=root_target(server),
+        allow_unencrypted=True,
+        binary=shutil.which("mysqlbinlog"),
+    )
+    return ship_binlogs(request)
+
+
+def cli_capture(capsys: Any, *argv: str) -> tuple[int, str, str]:
+    """The CLI run in this process: (exit code, stdout, stderr) of these arguments alone."""
+    from xtrabackup_provider.cli import main as cli_main
+
+    capsys.readouterr()
+    rc = cli_main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
 def deep_verify(catalog: Catalog, keys: GpgKeys, backup_id: str) -> Any:
     """The VerifyReport of `verify --deep` of one backup, decrypting with `keys`."""
     from xtrabackup_provider.core.restore.verify import VerifyRequest, verify

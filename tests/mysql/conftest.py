@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import root_target
-from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
+from helpers import clone_backup
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.catalog.manifest import Manifest
 from xtrabackup_provider.core.storage.local import LocalStore
@@ -16,16 +15,5 @@ def backup(source, tmp_path) -> tuple[Catalog, Manifest]:
     """A clone backup of the test module's own `source` fixture (a MySQL server with the clone
     plugin), into a local store."""
     catalog = Catalog(LocalStore(tmp_path / "store"), "backups", "c1", "my1")
-    staging = tmp_path / "staging"
-    staging.mkdir()
-    manifest = run_backup(
-        BackupRequest(
-            catalog=catalog,
-            target=root_target(source),
-            flavour="clone",
-            staging_dir=str(staging),
-            allow_unencrypted=True,
-            accept_new_server=True,
-        )
-    )
+    manifest = clone_backup(source, catalog, tmp_path / "staging")
     return catalog, manifest

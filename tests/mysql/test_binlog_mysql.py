@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import unique_name
-from xtrabackup_provider.cli import main as cli_main
+from helpers import cli_capture, unique_name
 
 pytestmark = pytest.mark.mysql
 
@@ -47,13 +46,6 @@ def _config(tmp_path: Path, server, **host: object) -> Path:
     return path
 
 
-def _cli(capsys, *argv: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    rc = cli_main(list(argv))
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
 def _history(server) -> str:
     """A CREATE, four INSERTs and a DROP TABLE, in two binlogs; returns the schema."""
     db = unique_name("my")
@@ -81,7 +73,7 @@ def test_mysql_binlogs_ship_with_the_mysql_client_and_a_mariadb_client_is_refuse
 
     # MariaDB's client, configured for the host: refused in one line before anything is copied.
     wrong = _config(tmp_path, mysql, binlog_binary=MARIADB_BINLOG)
-    rc, out, err = _cli(capsys, "binlogs", "ship", "--config", str(wrong), *common)
+    rc, out, err = cli_capture(capsys, "binlogs", "ship", "--config", str(wrong), *common)
     assert rc != 0
     line = err.strip()
     assert "\n" not in line, err
@@ -92,10 +84,10 @@ def test_mysql_binlogs_ship_with_the_mysql_client_and_a_mariadb_client_is_refuse
 
     # The family's own client (MySQL's mysqlbinlog first on PATH): both closed binlogs shipped.
     right = _config(tmp_path, mysql, binlog_binary=shutil.which("mysqlbinlog"))
-    rc, out, err = _cli(capsys, "binlogs", "ship", "--config", str(right), *common)
+    rc, out, err = cli_capture(capsys, "binlogs", "ship", "--config", str(right), *common)
     assert rc == 0, err
     assert f"shipped {len(closed)} binlog(s) {' '.join(closed)}" in out
-    rc, out, err = _cli(capsys, "binlogs", "list", "--config", str(right), *common, "--json")
+    rc, out, err = cli_capture(capsys, "binlogs", "list", "--config", str(right), *common, "--json")
     assert rc == 0, err
     (server,) = json.loads(out)["servers"]
     assert server["server_uuid"] == mysql.query("SELECT @@server_uuid")[0][0]
@@ -122,10 +114,10 @@ def test_each_shipped_mysql_binlog_records_the_gtid_set_it_holds(mysql, tmp_path
     closed = [r[0] for r in mysql.query("SHOW BINARY LOGS")][:-1]
     config = _config(tmp_path, mysql, binlog_binary=shutil.which("mysqlbinlog"))
     common = ["--config", str(config), "--cluster", "c1", "--host", "db1"]
-    rc, _out, err = _cli(capsys, "binlogs", "ship", *common)
+    rc, _out, err = cli_capture(capsys, "binlogs", "ship", *common)
     assert rc == 0, err
 
-    rc, out, err = _cli(capsys, "binlogs", "list", *common, "--json")
+    rc, out, err = cli_capture(capsys, "binlogs", "list", *common, "--json")
     assert rc == 0, err
     rows = {b["name"]: b for b in json.loads(out)["servers"][0]["binlogs"]}
     logged = GtidSet()
@@ -135,7 +127,7 @@ def test_each_shipped_mysql_binlog_records_the_gtid_set_it_holds(mysql, tmp_path
         assert GtidSet.parse(rows[name]["gtid_set"]) == expected, name
         logged = logged | expected
     assert str(logged) == executed == f"{uuid}:1-7"  # CREATE DATABASE, CREATE, 4 INSERTs, DROP
-    rc, out, err = _cli(capsys, "binlogs", "list", *common)
+    rc, out, err = cli_capture(capsys, "binlogs", "list", *common)
     assert rc == 0, err
     assert f"{uuid}:1-4" in out and f"{uuid}:5-7" in out, out  # the table shows each binlog's set
 
@@ -155,7 +147,7 @@ def test_each_shipped_mysql_binlog_records_the_gtid_set_it_holds(mysql, tmp_path
 
 
 def _events(capsys, common: list[str], *more: str) -> list[dict]:
-    rc, out, err = _cli(capsys, "binlogs", "events", *common, "--json", *more)
+    rc, out, err = cli_capture(capsys, "binlogs", "events", *common, "--json", *more)
     assert rc == 0, err
     return [json.loads(line) for line in out.splitlines()]
 
@@ -166,7 +158,7 @@ def test_binlogs_events_lists_mysql_transactions_with_their_gtids_and_finds_the_
     closed = [r[0] for r in mysql.query("SHOW BINARY LOGS")][:-1]
     config = _config(tmp_path, mysql, binlog_binary=shutil.which("mysqlbinlog"))
     common = ["--config", str(config), "--cluster", "c1", "--host", "db1"]
-    assert _cli(capsys, "binlogs", "ship", *common)[0] == 0
+    assert cli_capture(capsys, "binlogs", "ship", *common)[0] == 0
 
     listed = _events(capsys, common)
     assert [m["gtid"] for m in listed] == _server_gtids(mysql, closed[0]) + _server_gtids(mysql, closed[1])
@@ -183,12 +175,12 @@ def test_binlogs_events_lists_mysql_transactions_with_their_gtids_and_finds_the_
     assert [m["gtid"] for m in inserts] == [f"{uuid}:{n}" for n in range(3, 7)]
     window = _events(capsys, common, "--gtid-from", f"{uuid}:4", "--gtid-to", f"{uuid.upper()}:5")
     assert [m["gtid"] for m in window] == [f"{uuid}:4", f"{uuid}:5"]
-    rc, _out, err = _cli(capsys, "binlogs", "events", *common, "--gtid-from", f"{uuid}:2-4")
+    rc, _out, err = cli_capture(capsys, "binlogs", "events", *common, "--gtid-from", f"{uuid}:2-4")
     assert rc == 2 and "--gtid-from" in err and "one GTID per source" in err, err
-    rc, out, err = _cli(capsys, "binlogs", "events", *common, "--gtid-from", "0-1-5")
+    rc, out, err = cli_capture(capsys, "binlogs", "events", *common, "--gtid-from", "0-1-5")
     assert rc != 0 and not out and "name MariaDB GTIDs, but the binlogs read are MySQL's" in err, err
 
-    rc, out, err = _cli(capsys, "binlogs", "events", *common, "--kind", "DROP")
+    rc, out, err = cli_capture(capsys, "binlogs", "events", *common, "--kind", "DROP")
     assert rc == 0 and f"{uuid}:7" in out and "DROP" in out and "no transaction matches" not in err
 
 
@@ -206,8 +198,8 @@ def test_a_mysql_binlog_with_transactions_without_gtids_is_an_error_naming_it(my
     mysql.execute_script("SET GLOBAL gtid_mode = ON_PERMISSIVE; FLUSH BINARY LOGS;")
     config = _config(tmp_path, mysql, binlog_binary=shutil.which("mysqlbinlog"))
     common = ["--config", str(config), "--cluster", "c1", "--host", "db1"]
-    rc, _out, err = _cli(capsys, "binlogs", "ship", *common)
+    rc, _out, err = cli_capture(capsys, "binlogs", "ship", *common)
     assert rc == 0, err
-    rc, out, err = _cli(capsys, "binlogs", "events", *common, "--kind", "DROP")
+    rc, out, err = cli_capture(capsys, "binlogs", "events", *common, "--kind", "DROP")
     assert rc != 0
     assert anonymous in err and "without a GTID" in err and "no transaction matches" not in err, err

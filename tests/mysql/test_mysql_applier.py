@@ -25,9 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import root_target, unique_name
-from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
-from xtrabackup_provider.core.binlog.ship import ShipRequest, ship_binlogs
+from helpers import clone_backup, ship_mysql_binlogs, unique_name
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.common.values import GtidSet
 from xtrabackup_provider.core.db.dialect import dialect_for
@@ -168,13 +166,7 @@ def test_a_gtid_set_with_a_hole_is_replayed_by_the_pipe_to_the_same_result(sourc
 
 def _prepare(source, catalog: Catalog) -> History:
     history = _history(source, unique_name("ap"))
-    ship = ShipRequest(
-        catalog=catalog,
-        target=root_target(source),
-        allow_unencrypted=True,
-        binary=shutil.which("mysqlbinlog"),
-    )
-    assert ship_binlogs(ship).shipped
+    assert ship_mysql_binlogs(catalog, source).shipped
     return history
 
 
@@ -190,30 +182,13 @@ def test_a_clone_of_a_replica_is_taken_to_a_gtid_set_by_either_method(mysql_fact
     try:
         _replicate(primary, replica)
         catalog = Catalog(LocalStore(tmp_path / "store"), "backups", "c1", "rep1")
-        staging = tmp_path / "staging"
-        staging.mkdir()
-        run_backup(
-            BackupRequest(
-                catalog=catalog,
-                target=root_target(replica),
-                flavour="clone",
-                staging_dir=str(staging),
-                allow_unencrypted=True,
-                accept_new_server=True,
-            )
-        )
+        clone_backup(replica, catalog, tmp_path / "staging")
         user = unique_name("bob")
         primary.execute_script(f"CREATE USER {user}@localhost IDENTIFIED BY '{secrets.token_urlsafe(9)}';")
         history = _history(primary, unique_name("ar"))
         _caught_up(primary, replica)
         replica.query("FLUSH BINARY LOGS")  # the primary's FLUSH is not replicated
-        ship = ShipRequest(
-            catalog=catalog,
-            target=root_target(replica),
-            allow_unencrypted=True,
-            binary=shutil.which("mysqlbinlog"),
-        )
-        assert ship_binlogs(ship).shipped
+        assert ship_mysql_binlogs(catalog, replica).shipped
         datadir = tmp_path / "r" / "data"
         how, checksums, executed, u_rows = _restore(
             catalog, history.db, PitrTarget.at_gtid(history.at_stop), datadir, replay

@@ -23,12 +23,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import cli, root_target, unique_name
-from xtrabackup_provider.cli import main as cli_main
+from helpers import cli, cli_capture, root_target, ship_mysql_binlogs, unique_name
 from xtrabackup_provider.core.binlog.catalog import BinlogCatalog
 from xtrabackup_provider.core.binlog.events import BinlogFormatError, summarize
 from xtrabackup_provider.core.binlog.listing import transactions
-from xtrabackup_provider.core.binlog.ship import ShipRequest, is_shipped, lag_target, ship_binlogs
+from xtrabackup_provider.core.binlog.ship import is_shipped, lag_target
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.common.values import GtidSet, MysqlGtid
 from xtrabackup_provider.core.db.sandbox import SandboxServer, table_checksums
@@ -166,15 +165,8 @@ def _config(tmp_path: Path, server, flavour: str = "xtrabackup") -> Path:
     return path
 
 
-def _cli(capsys, *argv: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    rc = cli_main(list(argv))
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
 def _events(capsys, common: list[str], *more: str) -> list[dict]:
-    rc, out, err = _cli(capsys, "binlogs", "events", *common, "--json", *more)
+    rc, out, err = cli_capture(capsys, "binlogs", "events", *common, "--json", *more)
     assert rc == 0, err
     return [json.loads(line) for line in out.splitlines()]
 
@@ -199,7 +191,7 @@ def test_tagged_gtids_are_shipped_in_the_manifests_and_listed_by_binlogs_events(
     closed = [r[0] for r in mysql.query("SHOW BINARY LOGS")][:-1]
     common = ["--config", str(_config(tmp_path, mysql)), "--cluster", "c1", "--host", "db1"]
     caplog.set_level(logging.WARNING)
-    rc, out, err = _cli(capsys, "binlogs", "ship", *common)
+    rc, out, err = cli_capture(capsys, "binlogs", "ship", *common)
     assert rc == 0, err
     assert not [r for r in caplog.records if "tagged" in r.getMessage()], caplog.text
 
@@ -214,7 +206,7 @@ def test_tagged_gtids_are_shipped_in_the_manifests_and_listed_by_binlogs_events(
         logged = logged | held
     assert str(logged) == executed
     assert is_shipped(catalog, lag_target(root_target(mysql), executed))
-    rc, out, err = _cli(capsys, "binlogs", "list", *common)
+    rc, out, err = cli_capture(capsys, "binlogs", "list", *common)
     assert rc == 0 and f"{uuid}:1-4:audit:1" in out, out
 
     listed = _events(capsys, common)
@@ -229,7 +221,7 @@ def test_tagged_gtids_are_shipped_in_the_manifests_and_listed_by_binlogs_events(
     assert drop["to_gtid"] == f"{uuid}:1-4:audit:1:batch_7:5:huge:{HUGE}"  # every transaction before it
     window = _events(capsys, common, "--gtid-from", f"{uuid}:AUDIT:2", "--gtid-to", f"{uuid}:audit:2")
     assert [m["gtid"] for m in window] == [f"{uuid}:audit:2"]
-    rc, out, err = _cli(capsys, "binlogs", "events", *common, "--table", f"{db}.t")
+    rc, out, err = cli_capture(capsys, "binlogs", "events", *common, "--table", f"{db}.t")
     assert rc == 0 and f"{uuid}:batch_7:5" in out and f"{uuid}:audit:2" in out, out + err
 
 
@@ -304,13 +296,7 @@ def test_the_pipe_replays_to_a_tagged_gtid_and_stops_there(pair, tmp_path):
     expected, at_stop = _history(source, db)
     assert at_stop.startswith(f"{uuid}:1-") and at_stop.endswith(":audit:1-2:fix:7"), at_stop
     catalog = Catalog(LocalStore(tmp_path / "store"), "backups", "c1", "db1")
-    ship = ShipRequest(
-        catalog=catalog,
-        target=root_target(source),
-        allow_unencrypted=True,
-        binary=shutil.which("mysqlbinlog"),
-    )
-    assert ship_binlogs(ship).shipped
+    assert ship_mysql_binlogs(catalog, source).shipped
     shipped = BinlogCatalog(catalog, uuid).index().shipped()
     files = fetch_binlogs(
         PitrRequest(catalog, tmp_path / "unused", PitrTarget("time")), shipped, tmp_path / "copies"
