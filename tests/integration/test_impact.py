@@ -109,7 +109,12 @@ def test_a_throttle_the_tool_rejects_is_one_line_and_the_backup_runs_without_it(
                 progress=sampler,
             )
         )
-    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    # the row counter's own warning (no snapshot under a loaded machine) is not the throttle's
+    warnings = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno >= logging.WARNING and not r.name.endswith("rowcounts")
+    ]
     assert len(warnings) == 1, warnings
     assert (
         f"host c1/db1: mariabackup {m.engine_major}" in warnings[0]
@@ -175,7 +180,7 @@ def test_option_files_go_encrypted_with_the_backup_and_come_back_next_to_the_dat
         f"{etc}/missing.cnf: No such file or directory",
         f"{etc}/conf.d: Is a directory",
     ]
-    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    warned = [r.getMessage() for r in caplog.records if r.name.endswith("option_files")]
     assert len(warned) == 2 and all("option file not saved with the backup" in w for w in warned)
     side = catalog.store.get_bytes(m.option_files.object.key)
     assert b"s3cret-in-my-cnf" not in side and m.option_files.object.encryption == "gpg"

@@ -225,6 +225,7 @@ def _run_locked(req: BackupRequest, now: datetime | None, lock: HostLock, db: Se
                     f"{where}: {tool.flavour}: {watch.refused}; nothing was registered"
                 ) from exc
             raise
+        phases = watch.phases()  # every line read, so the counter's reason below is the true one
         _check_copy(req, db, identity, stored, read_binlog_position(work / "lsn").gtid)
         shape = _shape_after(db, before)
         parts_version = len(stored) > 1
@@ -275,7 +276,7 @@ def _run_locked(req: BackupRequest, now: datetime | None, lock: HostLock, db: Se
         extra=canary
         | {"row_counts": counts.summary, "server_identity": identity.record()}
         | ({ORIGIN_KEY: req.origin} if req.origin else {}),
-        impact=applied.record(watch.phases()),
+        impact=applied.record(phases),
         option_files=option_files,
         source_shape=shape,
         table_rows=counts.rows,
