@@ -40,12 +40,14 @@ MIN = 60.0
 FINDINGS: dict[str, tuple[re.Pattern[str], frozenset[str], float]] = {
     "restore_test": (
         re.compile(r"the last restore test \(|no restore test has passed yet|restore test passed [^;]*, over"),
-        frozenset({"kill_worker", "kill_tool", "restart_db", "scratch_full", "reseed_replica", "s3_partition"}),
+        frozenset({"kill_worker", "kill_tool", "restart_db", "scratch_full", "reseed_replica", "s3_partition",
+                   "damage_backup"}),
         25 * MIN,
     ),
     "rpo": (
         re.compile(r"over the RPO|no restorable backup"),
-        frozenset({"kill_worker", "kill_tool", "kill_cli", "restart_db", "clock_skew", "reseed_replica", "s3_partition"}),
+        frozenset({"kill_worker", "kill_tool", "kill_cli", "restart_db", "clock_skew", "reseed_replica", "s3_partition",
+                   "pause_past_lease"}),
         25 * MIN,
     ),
     "binlogs": (
@@ -61,7 +63,7 @@ FINDINGS: dict[str, tuple[re.Pattern[str], frozenset[str], float]] = {
     ),
     "storage": (
         re.compile(r"cannot read the catalog|unreadable manifest|unreadable restore report|cannot read the restore tests|not restorable: "),
-        frozenset({"s3_partition"}),
+        frozenset({"s3_partition", "damage_backup"}),
         5 * MIN,
     ),
 }  # fmt: skip

@@ -62,9 +62,12 @@ CLI_CRASH_POINTS = (
     "parts.between_commits",
 )
 KINDS = ("kill_worker", "kill_tool", "kill_cli", "restart_db", "scratch_full", "clock_skew",
-         "reseed_replica", "s3_partition", "second_shipper", "second_restore")  # fmt: skip
+         "reseed_replica", "s3_partition", "second_shipper", "second_restore", "damage_backup",
+         "pause_past_lease")  # fmt: skip
 # Kinds whose fault without a victim is not counted (issue 39): logged in faults.jsonl only.
-COUNTED_WITH_VICTIM_ONLY = frozenset({"second_shipper", "second_restore"})
+COUNTED_WITH_VICTIM_ONLY = frozenset(
+    {"second_shipper", "second_restore", "damage_backup", "pause_past_lease"}
+)
 BUSY = "cannot start: another"  # the host lock's refusal (core/catalog/lock.py)
 UNREACHABLE = "Cannot reach the S3 endpoint"  # core/storage/s3.py, while an endpoint is partitioned
 # Binlog shipping refusing a new history under the old names (core/binlog/ship.py, catalog.py).
@@ -81,6 +84,8 @@ TARGET_HELD = r"target datadir \S+ (is held by another restore \(|[^\n]*not an e
 # Airflow fails a task whose worker died once its heartbeat is missed
 # ([scheduler] task_instance_heartbeat_timeout, 300 s) and records it in its audit log.
 HEARTBEAT_TIMEOUT = "audit:heartbeat timeout"
+# A run taking over the lock of a holder whose lease ran out, on another machine (core/catalog/lock.py).
+TAKEN_FROM = r"taking over the stale lock \S*/{c}/{host}/backup\.lock of [^\n]*on elsewhere-{c} "
 
 
 class NoTarget(Exception):
@@ -115,6 +120,7 @@ class Injector:
     uncounted: list[Fault] = field(default_factory=list)  # faults that found no victim (not counted)
     verified: set[tuple[str, str]] = field(default_factory=set)  # (key, sha256) of binlog objects read
     in_flight: dict[int, float] = field(default_factory=dict)  # thread id -> when its running fault began
+    damaged: dict[str, tuple[float, float, str]] = field(default_factory=dict)  # key -> (from, to, by what)
     mutex: threading.Lock = field(default_factory=threading.Lock)
 
     def env(self, **extra: str) -> dict[str, str]:
@@ -659,6 +665,254 @@ class Injector:
                              if got.get(k) != expected.get(k))  # fmt: skip
             return f"VIOLATION: the restore of {bid} differs from the checker's own: {diff[:400]}"
         return f"ok: the restore of {bid} starts and its {len(got)} table checksums equal the checker's own restore"
+
+    # -- stored objects damaged (issue 39 item 4) ---------------------------------------------------
+
+    def damage_backup(self, rng: random.Random) -> Fault:
+        """One stored object of the cluster's newest backup held on both targets, damaged on the
+        primary, the offsite copy or both: its bytes altered at its size (corrupt) or deleted. The
+        effect, checked through the product: `backups verify --deep` fails that backup on each
+        damaged target naming the object and passes it where the copy is intact; `restore` of it
+        falls back to the offsite copy when only the primary's is damaged (a `note:` saying why)
+        and the restored datadir equals the checker's own restore; with both damaged it refuses
+        naming the object and leaves the target empty. The object's bytes are kept and put back
+        afterwards (unless retention dropped its backup meanwhile), so the run goes on with a whole
+        store; while it is damaged, the checker's findings that name it are this fault's."""
+        held = self.claim(rng, [(f"damage:{c}", f"restore:{c}", "endpoint:primary", "endpoint:offsite")
+                                for c in self.clusters()])  # fmt: skip
+        work = Path()
+        try:
+            c = held[0].split(":")[1]
+            t0 = time.time()
+            picked = self._copied_backup(c, rng)
+            if picked is None:
+                return Fault("damage_backup", c, t0, None, clusters=[c], note="no backup on both targets yet")
+            bid, stream, piece = picked
+            where = rng.choice(["primary", "offsite", "both"])
+            how = rng.choice(["corrupt", "delete"])
+            damaged = ["primary", "offsite"] if where == "both" else [where]
+            tag = f"damage_backup-{c}-{t0:.0f}"  # its own logs: no other fault's evidence counts
+            work = self.fleet.root / f"damage-{c}-{int(t0)}"
+            work.mkdir(parents=True)
+            name = stream.rsplit("/", 1)[-1]
+            kept: dict[str, bytes] = {}
+            try:
+                for store in damaged:
+                    kept[store] = self._damage(store, piece, how)
+                    self.damaged[piece] = (t0, float("inf"), f"damage_backup {how} {piece} on {store}")
+                verdict = self._damage_effect(c, bid, name, damaged, tag, work)
+            finally:
+                put_back = self._put_back(c, bid, piece, kept)
+                self.damaged[piece] = (t0, time.time(), f"damage_backup {how} {piece} on {where}")
+            if verdict.startswith("ok") and damaged == ["primary"]:
+                # The fallback's restore against the checker's own (the object put back first).
+                reader = self.primary()
+                intact = self._restore_intact(reader, reader.host(f"backups/{c}/{BACKUP_HOST}"), bid, work)
+                verdict = f"{verdict}; {intact}" if intact.startswith("ok") else intact
+            self.verdict(tag, f"{verdict}; {put_back}")
+        finally:
+            self.release(held)
+            if work != Path():
+                shutil.rmtree(work, ignore_errors=True)
+        target = f"{c} {bid} {name} ({how}, on {where})"
+        found = [rf"^{s}\s+{re.escape(bid)}\s+FAILED[^\n]*{re.escape(name)}" for s in damaged]
+        return Fault("damage_backup", target, t0, found[0], more_evidence=[*found[1:], r"damage_backup verdict: ok"],
+                     bound_s=time.time() - t0 + 120, where=f"-{tag}", clusters=[c], note=verdict[:400])  # fmt: skip
+
+    def excuse(self, text: str) -> str | None:
+        """The fault that explains a checker finding naming an object it damaged (while damaged, and
+        for a sweep's length after it was put back)."""
+        for key, (t0, t1, what) in list(self.damaged.items()):
+            if key in text and t0 <= time.time() <= t1 + 300:
+                return what
+        return None
+
+    def reader(self, store: str) -> StoreReader:
+        ep = self.fleet.endpoints[store]
+        return StoreReader(ep.client(), ep.bucket, store)
+
+    def _copied_backup(self, c: str, rng: random.Random) -> tuple[str, str, str] | None:
+        """(backup id, stream key, piece key) of a stream of the newest finished backup whose copy
+        on the offsite target names the same stored bytes (sha256): a restore can fall back to it."""
+        prefix = f"backups/{c}/{BACKUP_HOST}"
+        primary, offsite = self.reader("primary").host(prefix), self.reader("offsite").host(prefix)
+        both = sorted(
+            b for b, m in primary.manifests.items()
+            if m.get("finished_at") and b in offsite.manifests
+            and _streams(m) == _streams(offsite.manifests[b])
+        )  # fmt: skip
+        if not both:
+            return None
+        bid = both[-1]
+        obj = rng.choice(primary.manifests[bid]["objects"])
+        piece = rng.choice(pieces(obj))[0]
+        return bid, obj["key"], piece
+
+    def _damage(self, store: str, key: str, how: str) -> bytes:
+        """Alter `key` on `store` at its size (16 bytes in its middle inverted) or delete it; its
+        bytes before."""
+        reader = self.reader(store)
+        data = reader.get_bytes(key)
+        if how == "delete":
+            reader.client.delete_object(Bucket=reader.bucket, Key=key)
+        else:
+            bad = bytearray(data)
+            mid = len(bad) // 2
+            bad[mid : mid + 16] = bytes(b ^ 0xFF for b in bad[mid : mid + 16])
+            reader.client.put_object(Bucket=reader.bucket, Key=key, Body=bytes(bad))
+        return data
+
+    def _put_back(self, c: str, bid: str, key: str, kept: dict[str, bytes]) -> str:
+        """The damaged object's bytes stored again where its backup is still registered."""
+        done = []
+        for store, data in kept.items():
+            reader = self.reader(store)
+            try:
+                reader.client.head_object(
+                    Bucket=reader.bucket, Key=f"backups/{c}/{BACKUP_HOST}/backups/{bid}/manifest.json"
+                )
+            except Exception:  # noqa: BLE001 - retention dropped the backup meanwhile: leave it gone
+                done.append(f"{store}: not put back (its backup is gone)")
+                continue
+            reader.client.put_object(Bucket=reader.bucket, Key=key, Body=data)
+            done.append(f"{store}: put back")
+        return ", ".join(done)
+
+    def _damage_effect(self, c: str, bid: str, name: str, damaged: list[str], tag: str, work: Path) -> str:
+        """ "ok: ..." when verify and restore treat the damaged object as the docstring of
+        damage_backup says; else "VIOLATION: ..." saying what they did."""
+        common = ("--cluster", c, "--host", BACKUP_HOST, "--backup-id", bid)
+        key = str(self.fleet.work / "private.asc")
+        out = _output(
+            self.cli(f"{tag}-verify", "backups", "verify", *common, "--deep", "--private-key-file", key)
+        )
+        wrong = []
+        for store in ("primary", "offsite"):
+            want = rf"^{store}\s+{re.escape(bid)}\s+" + (
+                rf"FAILED[^\n]*{re.escape(name)}" if store in damaged else "OK"
+            )
+            if not re.search(want, out, re.M):
+                wrong.append(f"verify of {store}: not /{want}/")
+        if damaged == ["offsite"]:
+            return (
+                f"VIOLATION: {'; '.join(wrong)}: {out[-300:]}"
+                if wrong
+                else "ok: verify failed the offsite copy naming it, passed the primary"
+            )
+        target = work / "data"
+        proc = self.cli(f"{tag}-restore", "restore", *common, "--target-datadir", str(target))
+        out = _output(proc)
+        if damaged == ["primary"]:
+            fell_back = re.search(
+                rf"note: backup {re.escape(bid)}: fetched from target offsite because primary: ", out
+            )
+            if proc.returncode != 0 or not fell_back:
+                wrong.append(
+                    f"restore did not fall back to the offsite copy (exit {proc.returncode}): {out[-300:]}"
+                )
+        else:
+            refused = re.search(rf"no storage target holds {re.escape(name)} intact", out)
+            left = target.is_dir() and any(target.iterdir())
+            if proc.returncode == 0 or not refused or left:
+                wrong.append(f"restore with both copies damaged: exit {proc.returncode}, "
+                             f"{'left files in the target, ' if left else ''}{out[-300:]}")  # fmt: skip
+        if wrong:
+            return f"VIOLATION: {'; '.join(wrong)}"[:800]
+        what = "fell back to the offsite copy" if damaged == ["primary"] else "refused naming it"
+        return f"ok: verify failed the damaged copies naming {name}, restore {what}"
+
+    # -- a holder that outlives its lease (issue 39 item 4) -----------------------------------------
+
+    def pause_past_lease(self, rng: random.Random) -> Fault:
+        """A CLI backup on another machine (its own hostname: a UTS namespace, so the lock cannot
+        ask the process table and trusts the lease, as for a host elsewhere) stops itself with
+        SIGSTOP once its objects are stored, before it registers them (XBP_PAUSE_AT), as a paused
+        VM does. Past its lease a backup run of the DAG takes its lock over; then it gets SIGCONT.
+        The effect: the resumed run registers nothing (fencing: `not registering <id>: nothing was
+        registered or deleted by this run`, and no manifest of that id on the store)."""
+        # Not the endpoint: a partition meanwhile only delays the takeover (fencing must hold anyway).
+        held = self.claim(rng, [(f"cli:{c}",) for c in self.clusters()])
+        try:
+            c = held[0].split(":")[1]
+            t0 = time.time()
+            tag = f"pause_past_lease-{c}-{t0:.0f}"
+            proc, log = self._paused_backup(c, tag, patience=480)
+            if proc is None:
+                return Fault("pause_past_lease", c, t0, None, clusters=[c], note=log)
+            paused = time.time()
+            stack = self.fleet.stack
+            assert stack is not None
+            time.sleep(135)  # the 2-minute lease and the store clock's margin
+            dag = f"mysql_backup_{c}"
+            run = stack.trigger(dag)
+            took = self._wait_for(TAKEN_FROM.format(c=c, host=BACKUP_HOST), paused, 900)
+            os.killpg(proc.pid, signal.SIGCONT)
+            try:
+                proc.wait(timeout=600)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            out = Path(log).read_text(errors="replace")
+            verdict = self._fenced(c, out, proc.returncode, took)
+            self.verdict(tag, verdict)
+        finally:
+            self.release(held)
+        return Fault("pause_past_lease", f"{c} CLI backup paused {time.time() - paused:.0f} s", t0,
+                     TAKEN_FROM.format(c=c, host=BACKUP_HOST),
+                     more_evidence=[r"pause_past_lease verdict: ok"], bound_s=time.time() - t0 + 120,
+                     clusters=[c], note=f"triggered {dag} {run}; {verdict}"[:400])  # fmt: skip
+
+    def _paused_backup(self, c: str, tag: str, patience: float) -> tuple[subprocess.Popen[bytes] | None, str]:
+        """A CLI backup of the cluster's host under another hostname, once it stopped itself before
+        registering (tried again while a scheduled run holds the lock); (None, why) if it never did."""
+        argv = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', f"elsewhere-{c}",
+                sys.executable, "-c", RUN, "backup", "--cluster", c, "--host", BACKUP_HOST, "--no-copies",
+                "--config", str(self.fleet.config)]  # fmt: skip
+        (self.fleet.work / "cli").mkdir(exist_ok=True)
+        deadline = time.time() + patience
+        while True:
+            log = self.fleet.work / "cli" / f"{time.time():.3f}-{tag}.log"
+            with log.open("wb") as fh:
+                proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        env=self.env(XBP_PAUSE_AT="backup.after_objects"), start_new_session=True)  # fmt: skip
+            while proc.poll() is None and not _stopped(proc.pid):
+                time.sleep(1)
+            if proc.poll() is None:
+                return proc, str(log)
+            out = log.read_text(errors="replace")
+            if not any(w in out for w in (BUSY, UNREACHABLE)) or time.time() > deadline:
+                return None, f"it never paused: exit {proc.returncode}: {out.strip()[-300:]}"
+            time.sleep(15)
+
+    def _fenced(self, c: str, out: str, code: int | None, took: str | None) -> str:
+        """ "ok: ..." when the resumed run registered nothing: it failed saying so and the store holds
+        no manifest of the backup it was about to register."""
+        m = re.search(r"not registering (\S+): nothing was registered or deleted by this run", out)
+        if took is None:
+            return f"VIOLATION: no run took the paused run's lock over; it ended with exit {code}: {out.strip()[-300:]}"
+        if code == 0 or m is None:
+            return f"VIOLATION: the resumed run was not fenced: exit {code}: {out.strip()[-400:]}"
+        bid = m.group(1)
+        if bid in self.primary().host(f"backups/{c}/{BACKUP_HOST}").manifests:
+            return f"VIOLATION: the resumed run was refused, yet {bid} is registered"
+        return f"ok: the resumed run (exit {code}) registered nothing: no manifest of {bid}"
+
+
+def _output(proc: subprocess.CompletedProcess[str]) -> str:
+    return proc.stdout + proc.stderr
+
+
+def _streams(manifest: dict[str, Any]) -> list[tuple[str, int]]:
+    """(sha256, size) of a backup manifest's streams: two targets' copies hold the same bytes."""
+    return [(str(o.get("sha256")), int(o["size"])) for o in manifest.get("objects", [])]
+
+
+def _stopped(pid: int) -> bool:
+    """The process is stopped (SIGSTOP: state T)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+    except (OSError, IndexError):
+        return False
 
 
 def _epoch(value: Any) -> float:

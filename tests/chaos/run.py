@@ -88,7 +88,8 @@ def main() -> int:
     checker = Checker(fleet, random.Random(rng.random()), points=points, takeover=TAKEOVER,
                       pitr_window=timedelta(days=fleet.retention["pitr_days"]), ledger=ledger,
                       faults=lambda: faults_seen(injector),
-                      running_since=lambda: min(injector.in_flight.values(), default=float("inf")))  # fmt: skip
+                      running_since=lambda: min(injector.in_flight.values(), default=float("inf")),
+                      excused=injector.excuse)  # fmt: skip
     writer: LoadWriter | None = None
     try:
         started, writer = start(fleet, checker, ledger)
