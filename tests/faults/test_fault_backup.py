@@ -12,6 +12,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -48,6 +49,7 @@ from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.catalog.lock import LOCK_NAME, HostLock, HostLockBusy
 from xtrabackup_provider.core.catalog.manifest import Manifest
 from xtrabackup_provider.core.db.sandbox import SandboxServer, table_checksums
+from xtrabackup_provider.core.pipeline.gpg import GpgError
 from xtrabackup_provider.core.pipeline.process import PipelineError
 from xtrabackup_provider.core.storage.base import StorageError
 from xtrabackup_provider.core.storage.local import LocalStore
@@ -157,6 +159,38 @@ def test_a_stage_killed_mid_stream_registers_nothing_and_a_retry_succeeds(
     assert retry.kind == "incremental" and retry.parent_id == kept.backup_id
     _assert_stored_as_recorded(catalog, retry)
     _assert_untouched(s3_server, bucket, kept_objects, kept)
+
+
+def test_a_recipient_check_killed_by_a_signal_is_named_as_that_not_as_an_unusable_key(
+    seeded, s3_server, bucket, gpg_keys, tmp_path, monkeypatch
+):
+    """The gpg that proves the recipient key usable before a backup starts is killed (the OOM
+    killer, a kill -9): the error names gpg and the signal, not an unusable key (found by the chaos
+    run, seed 3902: kill_tool hit that gpg in a backup task, whose log said 'recipient key unusable
+    (<fingerprint>): (no output)', sending the DBA to a key that was fine). Nothing is registered,
+    and the run again succeeds. The first gpg on PATH is the real one, killed by SIGKILL when asked
+    for the probe (an --encrypt without the stream's --compress-algo)."""
+    server, _db = seeded
+    catalog = s3_catalog(s3_server.endpoint_url, bucket)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    real = shutil.which("gpg")
+    (bin_dir / "gpg").write_text(
+        '#!/bin/sh\ncase " $* " in *" --compress-algo "*) ;; *" --encrypt "*) kill -9 $$;; esac\n'
+        f'exec {real} "$@"\n'
+    )
+    (bin_dir / "gpg").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    with pytest.raises(GpgError) as excinfo:
+        run_backup(_request(catalog, server, gpg_keys, kind="full"))
+    message = str(excinfo.value)
+    assert "gpg" in message and "killed by signal 9" in message, message
+    assert "unusable" not in message, message
+    assert catalog.backup_ids() == [], "a backup was registered after the recipient check failed"
+
+    monkeypatch.undo()
+    again = run_backup(_request(catalog, server, gpg_keys, kind="full"))
+    _assert_stored_as_recorded(catalog, again)
 
 
 # -- the S3 endpoint misbehaves ------------------------------------------------------------------------

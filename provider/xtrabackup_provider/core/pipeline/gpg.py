@@ -31,13 +31,15 @@ def _run_gpg(home: Path, args: list[str], stdin: bytes | None = None) -> subproc
     return children.run(argv, input=stdin, capture_output=True, timeout=120)
 
 
-def _raise_if_killed(proc: subprocess.CompletedProcess[bytes], what: str) -> None:
+def _raise_if_killed(
+    proc: subprocess.CompletedProcess[bytes], what: str, nothing_yet: str = "nothing was downloaded yet"
+) -> None:
     """A gpg killed by a signal (the OOM killer, a kill -9) says nothing of the key or the
-    passphrase: name that, not a wrong passphrase."""
+    passphrase: name that, not a wrong passphrase or an unusable key."""
     if proc.returncode < 0:
         raise GpgError(
             f"gpg {what} failed ({children.how_ended(proc.returncode)}): {_tail(proc.stderr)}; "
-            "nothing was downloaded yet, run it again"
+            f"{nothing_yet}, run it again"
         )
 
 
@@ -166,6 +168,7 @@ class GpgHome:
             ],
             b"probe",
         )
+        _raise_if_killed(proc, "--encrypt of the recipient check", "nothing was stored yet")
         if proc.returncode != 0:
             raise GpgError(f"recipient key unusable ({', '.join(recipients)}): {_tail(proc.stderr)}")
 
