@@ -32,9 +32,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -63,10 +64,10 @@ CLI_CRASH_POINTS = (
 )
 KINDS = ("kill_worker", "kill_tool", "kill_cli", "restart_db", "scratch_full", "clock_skew",
          "reseed_replica", "s3_partition", "second_shipper", "second_restore", "damage_backup",
-         "pause_past_lease")  # fmt: skip
+         "pause_past_lease", "kill_scheduler", "kill_redis")  # fmt: skip
 # Kinds whose fault without a victim is not counted (issue 39): logged in faults.jsonl only.
 COUNTED_WITH_VICTIM_ONLY = frozenset(
-    {"second_shipper", "second_restore", "damage_backup", "pause_past_lease"}
+    {"second_shipper", "second_restore", "damage_backup", "pause_past_lease", "kill_scheduler", "kill_redis"}
 )
 BUSY = "cannot start: another"  # the host lock's refusal (core/catalog/lock.py)
 UNREACHABLE = "Cannot reach the S3 endpoint"  # core/storage/s3.py, while an endpoint is partitioned
@@ -913,6 +914,98 @@ def _stopped(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
     except (OSError, IndexError):
         return False
+
+    # -- Airflow's own components (issue 39 item 4) -------------------------------------------------
+
+    def kill_scheduler(self, rng: random.Random) -> Fault:
+        """SIGKILL of Airflow's scheduler while tasks run, started again after 10-60 s."""
+        return self._kill_component("kill_scheduler", "scheduler", rng)
+
+    def kill_redis(self, rng: random.Random) -> Fault:
+        """SIGKILL of Redis, the Celery broker (no persistence: the queued messages are lost), started
+        again on its port after 10-60 s."""
+        return self._kill_component("kill_redis", "redis", rng)
+
+    def _kill_component(self, kind: str, name: str, rng: random.Random) -> Fault:
+        """The effect, checked from Airflow's database and the store: every task instance running or
+        queued at the kill leaves that state (none hangs), each cluster's backup DAG runs a task that
+        starts after the restart and succeeds, and no backup was registered twice (no two backups
+        of a host since the kill name one parent: a forked chain). No task running or queued at the
+        kill: no victim, not counted."""
+        held = self.claim(rng, [(f"airflow:{name}",)])
+        try:
+            stack = self.fleet.stack
+            assert stack is not None
+            t0 = time.time()
+            tag = f"{kind}-{t0:.0f}"
+            victims = [list(r) for r in stack.db(
+                "SELECT dag_id, task_id, run_id FROM task_instance WHERE state IN ('running', 'queued')")]  # fmt: skip
+            proc = stack.procs.pop(name)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            time.sleep(rng.uniform(10, 60))
+            if name == "redis":
+                stack.start_redis()
+            else:
+                stack.start(name, [str(Path(sys.executable).parent / "airflow"), name])
+            restarted = time.time()
+            verdict = self._resumed(victims, restarted, t0) if victims else "no task was running or queued"
+            self.verdict(tag, verdict)
+        finally:
+            self.release(held)
+        if not victims:
+            return Fault(kind, name, t0, None, note=verdict)
+        return Fault(kind, name, t0, rf"{kind} verdict: ok", bound_s=time.time() - t0 + 120, where=f"-{tag}",
+                     clusters=self.clusters(), victims=victims, note=verdict[:400])  # fmt: skip
+
+    def _resumed(self, victims: list[list[str]], restarted: float, t0: float, patience: float = 900) -> str:
+        stack = self.fleet.stack
+        assert stack is not None
+        deadline = time.time() + patience
+        while True:
+            stuck = [v for v in victims if _ti_state(stack, v) in ("running", "queued", "scheduled")]
+            fresh = {c: _succeeded_since(stack, f"mysql_backup_{c}", restarted) for c in self.clusters()}
+            if (not stuck and all(fresh.values())) or time.time() > deadline:
+                break
+            time.sleep(20)
+        wrong = [f"{'.'.join(v[:2])} ({v[2]}) still {_ti_state(stack, v)}" for v in stuck]
+        wrong += [
+            f"no task of mysql_backup_{c} started after the restart and succeeded"
+            for c, ok in fresh.items()
+            if not ok
+        ]
+        for c in self.clusters():
+            view = self.primary().host(f"backups/{c}/{BACKUP_HOST}")
+            since = [
+                m
+                for m in view.manifests.values()
+                if _epoch(m.get("finished_at")) >= t0 and m.get("parent_id")
+            ]
+            parents = Counter(str(m["parent_id"]) for m in since)
+            wrong += [f"{c}: {n} backups registered since the kill name parent {p} (a forked chain)"
+                      for p, n in parents.items() if n > 1]  # fmt: skip
+        ended = Counter(_ti_state(stack, v) for v in victims)
+        if wrong:
+            return f"VIOLATION: {'; '.join(wrong)}"[:800]
+        return (f"ok: the {len(victims)} task(s) running or queued at the kill ended {dict(ended)}; every cluster's "
+                f"backup DAG ran a task started after the restart to success; no chain forked")  # fmt: skip
+
+
+def _ti_state(stack: Any, ti: list[str]) -> str | None:
+    rows = stack.db("SELECT state FROM task_instance WHERE dag_id=? AND task_id=? AND run_id=?", *ti)
+    return rows[0][0] if rows else None
+
+
+def _succeeded_since(stack: Any, dag: str, since: float) -> bool:
+    """A task of `dag` started after `since` and succeeded."""
+    rows = stack.db("SELECT start_date FROM task_instance WHERE dag_id=? AND state='success'", dag)
+    return any(r[0] and _utc(str(r[0])) >= since for r in rows)
+
+
+def _utc(value: str) -> float:
+    """An Airflow database time (UTC, with or without its offset)."""
+    when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
 
 
 def _epoch(value: Any) -> float:
