@@ -41,7 +41,7 @@ FINDINGS: dict[str, tuple[re.Pattern[str], frozenset[str], float]] = {
     "restore_test": (
         re.compile(r"the last restore test \(|no restore test has passed yet|restore test passed [^;]*, over"),
         frozenset({"kill_worker", "kill_tool", "restart_db", "scratch_full", "reseed_replica", "s3_partition",
-                   "damage_backup", "kill_scheduler", "kill_redis"}),
+                   "damage_object", "kill_scheduler", "kill_redis"}),
         25 * MIN,
     ),
     "rpo": (
@@ -63,7 +63,7 @@ FINDINGS: dict[str, tuple[re.Pattern[str], frozenset[str], float]] = {
     ),
     "storage": (
         re.compile(r"cannot read the catalog|unreadable manifest|unreadable restore report|cannot read the restore tests|not restorable: "),
-        frozenset({"s3_partition", "damage_backup"}),
+        frozenset({"s3_partition", "damage_object"}),
         5 * MIN,
     ),
 }  # fmt: skip

@@ -63,11 +63,11 @@ CLI_CRASH_POINTS = (
     "parts.between_commits",
 )
 KINDS = ("kill_worker", "kill_tool", "kill_cli", "restart_db", "scratch_full", "clock_skew",
-         "reseed_replica", "s3_partition", "second_shipper", "second_restore", "damage_backup",
+         "reseed_replica", "s3_partition", "second_shipper", "second_restore", "damage_object",
          "pause_past_lease", "kill_scheduler", "kill_redis")  # fmt: skip
 # Kinds whose fault without a victim is not counted (issue 39): logged in faults.jsonl only.
 COUNTED_WITH_VICTIM_ONLY = frozenset(
-    {"second_shipper", "second_restore", "damage_backup", "pause_past_lease", "kill_scheduler", "kill_redis"}
+    {"second_shipper", "second_restore", "damage_object", "pause_past_lease", "kill_scheduler", "kill_redis"}
 )
 BUSY = "cannot start: another"  # the host lock's refusal (core/catalog/lock.py)
 UNREACHABLE = "Cannot reach the S3 endpoint"  # core/storage/s3.py, while an endpoint is partitioned
@@ -87,6 +87,28 @@ TARGET_HELD = r"target datadir \S+ (is held by another restore \(|[^\n]*not an e
 HEARTBEAT_TIMEOUT = "audit:heartbeat timeout"
 # A run taking over the lock of a holder whose lease ran out, on another machine (core/catalog/lock.py).
 TAKEN_FROM = r"taking over the stale lock \S*/{c}/{host}/backup\.lock of [^\n]*on elsewhere-{c} "
+
+
+@dataclass(frozen=True)
+class Damaged:
+    """A stored object a damage_object fault damages."""
+
+    what: str  # "backup" or "binlog"
+    subject: str  # the backup id or the binlog's name
+    stream: str  # the manifest's object (a backup's stream, a binlog segment's object)
+    piece: str  # the stored object damaged: the stream, or one of its segments
+    manifest: str  # the manifest that names it (put back only while that is there)
+    pitr: tuple[str, ...] = ()  # a binlog's: the restore flags that replay it (--backup-id, --to-gtid)
+
+    @property
+    def name(self) -> str:
+        return self.stream.rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True)
+class Effect:
+    verdict: str  # "ok: ..." or "VIOLATION: ..."
+    shown: list[str]  # regexes its CLI logs must hold
 
 
 class NoTarget(Exception):
@@ -669,55 +691,64 @@ class Injector:
 
     # -- stored objects damaged (issue 39 item 4) ---------------------------------------------------
 
-    def damage_backup(self, rng: random.Random) -> Fault:
-        """One stored object of the cluster's newest backup held on both targets, damaged on the
-        primary, the offsite copy or both: its bytes altered at its size (corrupt) or deleted. The
-        effect, checked through the product: `backups verify --deep` fails that backup on each
-        damaged target naming the object and passes it where the copy is intact; `restore` of it
-        falls back to the offsite copy when only the primary's is damaged (a `note:` saying why)
-        and the restored datadir equals the checker's own restore; with both damaged it refuses
-        naming the object and leaves the target empty. The object's bytes are kept and put back
-        afterwards (unless retention dropped its backup meanwhile), so the run goes on with a whole
-        store; while it is damaged, the checker's findings that name it are this fault's."""
+    def damage_object(self, rng: random.Random) -> Fault:
+        """One stored object held on both targets damaged on the primary, the offsite copy or both:
+        its bytes altered at its size (corrupt) or deleted; a stream of the newest backup, or a
+        segment of a closed binlog. The effect, checked through the product: for a backup,
+        `backups verify --deep` fails it on each damaged target naming the object and passes it
+        where the copy is intact; `restore` (a backup) or `restore --to-gtid` through the binlog
+        (from a backup before it) falls back to the offsite copy when only the primary's is damaged
+        (a `note:` saying why; a backup's restore then equals the checker's own), refuses naming
+        the object when both are, and a PITR from the damaged offsite copy alone fails naming it.
+        The bytes are kept and put back afterwards (unless retention dropped their manifest
+        meanwhile): the run goes on with a whole store; while damaged, the checker's findings that
+        name the object are this fault's."""
         held = self.claim(rng, [(f"damage:{c}", f"restore:{c}", "endpoint:primary", "endpoint:offsite")
                                 for c in self.clusters()])  # fmt: skip
         work = Path()
         try:
             c = held[0].split(":")[1]
             t0 = time.time()
-            picked = self._copied_backup(c, rng)
+            what = rng.choice(["backup", "binlog"])
+            picked = self._copied_backup(c, rng) if what == "backup" else self._copied_binlog(c, rng)
             if picked is None:
-                return Fault("damage_backup", c, t0, None, clusters=[c], note="no backup on both targets yet")
-            bid, stream, piece = picked
+                return Fault(
+                    "damage_object", c, t0, None, clusters=[c], note=f"no {what} on both targets yet"
+                )
             where = rng.choice(["primary", "offsite", "both"])
             how = rng.choice(["corrupt", "delete"])
             damaged = ["primary", "offsite"] if where == "both" else [where]
-            tag = f"damage_backup-{c}-{t0:.0f}"  # its own logs: no other fault's evidence counts
+            tag = f"damage_object-{c}-{t0:.0f}"  # its own logs: no other fault's evidence counts
             work = self.fleet.root / f"damage-{c}-{int(t0)}"
             work.mkdir(parents=True)
-            name = stream.rsplit("/", 1)[-1]
             kept: dict[str, bytes] = {}
             try:
                 for store in damaged:
-                    kept[store] = self._damage(store, piece, how)
-                    self.damaged[piece] = (t0, float("inf"), f"damage_backup {how} {piece} on {store}")
-                verdict = self._damage_effect(c, bid, name, damaged, tag, work)
+                    kept[store] = self._damage(store, picked.piece, how)
+                    self.damaged[picked.piece] = (t0, float("inf"), f"damage_object {how} {picked.piece}")
+                effect = self._damage_effect(c, picked, damaged, tag, work)
             finally:
-                put_back = self._put_back(c, bid, piece, kept)
-                self.damaged[piece] = (t0, time.time(), f"damage_backup {how} {piece} on {where}")
-            if verdict.startswith("ok") and damaged == ["primary"]:
+                put_back = self._put_back(picked, kept)
+                self.damaged[picked.piece] = (
+                    t0,
+                    time.time(),
+                    f"damage_object {how} {picked.piece} on {where}",
+                )
+            verdict = effect.verdict
+            if verdict.startswith("ok") and damaged == ["primary"] and what == "backup":
                 # The fallback's restore against the checker's own (the object put back first).
                 reader = self.primary()
-                intact = self._restore_intact(reader, reader.host(f"backups/{c}/{BACKUP_HOST}"), bid, work)
+                intact = self._restore_intact(
+                    reader, reader.host(f"backups/{c}/{BACKUP_HOST}"), picked.subject, work
+                )
                 verdict = f"{verdict}; {intact}" if intact.startswith("ok") else intact
             self.verdict(tag, f"{verdict}; {put_back}")
         finally:
             self.release(held)
             if work != Path():
                 shutil.rmtree(work, ignore_errors=True)
-        target = f"{c} {bid} {name} ({how}, on {where})"
-        found = [rf"^{s}\s+{re.escape(bid)}\s+FAILED[^\n]*{re.escape(name)}" for s in damaged]
-        return Fault("damage_backup", target, t0, found[0], more_evidence=[*found[1:], r"damage_backup verdict: ok"],
+        target = f"{c} {what} {picked.subject} {picked.name} ({how}, on {where})"
+        return Fault("damage_object", target, t0, effect.shown[0], more_evidence=[*effect.shown[1:], r"damage_object verdict: ok"],
                      bound_s=time.time() - t0 + 120, where=f"-{tag}", clusters=[c], note=verdict[:400])  # fmt: skip
 
     def excuse(self, text: str) -> str | None:
@@ -732,9 +763,8 @@ class Injector:
         ep = self.fleet.endpoints[store]
         return StoreReader(ep.client(), ep.bucket, store)
 
-    def _copied_backup(self, c: str, rng: random.Random) -> tuple[str, str, str] | None:
-        """(backup id, stream key, piece key) of a stream of the newest finished backup whose copy
-        on the offsite target names the same stored bytes (sha256): a restore can fall back to it."""
+    def _copied_backup(self, c: str, rng: random.Random) -> Damaged | None:
+        """A stream of the newest finished backup whose offsite copy names the same stored bytes."""
         prefix = f"backups/{c}/{BACKUP_HOST}"
         primary, offsite = self.reader("primary").host(prefix), self.reader("offsite").host(prefix)
         both = sorted(
@@ -747,7 +777,34 @@ class Injector:
         bid = both[-1]
         obj = rng.choice(primary.manifests[bid]["objects"])
         piece = rng.choice(pieces(obj))[0]
-        return bid, obj["key"], piece
+        return Damaged("backup", bid, obj["key"], piece, f"{prefix}/backups/{bid}/manifest.json")
+
+    def _copied_binlog(self, c: str, rng: random.Random) -> Damaged | None:
+        """A segment of the newest closed binlog whose offsite copy names the same stored bytes and
+        that a finished backup on both targets precedes: a PITR from that backup to the binlog's
+        last GTID replays all of it."""
+        prefix = f"backups/{c}/{BACKUP_HOST}"
+        primary, offsite = self.reader("primary").host(prefix), self.reader("offsite").host(prefix)
+        for key in sorted(
+            primary.binlogs, key=lambda k: _gtid_seq(primary.binlogs[k].get("gtid_last")), reverse=True
+        ):
+            m, there = primary.binlogs[key], offsite.binlogs.get(key)
+            if there is None or _segments(m) != _segments(there) or not m.get("segments"):
+                continue
+            first = _gtid_seq(m.get("gtid_first"))
+            bases = sorted(
+                (b for b, bm in primary.manifests.items()
+                 if bm.get("finished_at") and b in offsite.manifests and 0 < _gtid_seq(bm.get("gtid")) < first),
+            )  # fmt: skip
+            if not bases:
+                continue
+            seg = rng.choice(m["segments"])["object"]
+            piece = rng.choice(pieces(seg))[0]
+            to = next(g.strip() for g in str(m["gtid_last"]).split(",") if g.strip().startswith("0-"))
+            manifest = f"{prefix}/binlogs/{key}.json"
+            return Damaged("binlog", str(m["name"]), seg["key"], piece, manifest,
+                           ("--backup-id", bases[-1], "--to-gtid", to))  # fmt: skip
+        return None
 
     def _damage(self, store: str, key: str, how: str) -> bytes:
         """Alter `key` on `store` at its size (16 bytes in its middle inverted) or delete it; its
@@ -763,64 +820,67 @@ class Injector:
             reader.client.put_object(Bucket=reader.bucket, Key=key, Body=bytes(bad))
         return data
 
-    def _put_back(self, c: str, bid: str, key: str, kept: dict[str, bytes]) -> str:
-        """The damaged object's bytes stored again where its backup is still registered."""
+    def _put_back(self, picked: Damaged, kept: dict[str, bytes]) -> str:
+        """The damaged object's bytes stored again where its manifest still names it."""
         done = []
         for store, data in kept.items():
             reader = self.reader(store)
             try:
-                reader.client.head_object(
-                    Bucket=reader.bucket, Key=f"backups/{c}/{BACKUP_HOST}/backups/{bid}/manifest.json"
-                )
-            except Exception:  # noqa: BLE001 - retention dropped the backup meanwhile: leave it gone
-                done.append(f"{store}: not put back (its backup is gone)")
+                reader.client.head_object(Bucket=reader.bucket, Key=picked.manifest)
+            except Exception:  # noqa: BLE001 - retention dropped it meanwhile: leave it gone
+                done.append(f"{store}: not put back (its manifest is gone)")
                 continue
-            reader.client.put_object(Bucket=reader.bucket, Key=key, Body=data)
+            reader.client.put_object(Bucket=reader.bucket, Key=picked.piece, Body=data)
             done.append(f"{store}: put back")
         return ", ".join(done)
 
-    def _damage_effect(self, c: str, bid: str, name: str, damaged: list[str], tag: str, work: Path) -> str:
-        """ "ok: ..." when verify and restore treat the damaged object as the docstring of
-        damage_backup says; else "VIOLATION: ..." saying what they did."""
-        common = ("--cluster", c, "--host", BACKUP_HOST, "--backup-id", bid)
-        key = str(self.fleet.work / "private.asc")
-        out = _output(
-            self.cli(f"{tag}-verify", "backups", "verify", *common, "--deep", "--private-key-file", key)
+    def _damage_effect(self, c: str, picked: Damaged, damaged: list[str], tag: str, work: Path) -> Effect:
+        """What must show in the product's output (regexes over its CLI logs), and "ok: ..." when it
+        did, else "VIOLATION: ..." saying what it did."""
+        common = ("--cluster", c, "--host", BACKUP_HOST)
+        name, subject, wrong, shown = picked.name, re.escape(picked.subject), [], []
+        if picked.what == "backup":
+            key = str(self.fleet.work / "private.asc")
+            out = _output(self.cli(f"{tag}-verify", "backups", "verify", *common, "--backup-id", picked.subject,
+                                   "--deep", "--private-key-file", key))  # fmt: skip
+            for store in ("primary", "offsite"):
+                failed = store in damaged
+                want = rf"^{store}\s+{subject}\s+" + (rf"FAILED[^\n]*{re.escape(name)}" if failed else "OK")
+                shown += [want] if failed else []
+                if not re.search(want, out, re.M):
+                    wrong.append(f"verify of {store}: not /{want}/")
+            if damaged == ["offsite"]:
+                return Effect(f"VIOLATION: {'; '.join(wrong)}: {out[-300:]}" if wrong else
+                              "ok: verify failed the offsite copy naming it, passed the primary", shown)  # fmt: skip
+            args: tuple[str, ...] = ("--backup-id", picked.subject)
+        else:
+            args = picked.pitr
+        alone = ("--target-store", "offsite") if damaged == ["offsite"] else ()
+        proc = self.cli(
+            f"{tag}-restore", "restore", *common, *args, *alone, "--target-datadir", str(work / "data")
         )
-        wrong = []
-        for store in ("primary", "offsite"):
-            want = rf"^{store}\s+{re.escape(bid)}\s+" + (
-                rf"FAILED[^\n]*{re.escape(name)}" if store in damaged else "OK"
-            )
-            if not re.search(want, out, re.M):
-                wrong.append(f"verify of {store}: not /{want}/")
-        if damaged == ["offsite"]:
-            return (
-                f"VIOLATION: {'; '.join(wrong)}: {out[-300:]}"
-                if wrong
-                else "ok: verify failed the offsite copy naming it, passed the primary"
-            )
-        target = work / "data"
-        proc = self.cli(f"{tag}-restore", "restore", *common, "--target-datadir", str(target))
         out = _output(proc)
+        label = "backup" if picked.what == "backup" else "binlog"
         if damaged == ["primary"]:
-            fell_back = re.search(
-                rf"note: backup {re.escape(bid)}: fetched from target offsite because primary: ", out
-            )
-            if proc.returncode != 0 or not fell_back:
+            want = rf"note: {label} {subject}: fetched from target offsite because primary: "
+            if proc.returncode != 0 or not re.search(want, out):
                 wrong.append(
                     f"restore did not fall back to the offsite copy (exit {proc.returncode}): {out[-300:]}"
                 )
         else:
-            refused = re.search(rf"no storage target holds {re.escape(name)} intact", out)
-            left = target.is_dir() and any(target.iterdir())
-            if proc.returncode == 0 or not refused or left:
-                wrong.append(f"restore with both copies damaged: exit {proc.returncode}, "
+            want = (
+                rf"no storage target holds {re.escape(name)} intact" if len(damaged) == 2 else re.escape(name)
+            )
+            left = (work / "data").is_dir() and any((work / "data").iterdir())
+            if proc.returncode == 0 or not re.search(want, out) or left:
+                wrong.append(f"restore from damaged copies only: exit {proc.returncode}, "
                              f"{'left files in the target, ' if left else ''}{out[-300:]}")  # fmt: skip
+        shown.append(want)
         if wrong:
-            return f"VIOLATION: {'; '.join(wrong)}"[:800]
-        what = "fell back to the offsite copy" if damaged == ["primary"] else "refused naming it"
-        return f"ok: verify failed the damaged copies naming {name}, restore {what}"
+            return Effect(f"VIOLATION: {'; '.join(wrong)}"[:800], shown)
+        did = "fell back to the offsite copy" if damaged == ["primary"] else "refused naming it"
+        return Effect(f"ok: the {label}'s restore {did}" + (", verify failed the damaged copies naming it"
+                                                             if picked.what == "backup" else ""), shown)  # fmt: skip
 
     # -- a holder that outlives its lease (issue 39 item 4) -----------------------------------------
 
@@ -906,6 +966,20 @@ def _output(proc: subprocess.CompletedProcess[str]) -> str:
 def _streams(manifest: dict[str, Any]) -> list[tuple[str, int]]:
     """(sha256, size) of a backup manifest's streams: two targets' copies hold the same bytes."""
     return [(str(o.get("sha256")), int(o["size"])) for o in manifest.get("objects", [])]
+
+
+def _segments(manifest: dict[str, Any]) -> list[tuple[str, int]]:
+    """(sha256, size) of a binlog manifest's segment objects."""
+    return [(str(s["object"].get("sha256")), int(s["object"]["size"])) for s in manifest.get("segments", [])]
+
+
+def _gtid_seq(gtid: Any) -> int:
+    """The domain-0 sequence number of a MariaDB GTID position ("0-1-42,1-2-7" -> 42; 0: none)."""
+    for g in str(gtid or "").split(","):
+        parts = g.strip().split("-")
+        if len(parts) == 3 and parts[0] == "0" and parts[2].isdigit():
+            return int(parts[2])
+    return 0
 
 
 def _stopped(pid: int) -> bool:
