@@ -6,6 +6,7 @@ One `mariadb-binlog` process reads the local binlog copies and pipes SQL into th
 
 from __future__ import annotations
 
+import secrets
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -14,8 +15,9 @@ from pathlib import Path
 
 from ..common import children
 from ..common.tempdirs import private_dir
-from ..db.sandbox import SandboxServer, privileged_account, stop_orphans
-from ..db.server import MySQLTarget, connect, defaults_file
+from ..db.sandbox import SandboxServer, stop_orphans
+from ..db.server import MySQLTarget, defaults_file
+from ..db.session import Session
 from ..pipeline.process import PipelineError, Proc
 
 REPLAY_SERVER_ID = 4_100_000_000
@@ -38,21 +40,19 @@ def replay(
     """Start a socket-only sandbox on `datadir` and pipe `binlog_binary reader_args` into it;
     then set its gtid_slave_pos to the GTID reached, when given (the pipe itself leaves none)."""
     with replay_sandbox(datadir, [_MAX_PACKET, *(extra_args or [])]) as server:
-        account = replay_account(server)
-        with defaults_file(account) as creds:
-            # Option files first: the tools ignore them anywhere else.
-            client = client_argv(client_binary, creds)
-            check_client_reaches(client, server)
-            run_replay(
-                reader_argv(binlog_binary, reader_args), [*client, "--binary-mode", "--batch", _MAX_PACKET]
-            )
-        if gtid_slave_pos:
-            conn = connect(account)
-            try:
-                conn.cursor().execute("SET GLOBAL gtid_slave_pos = %s", (gtid_slave_pos,))
-            finally:
-                conn.close()
-        _drop_account(account)
+        db, account = replay_session(server)
+        with db:
+            with defaults_file(account) as creds:
+                # Option files first: the tools ignore them anywhere else.
+                client = client_argv(client_binary, creds)
+                check_client_reaches(client, server)
+                run_replay(
+                    reader_argv(binlog_binary, reader_args),
+                    [*client, "--binary-mode", "--batch", _MAX_PACKET],
+                )
+            if gtid_slave_pos:
+                db.query("SET GLOBAL gtid_slave_pos = %s", (gtid_slave_pos,))
+            drop_account(db, account)
 
 
 @contextmanager
@@ -92,17 +92,29 @@ def leave_gtid_slave_pos(datadir: Path, gtid: str, extra_args: list[str] | None 
             conn.close()
 
 
-def replay_account(server: SandboxServer) -> MySQLTarget:
-    """Turn the grant tables on and create a throwaway all-privileges account on the socket."""
-    return privileged_account(server, "xbp_pitr")
-
-
-def _drop_account(account: MySQLTarget) -> None:
-    conn = connect(account)
+def replay_session(server: SandboxServer, prefix: str = "xbp_pitr") -> tuple[Session, MySQLTarget]:
+    """The one session a replay talks to its --skip-grant-tables `server` through, and the
+    throwaway all-privileges account (random password, socket only) its tools log in as: the
+    session turns the grant tables on (a replayed GRANT / CREATE USER needs them) and creates the
+    account on the connection the server let in without one, which keeps every privilege; a
+    connection the server dropped is opened anew as the account (core/db/session.py)."""
+    db = Session(MySQLTarget(host=None, socket=str(server.socket), user="root"))
     try:
-        conn.cursor().execute("DROP USER %s@'localhost'", (account.user,))
-    finally:
-        conn.close()
+        user, password = f"{prefix}_{secrets.token_hex(4)}", secrets.token_urlsafe(24)
+        db.query("FLUSH PRIVILEGES")  # grants are checked from now on; this connection keeps its own
+        db.query("CREATE USER %s@'localhost' IDENTIFIED BY %s", (user, password))
+        db.query("GRANT ALL PRIVILEGES ON *.* TO %s@'localhost' WITH GRANT OPTION", (user,))
+    except BaseException:
+        db.close()
+        raise
+    account = MySQLTarget(host=None, socket=str(server.socket), user=user, password=password)
+    db.target = account  # root's grants are the copy's own now: a new connection logs in as the account
+    return db, account
+
+
+def drop_account(db: Session, account: MySQLTarget) -> None:
+    """DROP USER the replay's throwaway account (the session may be logged in as it)."""
+    db.query("DROP USER %s@'localhost'", (account.user,))
 
 
 def run_replay(reader_argv: list[str], client_argv: list[str]) -> None:
