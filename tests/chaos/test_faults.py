@@ -1,0 +1,90 @@
+"""The chaos faults' own logic (tests/chaos/faults.py), no fleet: the evidence a fault waits for is
+what the product logs, and its bookkeeping of damaged objects and paused processes."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deployment"))  # fleet.py's airflow_stack
+
+from faults import TAKEN_FROM, Injector, _gtid_seq, _stopped  # noqa: E402
+from xtrabackup_provider.core.catalog.backups import Catalog  # noqa: E402
+from xtrabackup_provider.core.catalog.lock import LOCK_NAME, HostLock  # noqa: E402
+from xtrabackup_provider.core.storage.local import LocalStore  # noqa: E402
+
+
+def test_the_takeover_evidence_matches_the_products_own_line_for_a_holder_elsewhere(tmp_path, caplog):
+    """pause_past_lease waits for this line: the lock of a paused CLI on host elsewhere-c1, its
+    lease run out, taken over by the next run."""
+    catalog = Catalog(LocalStore(str(tmp_path / "bucket")), "backups", "c1", "r1")
+    past = datetime.now(UTC) - timedelta(minutes=5)
+    body = {"token": "f" * 32, "owner": "xtrabackup-provider backup of c1/r1", "hostname": "elsewhere-c1",
+            "pid": 9999, "pid_start": 1, "machine": "elsewhere-c1/another-boot", "lease_seconds": 1,
+            "acquired_at": (past - timedelta(minutes=2)).isoformat(), "expires_at": past.isoformat()}  # fmt: skip
+    catalog.store.put_bytes(f"backups/c1/r1/{LOCK_NAME}", json.dumps(body).encode())
+    time.sleep(3.5)  # its one-second lease and the store clock's margin, by the store's clock
+    with caplog.at_level(logging.WARNING), HostLock(catalog):
+        pass
+    lines = [r.getMessage() for r in caplog.records if "taking over" in r.getMessage()]
+    assert lines, caplog.text
+    assert re.search(TAKEN_FROM.format(c="c1", host="r1"), lines[0] + " "), lines[0]
+    assert not re.search(TAKEN_FROM.format(c="c2", host="r1"), lines[0] + " "), "it must name its own cluster"
+
+
+def test_a_finding_naming_a_damaged_object_is_excused_only_while_damaged_and_a_sweep_after():
+    injector = Injector(cast(Any, None))
+    now = time.time()
+    injector.damaged["backups/c1/r1/backups/B/part-0.xbs.zst.gpg"] = (
+        now - 60,
+        float("inf"),
+        "damage_object X",
+    )
+    injector.damaged["backups/c1/r1/binlogs/u/b.000003"] = (now - 900, now - 600, "damage_object Y")
+    finding = "primary c1: backup B needs backups/c1/r1/backups/B/part-0.xbs.zst.gpg: it holds 3 bytes"
+    assert injector.excuse(finding) == "damage_object X"
+    assert injector.excuse("primary c1: backup B needs backups/c1/r1/backups/B/part-1.xbs.zst.gpg") is None
+    # Put back ten minutes ago: a finding naming it now is the product's (or the repair's) own.
+    assert injector.excuse("binlog u/b.000003 needs backups/c1/r1/binlogs/u/b.000003, which is gone") is None
+
+
+def test_gtid_seq_reads_domain_0():
+    assert _gtid_seq("0-1-42") == 42
+    assert _gtid_seq("1-2-7,0-1-42") == 42
+    assert _gtid_seq("1-2-7") == 0
+    assert _gtid_seq(None) == 0
+
+
+def test_stopped_tells_a_process_stopped_by_sigstop():
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        assert not _stopped(proc.pid)
+        os.kill(proc.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while not _stopped(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _stopped(proc.pid)
+        os.kill(proc.pid, signal.SIGCONT)
+        deadline = time.monotonic() + 10
+        while _stopped(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _stopped(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize("pid", [0, 2**22 + 1])
+def test_stopped_is_false_for_no_such_process(pid):
+    assert not _stopped(pid)
