@@ -85,6 +85,7 @@ TARGET_HELD = r"target datadir \S+ (is held by another restore \(|[^\n]*not an e
 # Airflow fails a task whose worker died once its heartbeat is missed
 # ([scheduler] task_instance_heartbeat_timeout, 300 s) and records it in its audit log.
 HEARTBEAT_TIMEOUT = "audit:heartbeat timeout"
+KILL_CLI_BOUND = 900  # the next scheduled backup (every 4 minutes) or a later one takes the lock over
 # A run taking over the lock of a holder whose lease ran out, on another machine (core/catalog/lock.py).
 TAKEN_FROM = r"taking over the stale lock \S*/{c}/{host}/backup\.lock of [^\n]*on elsewhere-{c} "
 
@@ -234,7 +235,7 @@ class Injector:
             self.in_flight.pop(threading.get_ident(), None)
             raise
         except Exception as exc:  # noqa: BLE001 - the harness's own failure: reported, the run goes on
-            fault = Fault(kind, "-", t0, None, note=f"HARNESS ERROR: {exc!r}"[:500])
+            fault = Fault(kind, "-", t0, None, note=clip(f"HARNESS ERROR: {exc!r}"))
         fault.t1 = time.time()
         with self.mutex:
             if (
@@ -350,20 +351,39 @@ class Injector:
         return None
 
     def kill_cli(self, rng: random.Random) -> Fault:
-        held = self.claim(rng, [(f"cli:{c}",) for c in self.clusters()])
+        # The host's worker too: its next backup run's log is the evidence, and a kill_worker that
+        # hit that run cut its log short after the takeover (seed 3802: the run took the lock over
+        # and registered its backup, its log ended before the line): held until the line shows.
+        held = self.claim(rng, [(f"cli:{c}", f"worker:{c}") for c in self.clusters()])
+        evidence = None
         try:
             c, point = held[0].split(":")[1], rng.choice(CLI_CRASH_POINTS)
             t0 = time.time()
             proc = self.cli_backup("kill_cli", c, XBP_CRASH_AT=point)
+            if proc.returncode == -9:
+                # Killed holding the host lock: the next run of the host takes it over and says so.
+                evidence = rf"taking over the stale lock \S*/{c}/{BACKUP_HOST}/backup\.lock"
+                self.hold_until_seen(held[1:], evidence, t0, KILL_CLI_BOUND)
         finally:
-            self.release(held)
-        if proc.returncode != -9:
+            self.release(held if evidence is None else held[:1])
+        if evidence is None:
             # Refused (the scheduled runs held the lock throughout) or it did not reach the point.
             return Fault("kill_cli", f"{c} at {point}", t0, None,
                          note=f"exit {proc.returncode}: {proc.stderr[-300:]}", clusters=[c])  # fmt: skip
-        # Killed holding the host lock: the next run of the host takes it over and says so.
-        return Fault("kill_cli", f"{c} at {point}", t0, rf"taking over the stale lock \S*/{c}/{BACKUP_HOST}/backup\.lock",
-                     note="killed", clusters=[c])  # fmt: skip
+        return Fault("kill_cli", f"{c} at {point}", t0, evidence, bound_s=KILL_CLI_BOUND, note="killed",
+                     clusters=[c])  # fmt: skip
+
+    def hold_until_seen(self, resources: tuple[str, ...], pattern: str, since: float, bound_s: float) -> None:
+        """Keep `resources` held, past the fault's end, until `pattern` shows in the logs (at most
+        until `bound_s` after `since`): no other fault disturbs where its evidence is written."""
+
+        def wait() -> None:
+            try:
+                self._wait_for(pattern, since, max(0.0, since + bound_s - time.time()))
+            finally:
+                self.release(resources)
+
+        threading.Thread(target=wait, name=f"hold {'+'.join(resources)}", daemon=True).start()
 
     # -- servers ------------------------------------------------------------------------------------
 
@@ -433,7 +453,7 @@ class Injector:
         while time.time() < deadline:
             if hit := next((raw for _t, _p, raw in lines(self.fleet.work, since) if regex.search(raw)), None):
                 return hit[:160]
-            time.sleep(20)
+            time.sleep(min(20.0, max(0.0, deadline - time.time())))
         return None
 
     def _reseed(self, c: Any, t0: float) -> None:
@@ -441,10 +461,7 @@ class Injector:
         copy = self.fleet.root / f"reseed-{c.name}"
         shutil.rmtree(copy, ignore_errors=True)
         creds = r2.write_client_defaults(self.fleet.work / f"reseed-{c.name}.cnf")
-        for args in ([f"--defaults-file={creds}", "--backup", f"--target-dir={copy}", "--slave-info"],
-                     ["--no-defaults", "--prepare", f"--target-dir={copy}"]):  # fmt: skip
-            done = subprocess.run(["mariabackup", *args], capture_output=True, text=True)
-            assert done.returncode == 0, done.stderr[-2000:]
+        self._copy_of(f"{c.name}-r2", creds, copy)
         gtid = (copy / "xtrabackup_slave_info").read_text().split("'")[1]
         r1.stop()
         shutil.rmtree(r1.datadir)
@@ -457,6 +474,29 @@ class Injector:
         r1.query("SET GLOBAL gtid_slave_pos = %s", (gtid,))
         start_replication(c.source, r1, user=f"reseed{int(t0)}")
         wait_caught_up(c.source, r1, timeout=300)
+
+    def _copy_of(self, name: str, creds: Path, copy: Path, tries: int = 3) -> None:
+        """The harness's own prepared copy of a server (mariabackup --backup, --prepare): tried again
+        on failure (it is not the product under test), each failed try's whole output kept in the
+        run's directory and its error lines in the final error."""
+        failed = []
+        for n in range(1, tries + 1):
+            shutil.rmtree(copy, ignore_errors=True)
+            for args in ([f"--defaults-file={creds}", "--backup", f"--target-dir={copy}", "--slave-info"],
+                         ["--no-defaults", "--prepare", f"--target-dir={copy}"]):  # fmt: skip
+                done = subprocess.run(["mariabackup", *args], capture_output=True, text=True)
+                if done.returncode != 0:
+                    log = self.fleet.work / f"copy-{name}-{time.time():.0f}-{n}.log"
+                    log.write_text(f"$ mariabackup {' '.join(args)}\nexit {done.returncode}\n{done.stderr}")
+                    failed.append(
+                        f"try {n}: mariabackup {args[1]} exit {done.returncode}: {error_lines(done.stderr)} ({log.name})"
+                    )
+                    print(f"harness: the copy of {name}: {failed[-1]}", flush=True)
+                    break
+            else:
+                return
+            time.sleep(10)
+        raise AssertionError(f"the harness's copy of {name} failed {tries} times: {'; '.join(failed)}")
 
     # -- storage ------------------------------------------------------------------------------------
 
@@ -1080,6 +1120,23 @@ def _utc(value: str) -> float:
     """An Airflow database time (UTC, with or without its offset)."""
     when = datetime.fromisoformat(value.replace("Z", "+00:00"))
     return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+
+
+def clip(text: str, limit: int = 1500) -> str:
+    """At most `limit` characters of a message: its start and, above all, its end (where a tool's
+    error and an exception's cause are), with what was left out in between counted."""
+    if len(text) <= limit:
+        return text
+    head = limit // 5
+    return f"{text[:head]} [... {len(text) - limit} characters ...] {text[-(limit - head) :]}"
+
+
+def error_lines(output: str, limit: int = 600) -> str:
+    """A tool's error lines (its `[ERROR]`s and `Error:`s), else its last lines: the part that
+    says what went wrong, not the start-up banner."""
+    lines = output.strip().splitlines()
+    errors = [line for line in lines if re.search(r"\berror\b", line, re.IGNORECASE)]
+    return clip(" | ".join(errors or lines[-3:]), limit)
 
 
 def _epoch(value: Any) -> float:
