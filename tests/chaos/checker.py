@@ -36,6 +36,7 @@ from ledger import (
     FaultSeen,
     Finding,
     Ledger,
+    LoadWriter,
     acked_at,
     backup_of,
     blame,
@@ -46,21 +47,36 @@ from ledger import (
     span_of,
     unrecoverable,
 )
-from restorer import decrypting_home, restore_chain
+from restorer import decrypting_home, fetch_binlog, restore_chain
+from sampling import (
+    Binlog,
+    as_positions,
+    candidates,
+    compare_rows,
+    expected_rows,
+    rows_until,
+    select,
+    time_points,
+    transaction_ends,
+)
 from storeview import HostView, StoreReader
 
 from helpers import RUN, parse_gtid_pos, replay_until, restored_checksums
-from xtrabackup_provider.core.db.sandbox import table_checksums
+from xtrabackup_provider.core.db.sandbox import SandboxServer, table_checksums
 
 
 @dataclass(frozen=True, order=True)
 class Target:
     cluster: str
     seq: int
-    kind: str  # "backup" (the checker's own restore) or "pitr" (the product's restore --to-gtid)
+    kind: str  # "backup" (the checker's own restore), "standby" (restore --from-standby) or "pitr"
     gtid: str
     backup_id: str = ""  # the backup; for a PITR point, the full its window starts at
     newest_event: float = 0.0  # a PITR point: the newest event time of the binlog holding it
+    how: str = "gtid"  # a PITR point: --to-gtid, --to-time or --to-position (sampling.py)
+    why: str = ""  # the edge that drew it (sampling.py), or which backup of a chain
+    store: str = "primary"  # "offsite": that store's copy; "standby": from the standby (PITR too)
+    at: int = 0  # a --to-time point: the epoch second (seq is then the least it must reach)
 
 
 @dataclass
@@ -90,6 +106,8 @@ class Checker:
     violation_log: list[tuple[float, str]] = field(default_factory=list)  # (when, text)
     restores_by: Counter[str] = field(default_factory=Counter)  # kind of restore -> checked
     pitr_by: Counter[str] = field(default_factory=Counter)  # kind of PITR point -> checked
+    pitr_why: Counter[str] = field(default_factory=Counter)  # the edge that drew a checked point -> n
+    standby_planned: set[str] = field(default_factory=set)  # clusters whose standby is a target
     backups_lost: set[str] = field(default_factory=set)
     transactions_lost: int = 0
     stalled: dict[str, float] = field(default_factory=dict)  # cluster -> when its shipping stall began
@@ -284,12 +302,14 @@ class Checker:
     # -- what to check ------------------------------------------------------------------------------
 
     def plan(self, final: bool) -> None:
-        """Add the targets that became checkable: the newest backup of each chain that is closed (a
-        newer full exists; at the end, every chain) and `points` PITR points of each window that is
-        closed and shipped (at the end, the newest one too)."""
+        """Add the targets that became checkable: of each chain that is closed (a newer full exists;
+        at the end, every chain) its newest backup, one older one and the offsite copy of the
+        newest; `points` PITR points of each window that is closed and shipped (at the end, the
+        newest one too: sampling.py says where); at the end, the standby, alone and rolled forward."""
         views = self.views()
         for c in self.fleet.clusters:
             _reader, view = views[("primary", c)]
+            offsite = views[("offsite", c)][1]
             fulls = sorted(b for b, m in view.manifests.items() if m.get("kind") == "full" and m.get("gtid"))
             for i, full in enumerate(fulls):
                 nxt = fulls[i + 1] if i + 1 < len(fulls) else None
@@ -302,11 +322,14 @@ class Checker:
                     high >= nxt_seq or view.manifests[nxt].get("server_uuid") != server
                 )
                 if closed or final:
-                    self._chain_target(c, view, full, nxt)
+                    self._chain_target(c, view, full, nxt, offsite)
                 if (c, full) not in self.sampled and (closed or final):
-                    self._draw(c, view, full, end, times, closed)
+                    self._draw(c, view, full, end, times, closed, offsite)
+            if final and fulls and c not in self.standby_planned:
+                self.standby_planned.add(c)
+                self._standby(c, view, fulls[-1])
 
-    def _chain_target(self, c: str, view: HostView, full: str, nxt: str | None) -> None:
+    def _chain_target(self, c: str, view: HostView, full: str, nxt: str | None, offsite: HostView) -> None:
         chain = [
             b
             for b, m in view.manifests.items()
@@ -317,10 +340,56 @@ class Checker:
         if (c, full) in self.checked_chains or not m.get("gtid"):
             return
         self.checked_chains.add((c, full))
-        self.pending.append(Target(c, _seq(m["gtid"]), "backup", m["gtid"], newest))
+        self.pending.append(Target(c, _seq(m["gtid"]), "backup", m["gtid"], newest, why="newest of a chain"))
+        older = sorted(b for b in chain if b != newest and view.manifests[b].get("gtid"))
+        if older:
+            b = self.rng.choice(older)
+            gtid = view.manifests[b]["gtid"]
+            self.pending.append(Target(c, _seq(gtid), "backup", gtid, b, why="older in a chain"))
+        if newest in offsite.manifests:  # copied already (the copy follows the backup)
+            self.pending.append(Target(c, _seq(m["gtid"]), "backup", m["gtid"], newest, why="offsite copy",
+                                       store="offsite"))  # fmt: skip
+
+    def _standby(self, c: str, view: HostView, full: str) -> None:
+        """The standby (the backed-up host's `standby_dir`) restored as it is, and rolled forward
+        to the newest shipped transaction: its GTID from the tool's own file in its base."""
+        base = self.standby_dir(c) / "base"
+        info = sorted(base.glob("*_binlog_info")) if base.is_dir() else []
+        fields = info[0].read_text().split() if info else []
+        if len(fields) < 3:
+            self.violation(f"{c}: the standby {base.parent} holds no prepared base with its GTID at the end")
+            return
+        gtid = _domain0(fields[2])
+        self.pending.append(Target(c, _seq(gtid), "standby", gtid, why="standby", store="standby"))
+        high, _times = shipped(view, view.manifests[full].get("server_uuid"))
+        if high > _seq(gtid):
+            server_id = self.source_id(c)
+            self.pending.append(Target(c, high, "pitr", f"0-{server_id}-{high}", full, time.time(),
+                                       why="standby, newest shipped", store="standby"))  # fmt: skip
+
+    def standby_dir(self, c: str) -> Path:
+        return Path(self.fleet.root) / "standby" / c
+
+    def source_id(self, c: str) -> int:
+        return int(str(self.fleet.clusters[c].source.query("SELECT @@server_id")[0][0]))
+
+    def moments(self, c: str) -> list[tuple[float, str]]:
+        """When a server of `c` went down and came back, and when its backed-up replica was
+        re-seeded (the fault log: faults.jsonl, written as each fault ends)."""
+        log = self.fleet.work / "faults.jsonl"
+        out = []
+        for line in log.read_text().splitlines() if log.exists() else []:
+            f = json.loads(line)
+            if f["kind"] not in ("restart_db", "reseed_replica"):
+                continue
+            if not (str(f.get("target", "")).startswith(f"{c}-") or c in f.get("clusters", [])):
+                continue
+            why = "restart" if f["kind"] == "restart_db" else "re-seed"
+            out += [(float(f["t0"]), why), (float(f.get("t1") or f["t0"]), why)]
+        return out
 
     def _draw(self, c: str, view: HostView, full: str, end: int, times: list[tuple[int, int, float]],
-              closed: bool) -> None:  # fmt: skip
+              closed: bool, offsite: HostView) -> None:  # fmt: skip
         self.sampled.add((c, full))
         start = _seq(view.manifests[full]["gtid"])
         began = backup_of(view.manifests[full]).finished
@@ -329,19 +398,34 @@ class Checker:
             text = (f"{c}: the PITR window from {full} (seq {start}) ends at seq {end}, before its start: "
                     "its server shipped nothing past its full")  # fmt: skip
             self._judge(Finding("window", c, text, t=began), CUTS_HISTORY | STOPS_SHIPPING, time.time())
-        low = max(start, self.at.get(c, 0)) + 1
-        if end < low:
+        low = max(start, self.at.get(c, 0))
+        if end < low or (end == low and low > start):
             if end >= start:
                 self.skipped += 1  # the reference replica has passed it (checked in GTID order)
             return
         self.windows += 1
-        say(
-            f"checker: PITR window of {c} from {full} to seq {end}: {min(self.points, end - low + 1)} point(s)"
-        )
-        server_id = int(str(self.fleet.clusters[c].source.query("SELECT @@server_id")[0][0]))
-        for seq in sorted(self.rng.sample(range(low, end + 1), min(self.points, end - low + 1))):
-            newest = max((t for lo, hi, t in times if lo <= seq <= hi), default=time.time())
-            self.pending.append(Target(c, seq, "pitr", f"0-{server_id}-{seq}", full, newest))
+        server = view.manifests[full].get("server_uuid")
+        binlogs = [Binlog(str(m.get("name")), _seq(m.get("gtid_first")), _seq(m.get("gtid_last")), partial)
+                   for partial, group in ((False, view.binlogs), (True, view.partials))
+                   for m in group.values() if m.get("server_uuid") == server]  # fmt: skip
+        moments = self.moments(c)
+        tx = self.ledger.acked(c) if self.ledger else []
+        edges = candidates(low, end, binlogs, [(acked_at(tx, t), why) for t, why in moments if tx])
+        n_time = max(1, self.points // 4) if self.points >= 2 and self.ledger else 0
+        points = as_positions(self.rng, select(self.rng, edges, low, end, self.points - n_time), 0.25)
+        if self.ledger:
+            points += time_points(self.rng, self.ledger.rows_of(c), low, end, moments, n_time)
+        # One --to-gtid point restored from the offsite copy, where that store holds the window.
+        reach = shipped(offsite, server)[0] if full in offsite.manifests else 0
+        there = [i for i, p in enumerate(points) if p.kind == "gtid" and p.seq <= reach]
+        from_offsite = self.rng.choice(there) if there else -1
+        say(f"checker: PITR window of {c} from {full} to seq {end}: {len(points)} point(s) "
+            f"({', '.join(f'{p.seq} {p.kind} {p.why}' for p in points)})")  # fmt: skip
+        server_id = self.source_id(c)
+        for i, p in enumerate(points):
+            newest = max((t for lo, hi, t in times if lo <= p.seq <= hi), default=time.time())
+            self.pending.append(Target(c, p.seq, "pitr", f"0-{server_id}-{p.seq}", full, newest, how=p.kind,
+                                       why=p.why, store="offsite" if i == from_offsite else "primary", at=p.at))  # fmt: skip
 
     def work(self, until: float) -> None:
         """Check pending targets in GTID order per cluster until `until` (epoch seconds)."""
@@ -351,7 +435,7 @@ class Checker:
             if target.kind == "backup":
                 self.check_backup(target)
             else:
-                self.check_pitr(target)
+                self.check_pitr(target)  # a PITR point, or the standby restored as it is
 
     # -- restores -----------------------------------------------------------------------------------
 
@@ -360,28 +444,29 @@ class Checker:
         if not self.advance(t.cluster, t.gtid, t.seq):
             return
         expected = table_checksums(self.fleet.clusters[t.cluster].reference, CHECKED_DBS)
-        reader, view = self.views()[("primary", t.cluster)]
+        reader, view = self.views()[(t.store, t.cluster)]
         if t.backup_id not in view.manifests:
             self.skipped += 1  # retention removed it before its turn: the ledger judges whether it might
-            self.books("primary", t.cluster, reader, view)
+            self.books(t.store, t.cluster, reader, view)
             return
-        work = Path(self.fleet.root) / f"chk-{t.backup_id}"
+        work = Path(self.fleet.root) / f"chk-{t.store}-{t.backup_id}"
         try:
             with decrypting_home(self.fleet.keys.private_key, self.fleet.keys.passphrase) as gpg:
                 datadir = restore_chain(reader, view.chain(t.backup_id), gpg, work)
             got = restored_checksums(datadir, work / "sb", CHECKED_DBS, server_id=990)
         except Exception as exc:  # noqa: BLE001 - a backup that does not restore is a violation
-            self.violation(f"{t.cluster} {t.backup_id} does not restore: {exc}")
+            self.violation(f"{t.store} {t.cluster} {t.backup_id} ({t.why}) does not restore: {exc}")
             return
         finally:
             shutil.rmtree(work, ignore_errors=True)
         self.restores += 1
-        self.restores_by["own restore, newest of a chain"] += 1
+        self.restores_by[f"own restore, {t.why}"] += 1
         if got != expected:
-            self.violation(
-                f"{t.cluster} {t.backup_id} restored differs from the source at {t.gtid}: {_diff(got, expected)}"
-            )
-        say(f"restore check {t.cluster} {t.backup_id} at {t.gtid}: {'ok' if got == expected else 'DIFFERS'}")
+            self.violation(f"{t.store} {t.cluster} {t.backup_id} ({t.why}) restored differs from the source at "
+                           f"{t.gtid}: {_diff(got, expected)}")  # fmt: skip
+        say(
+            f"restore check {t.cluster} {t.backup_id} ({t.why}) at {t.gtid}: {'ok' if got == expected else 'DIFFERS'}"
+        )
 
     def advance(self, cluster: str, gtid: str, seq: int) -> bool:
         ref = self.fleet.clusters[cluster].reference
@@ -393,43 +478,156 @@ class Checker:
         return True
 
     def check_pitr(self, t: Target) -> None:
+        """The product's restore of a PITR point (or of the standby alone) against the reference
+        stopped where it must stop, and its ledger table against what the ledger says was
+        acknowledged by then. A --to-time point and the standby are restored first: where they
+        stop (the GTID the product reports) is then checked by the reference and the ledger."""
         cluster = self.fleet.clusters[t.cluster]
-        if not self.advance(t.cluster, t.gtid, t.seq):
+        if t.seq < self.at.get(t.cluster, 0):
+            self.skipped += 1
             return
-        expected = table_checksums(cluster.reference, CHECKED_DBS)
-        work = Path(self.fleet.root) / f"pitr-{t.cluster}-{t.seq}"
+        fixed = t.how != "time" and t.kind != "standby"
+        if fixed and not self.advance(t.cluster, t.gtid, t.seq):
+            return
+        label = self.label(t)
+        work = Path(self.fleet.root) / f"pitr-{t.cluster}-{t.seq}-{t.how}-{t.store}"
         work.mkdir()
         try:
-            proc = self.cli("restore", "--cluster", t.cluster, "--host", BACKUP_HOST,
-                            "--target-datadir", str(work / "data"), "--to-gtid", t.gtid)  # fmt: skip
-            if proc.returncode != 0:
-                log = self.fleet.work / "checker" / f"pitr-{t.cluster}-{t.seq}.log"
-                log.parent.mkdir(exist_ok=True)
-                log.write_text(proc.stdout + proc.stderr)
-                errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-                self._pitr_failed(t, cluster, f"{' '.join(errors) or proc.stderr.strip()[-300:]} ({log})")
+            args = self.restore_args(t, work)
+            if args is None:
                 return
-            got = restored_checksums(work / "data", work / "sb", CHECKED_DBS, server_id=991)
+            proc = self.cli("restore", "--cluster", t.cluster, "--host", BACKUP_HOST,
+                            "--target-datadir", str(work / "data"), "--json", *args)  # fmt: skip
+            if proc.returncode != 0:
+                log = self.fleet.work / "checker" / f"{work.name}.log"
+                log.parent.mkdir(exist_ok=True)
+                log.write_text(f"{args}\n{proc.stdout}{proc.stderr}")
+                errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+                self._pitr_failed(
+                    t, cluster, f"{label}: {' '.join(errors) or proc.stderr.strip()[-300:]} ({log})"
+                )
+                return
+            report = _json_report(proc.stdout)
+            got, rows = restored_state(work / "data", work / "sb", server_id=991)
         finally:
             shutil.rmtree(work, ignore_errors=True)
-        self.pitr_points += 1
-        self.pitr_by["--to-gtid"] += 1
-        if got != expected:
-            self.violation(
-                f"PITR of {t.cluster} to {t.gtid} differs from the source there: {_diff(got, expected)}"
+        reached = str(report.get("reached_gtid") or report.get("gtid") or "") if not fixed else t.gtid
+        what = f"{label} of {t.cluster} to {t.gtid if fixed else reached} ({t.why})"
+        wrong = self.ledger_rows(t, reached, rows)
+        seq = _seq(reached)
+        if not fixed and seq < t.seq:
+            wrong.append(f"stopped at {reached or 'no GTID'}, before seq {t.seq}")
+        elif not fixed and seq < self.at.get(t.cluster, 0):
+            say(f"checker: {what}: the reference passed seq {seq} meanwhile; the ledger's rows alone checked")
+        elif fixed or self.advance(t.cluster, _domain0(reached), seq):
+            expected = table_checksums(cluster.reference, CHECKED_DBS)
+            if got != expected:
+                wrong.append(f"differs from the source there: {_diff(got, expected)}")
+        if t.kind == "standby":
+            self.restores += 1
+            self.restores_by["restore --from-standby"] += 1
+        else:
+            self.pitr_points += 1
+            self.pitr_by[label] += 1
+            self.pitr_why[t.why] += 1
+        for w in wrong:
+            self.violation(f"{what}: {w}")
+        say(f"PITR check {what}: {'ok' if not wrong else 'WRONG'}")
+
+    def label(self, t: Target) -> str:
+        if t.kind == "standby":
+            return "restore --from-standby"
+        flag = {"gtid": "--to-gtid", "time": "--to-time", "position": "--to-position"}[t.how]
+        return flag if t.store == "primary" else f"{t.store} {flag}"
+
+    def restore_args(self, t: Target, work: Path) -> list[str] | None:
+        """The CLI's arguments for the target; a --to-position point's position is the end of its
+        transaction in the binlog holding it, read from that binlog by `mariadb-binlog` (the
+        product's catalog is not asked). No binlog holds it (a full before its server's first
+        binlog): checked by --to-gtid instead."""
+        store = {"offsite": ["--target-store", "offsite"], "standby": ["--from-standby", str(self.standby_dir(t.cluster))],
+                 "primary": []}[t.store]  # fmt: skip
+        if t.kind == "standby":
+            return [*store, "--allow-older-standby"]
+        if t.how == "time":
+            return [*store, "--to-time", datetime.fromtimestamp(t.at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")]
+        if t.how == "position":
+            position = self.position_of(t, work)
+            if position:
+                return [*store, "--to-position", position, "--backup-id", t.backup_id]
+            say(
+                f"checker: no shipped binlog holds seq {t.seq} of {t.cluster}: --to-gtid instead of --to-position"
             )
-        say(f"PITR check {t.cluster} {t.gtid}: {'ok' if got == expected else 'DIFFERS'}")
+        return [*store, "--to-gtid", t.gtid]
+
+    def position_of(self, t: Target, work: Path) -> str | None:
+        reader, view = self.views()[("primary", t.cluster)]
+        full = view.manifests.get(t.backup_id)
+        server = full.get("server_uuid") if full else None
+        holding = [m for m in (*view.binlogs.values(), *view.partials.values())
+                   if m.get("server_uuid") == server and span_of(m).first <= t.seq <= span_of(m).last]  # fmt: skip
+        if not holding:
+            return None
+        m = holding[0]
+        with decrypting_home(self.fleet.keys.private_key, self.fleet.keys.passphrase) as gpg:
+            raw = fetch_binlog(reader, m, gpg, work / str(m["name"]))
+        listing = subprocess.run(["mariadb-binlog", str(raw)], capture_output=True, text=True, timeout=600)
+        raw.unlink()
+        end = transaction_ends(listing.stdout).get(t.seq)
+        return f"{m['name']}:{end}" if end else None
+
+    def ledger_rows(self, t: Target, reached: str, rows: dict[int, str] | None) -> list[str]:
+        """The restored ledger table against the ledger: a --to-time point holds every row
+        acknowledged before its second and none started at or after it; any other, every row
+        up to the GTID it reached and none after."""
+        if self.ledger is None:
+            return []
+        if rows is None:
+            return ["the restored server has no ledger table (chaos.ledger)"]
+        known = self.ledger.rows_of(t.cluster)
+        must, must_not = (
+            expected_rows(known, t.at)
+            if t.how == "time" and t.kind != "standby"
+            else rows_until(known, _seq(reached))
+        )
+        return [f"the ledger's rows: {w}" for w in compare_rows(rows, must, must_not)]
 
     def _pitr_failed(self, t: Target, cluster: Cluster, error: str) -> None:
         """A refusal is right only for a point retention was allowed to drop: its window's full is
         gone and every event of the binlog holding it is older than retention's PITR window."""
-        _reader, view = self.views()[("primary", cluster.name)]
+        store = "primary" if t.store == "standby" else t.store
+        _reader, view = self.views()[(store, cluster.name)]
         age = time.time() - t.newest_event
-        if t.backup_id not in view.manifests and age > self.pitr_window.total_seconds():
+        if (
+            t.kind != "standby"
+            and t.backup_id not in view.manifests
+            and age > self.pitr_window.total_seconds()
+        ):
             self.skipped += 1
             say(f"PITR check {t.cluster} {t.gtid}: skipped, retention dropped its window ({error[-160:]})")
             return
-        self.violation(f"PITR of {t.cluster} to {t.gtid} failed: {error}")
+        self.violation(f"PITR of {t.cluster} to {t.gtid} ({t.why}) failed: {error}")
+
+
+def _json_report(stdout: str) -> dict[str, Any]:
+    """The CLI's --json report: the JSON object its output ends with."""
+    start = stdout.find("{") if stdout.startswith("{") else stdout.find("\n{") + 1
+    data = json.loads(stdout[start:])
+    return data if isinstance(data, dict) else {}
+
+
+def restored_state(
+    datadir: Path, basedir: Path, server_id: int
+) -> tuple[dict[str, int], dict[int, str] | None]:
+    """A sandbox on a restored datadir: its per-table checksums and the ledger's table (n -> v)."""
+    with SandboxServer.on_datadir(datadir, basedir, server_id=server_id) as restored:
+        restored.start()
+        sums = table_checksums(restored, CHECKED_DBS)
+        try:
+            rows = {int(n): str(v) for n, v in restored.query(f"SELECT n, v FROM {LoadWriter.TABLE}")}
+        except Exception:  # noqa: BLE001 - no such table: said by the caller
+            rows = None
+        return sums, rows
 
 
 def restore_points(view: HostView) -> list[tuple[int, str]]:

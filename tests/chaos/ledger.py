@@ -34,6 +34,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from sampling import Row
+
 DAY = 86400.0
 SHIP_BOUND = 8 * 60.0  # an acknowledged transaction is shipped within this (the fleet alerts at 6 min)
 # Fault kinds that can stop a cluster's binlog shipping for a while (the follower's worker, its
@@ -294,6 +296,7 @@ class Ledger:
     )  # (store, cluster, server/name) complete
     gone: set[tuple[str, str, str]] = field(default_factory=set)
     tx: dict[str, list[tuple[float, int]]] = field(default_factory=dict)  # cluster -> (time, seq)
+    rows: dict[str, list[Row]] = field(default_factory=dict)  # cluster -> the load's rows, acknowledged
     manifest_sha: dict[str, str] = field(default_factory=dict)  # manifest key -> sha256 last recorded
     findings: list[Finding] = field(default_factory=list)
     mutex: threading.Lock = field(default_factory=threading.Lock)
@@ -306,6 +309,14 @@ class Ledger:
         self.write({"type": "tx", "t": t, "cluster": cluster, "gtid": gtid, "table": table, "wrote": wrote})
         with self.mutex:
             self.tx.setdefault(cluster, []).append((t, _seq(gtid)))
+            if "t" in wrote:  # the row's own time: when its INSERT was sent (sampling.py's --to-time)
+                self.rows.setdefault(cluster, []).append(
+                    Row(float(wrote["t"]), t, _seq(gtid), int(wrote["n"]), str(wrote["v"]))
+                )
+
+    def rows_of(self, cluster: str) -> list[Row]:
+        with self.mutex:
+            return list(self.rows.get(cluster, []))
 
     def acked(self, cluster: str) -> list[tuple[float, int]]:
         with self.mutex:
@@ -428,9 +439,8 @@ class LoadWriter:
             try:
                 conn = conn or server.connect()
                 cur = conn.cursor()
-                cur.execute(
-                    f"INSERT INTO {self.TABLE} (n, v, t) VALUES (%s, %s, %s)", (n, value, time.time())
-                )
+                sent = time.time()
+                cur.execute(f"INSERT INTO {self.TABLE} (n, v, t) VALUES (%s, %s, %s)", (n, value, sent))
                 conn.commit()
                 cur.execute("SELECT @@last_gtid")
                 gtid = str(cur.fetchall()[0][0])
@@ -442,4 +452,4 @@ class LoadWriter:
                     pass
                 conn = None
                 continue
-            self.ledger.acknowledged(cluster, time.time(), gtid, self.TABLE, {"n": n, "v": value})
+            self.ledger.acknowledged(cluster, time.time(), gtid, self.TABLE, {"n": n, "v": value, "t": sent})

@@ -5,6 +5,9 @@ product's restore code, so a backup the product would restore wrongly is caught.
 The order of a backup's objects is the documented one: a one-stream backup is one object; a K-part
 backup lists its data parts, then its tail, which is extracted last (it holds the renames and
 removes of DDL during the backup). A stream stored in segments is their concatenation.
+
+A shipped binlog is fetched the same way (fetch_binlog: its segments in offset order, decrypted and
+decompressed), for the checker's `--to-position` points (the positions come from the binlog itself).
 """
 
 from __future__ import annotations
@@ -48,6 +51,29 @@ def decrypting_home(private_key: str, passphrase: str) -> Iterator[tuple[Path, P
 
 def extract(reader: StoreReader, obj: dict[str, Any], gpg: tuple[Path, Path] | None, into: Path) -> None:
     """One manifest object (all its pieces, in order) through the tools into `into`."""
+    _pipe(reader, obj, gpg, ["mbstream", "-x", "-C", str(into)], None)
+
+
+def fetch_binlog(
+    reader: StoreReader, manifest: dict[str, Any], gpg: tuple[Path, Path] | None, out: Path
+) -> Path:
+    """A shipped binlog (complete, or what the open one's partial manifest holds) as the raw file
+    `out`: its segments in offset order, each decrypted and decompressed by the tools."""
+    segments = sorted(manifest.get("segments", []), key=lambda s: int(s["offset"]))
+    with out.open("wb") as fh:
+        for seg in segments:
+            if fh.tell() != int(seg["offset"]):
+                raise RestoreFailed(
+                    f"{manifest.get('name')}: a segment at {seg['offset']}, {fh.tell()} bytes before it"
+                )
+            _pipe(reader, seg["object"], gpg, ["cat"], fh)
+            fh.flush()
+            fh.seek(0, 2)
+    return out
+
+
+def _pipe(reader: StoreReader, obj: dict[str, Any], gpg: tuple[Path, Path] | None, last: list[str],
+          out: Any) -> None:  # fmt: skip
     stages: list[list[str]] = []
     if obj.get("encryption") == "gpg":
         assert gpg is not None, f"{obj['key']} is encrypted and no key was given"
@@ -56,12 +82,13 @@ def extract(reader: StoreReader, obj: dict[str, Any], gpg: tuple[Path, Path] | N
                        "--passphrase-file", str(secret), "--decrypt"])  # fmt: skip
     if obj.get("compression") == "zstd":
         stages.append(["zstd", "-dcq"])
-    stages.append(["mbstream", "-x", "-C", str(into)])
+    stages.append(last)
     procs: list[subprocess.Popen[bytes]] = []
     prev = subprocess.PIPE
-    for argv in stages:
+    for n, argv in enumerate(stages):
         stdin = prev if not procs else procs[-1].stdout
-        proc = subprocess.Popen(argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        stdout = out if out is not None and n == len(stages) - 1 else subprocess.PIPE
+        proc = subprocess.Popen(argv, stdin=stdin, stdout=stdout, stderr=subprocess.PIPE)
         if procs and procs[-1].stdout:
             procs[-1].stdout.close()
         procs.append(proc)

@@ -257,7 +257,8 @@ def finish(fleet: Fleet, injector: Injector, checker: Checker, started: float, s
         "seed": seed, "planted": bug, "planted_live": live,
         "first_violation_after_live_s": round(caught[0][0]) if caught else None,
         "faults": dict(kinds), "faults_with_effect": dict(effect), "restores": dict(checker.restores_by),
-        "pitr_points": dict(checker.pitr_by), "pitr_windows": checker.windows, "skipped_targets": checker.skipped,
+        "pitr_points": dict(checker.pitr_by), "pitr_points_by_edge": dict(checker.pitr_why),
+        "pitr_windows": checker.windows, "skipped_targets": checker.skipped,
         "transactions_lost": checker.transactions_lost, "backups_lost": sorted(checker.backups_lost),
         "violations": checker.violations, "violation_times": checker.violation_log, "missed_alerts": missing,
         "false_alerts": false, "explained_findings": [asdict(f) for f in checker.explained],
@@ -266,7 +267,8 @@ def finish(fleet: Fleet, injector: Injector, checker: Checker, started: float, s
     (fleet.work / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     print(
         f"faults injected by kind (with the proxies' background faults): {dict(kinds)}; PITR windows: "
-        f"{checker.windows}; targets skipped: {checker.skipped}; violations: {len(checker.violations)}; "
+        f"{checker.windows}; PITR points by edge: {dict(checker.pitr_why)}; targets skipped: {checker.skipped}; "
+        f"violations: {len(checker.violations)}; "
         f"details in {fleet.work}/summary.json"
     )
     if bug:
