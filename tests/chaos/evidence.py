@@ -41,24 +41,24 @@ FINDINGS: dict[str, tuple[re.Pattern[str], frozenset[str], float]] = {
     "restore_test": (
         re.compile(r"the last restore test \(|no restore test has passed yet|restore test passed [^;]*, over"),
         frozenset({"kill_worker", "kill_tool", "restart_db", "scratch_full", "reseed_replica", "s3_partition",
-                   "damage_object", "kill_scheduler", "kill_redis"}),
+                   "damage_object", "kill_scheduler", "kill_redis", "spool_full"}),
         25 * MIN,
     ),
     "rpo": (
         re.compile(r"over the RPO|no restorable backup"),
         frozenset({"kill_worker", "kill_tool", "kill_cli", "restart_db", "clock_skew", "reseed_replica", "s3_partition",
-                   "pause_past_lease", "kill_scheduler", "kill_redis"}),
+                   "pause_past_lease", "kill_scheduler", "kill_redis", "spool_full"}),
         25 * MIN,
     ),
     "binlogs": (
         re.compile(r"binlogs shipped up to [^;]*, over|no binlog is shipped|binlog gap |binlog lag unknown|"
                    r"cannot read the shipped binlogs|cannot read the binlog gaps"),
-        frozenset({"kill_worker", "restart_db", "reseed_replica", "s3_partition", "kill_redis"}),
+        frozenset({"kill_worker", "restart_db", "reseed_replica", "s3_partition", "kill_redis", "spool_full"}),
         16 * MIN,
     ),
     "copies": (
         re.compile(r"copy target \S+ cannot be read|copies on \S+: \d+ backup\(s\) behind, the oldest finished (?P<age>[^,;]+) ago"),
-        frozenset({"kill_worker", "kill_tool", "s3_partition", "kill_redis"}),
+        frozenset({"kill_worker", "kill_tool", "s3_partition", "kill_redis", "spool_full"}),
         25 * MIN,
     ),
     "storage": (

@@ -64,10 +64,18 @@ CLI_CRASH_POINTS = (
 )
 KINDS = ("kill_worker", "kill_tool", "kill_cli", "restart_db", "scratch_full", "clock_skew",
          "reseed_replica", "s3_partition", "second_shipper", "second_restore", "damage_object",
-         "pause_past_lease", "kill_scheduler", "kill_redis")  # fmt: skip
+         "pause_past_lease", "kill_scheduler", "kill_redis", "spool_full")  # fmt: skip
 # Kinds whose fault without a victim is not counted (issue 39): logged in faults.jsonl only.
 COUNTED_WITH_VICTIM_ONLY = frozenset(
-    {"second_shipper", "second_restore", "damage_object", "pause_past_lease", "kill_scheduler", "kill_redis"}
+    {
+        "second_shipper",
+        "second_restore",
+        "damage_object",
+        "pause_past_lease",
+        "kill_scheduler",
+        "kill_redis",
+        "spool_full",
+    }
 )
 BUSY = "cannot start: another"  # the host lock's refusal (core/catalog/lock.py)
 UNREACHABLE = "Cannot reach the S3 endpoint"  # core/storage/s3.py, while an endpoint is partitioned
@@ -1028,6 +1036,47 @@ def _stopped(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
     except (OSError, IndexError):
         return False
+
+    # -- the workers' temp directory full (issue 39 item 4) ------------------------------------------
+
+    def spool_full(self, rng: random.Random) -> Fault:
+        """The workers' TMPDIR (a tmpfs: the binlog shipper's spool, gpg's homes) filled while a
+        cluster's follower ships, for 1-2 minutes, then emptied. The effect: the shipping task
+        fails on ENOSPC; nothing is registered half (every binlog manifest of the host names
+        objects whose bytes have its sha256, no shipped binlog is missing) and shipping goes on
+        once space returns (a binlog shipped after). Whether the error names the directory is
+        said in the verdict. No follower running: no victim, not counted."""
+        held = self.claim(rng, [("spool",)])
+        try:
+            spool, c = self.fleet.worker_tmp, rng.choice(self.clusters())
+            dag, t0 = f"mysql_binlog_shipping_{c}", time.time()
+            tag = f"spool_full-{c}-{t0:.0f}"
+            while not (victims := self.running(dag)) and time.time() < t0 + 360:
+                time.sleep(2)
+            if not victims:
+                return Fault(
+                    "spool_full", str(spool), t0, None, clusters=[c], note="no follower ran for 6 minutes"
+                )
+            filler = spool / "filler"
+            subprocess.run(
+                ["dd", "if=/dev/zero", f"of={filler}", "bs=1M"], capture_output=True
+            )  # until ENOSPC
+            time.sleep(rng.uniform(60, 120))
+            filler.unlink()
+            emptied = time.time()
+            verdict = self._binlogs_intact(c, after=emptied)
+            if "shipping went on" not in verdict and verdict.startswith("ok"):
+                verdict = f"VIOLATION: shipping did not go on once space returned: {verdict}"
+            said = self._wait_for(
+                rf"(No space left on device|Errcode: 28|Errno 28)[^\n]*{re.escape(str(spool))}", t0, 1
+            )
+            verdict += f"; the ENOSPC error {'names' if said else 'does NOT name'} {spool}"
+            self.verdict(tag, verdict)
+        finally:
+            self.release(held)
+        return Fault("spool_full", f"{spool} during {dag}", t0, r"(No space left on device|Errcode: 28|Errno 28)",
+                     more_evidence=[r"spool_full verdict: ok"], bound_s=emptied - t0 + 300, clusters=self.clusters(), victims=victims,
+                     note=verdict[:400])  # fmt: skip
 
     # -- Airflow's own components (issue 39 item 4) -------------------------------------------------
 

@@ -97,6 +97,8 @@ class Fleet:
         self.cli_config = work / "fleet-cli.yaml"  # the checker's: direct to moto, no proxy
         self._ids = iter(range(201, 400))
         self.scratch: dict[str, Path] = {}  # cluster -> its restore tests' scratch (a tmpfs that can fill)
+        # The workers' TMPDIR (a tmpfs that can fill): the binlog shipper's spool, gpg's homes.
+        self.worker_tmp = self.root / "wtmp"
         # The proxies' background faults, on all the time.
         self.retention: dict[str, Any] = {"keep_last_chains": 2, "pitr_days": 0.01, "min_age_days": 0,
                                           "debris_grace_days": 1 / 24, "confirm": True}  # fmt: skip
@@ -168,6 +170,10 @@ class Fleet:
         return f"{c.name}: {statement}"
 
     def mount_scratch(self) -> None:
+        self.worker_tmp.mkdir()
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=512m,mode=1777", "tmpfs", str(self.worker_tmp)], check=True
+        )
         for name in self.clusters:
             path = self.root / f"s-{name}"
             path.mkdir()
@@ -300,6 +306,7 @@ class Fleet:
     def start_airflow(self) -> AirflowStack:
         stack = self.stack = AirflowStack(self.work, dags_folder=self.dags_folder())
         stack.extra_env = {"XTRABACKUP_FLEET_CONFIG": str(self.config)}
+        stack.worker_env = {"TMPDIR": str(self.worker_tmp)}
         if self.pythonpath:
             stack.extra_env["PYTHONPATH"] = self.pythonpath
         migrate = subprocess.run(
@@ -350,6 +357,6 @@ class Fleet:
                 if proc.poll() is None:
                     os.killpg(proc.pid, 9)
                     proc.wait()
-        for path in self.scratch.values():
+        for path in [*self.scratch.values(), self.worker_tmp]:
             subprocess.run(["umount", "-l", str(path)], check=False)
         shutil.rmtree(self.root, ignore_errors=True)

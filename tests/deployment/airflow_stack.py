@@ -55,6 +55,7 @@ class AirflowStack:
         self.dags = dags_folder or self.home / "dags"
         self._own_dags_folder = dags_folder is not None
         self.extra_env: dict[str, str] = {}  # every component's, e.g. what a DAG file of the run reads
+        self.worker_env: dict[str, str] = {}  # the Celery workers' too (the chaos fleet: their TMPDIR)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.api_port = free_port()
         self.redis_port = free_port()
@@ -225,6 +226,7 @@ class AirflowStack:
                 "--without-gossip",
             ],  # fmt: skip
             XBP_WORKER_HOSTNAME=f"{host}-worker",
+            **self.worker_env,
         )
 
     def stop(self, name: str, grace: float = 60) -> None:
