@@ -172,7 +172,7 @@ class Fleet:
     def mount_scratch(self) -> None:
         self.worker_tmp.mkdir()
         subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=512m,mode=1777", "tmpfs", str(self.worker_tmp)], check=True
+            ["mount", "-t", "tmpfs", "-o", "size=1g,mode=1777", "tmpfs", str(self.worker_tmp)], check=True
         )
         for name in self.clusters:
             path = self.root / f"s-{name}"
