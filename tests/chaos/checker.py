@@ -354,8 +354,11 @@ class Checker:
         """The standby (the backed-up host's `standby_dir`) restored as it is, and rolled forward
         to the newest shipped transaction: its GTID from the tool's own file in its base."""
         base = self.standby_dir(c) / "base"
-        info = sorted(base.glob("*_binlog_info")) if base.is_dir() else []
-        fields = info[0].read_text().split() if info else []
+        try:
+            info = sorted(base.glob("*_binlog_info")) if base.is_dir() else []
+            fields = info[0].read_text().split() if info else []
+        except OSError:  # being rebuilt
+            fields = []
         if len(fields) < 3:
             self.violation(f"{c}: the standby {base.parent} holds no prepared base with its GTID at the end")
             return
@@ -379,7 +382,10 @@ class Checker:
         log = self.fleet.work / "faults.jsonl"
         out = []
         for line in log.read_text().splitlines() if log.exists() else []:
-            f = json.loads(line)
+            try:
+                f = json.loads(line)
+            except ValueError:
+                continue  # a line being written
             if f["kind"] not in ("restart_db", "reseed_replica"):
                 continue
             if not (str(f.get("target", "")).startswith(f"{c}-") or c in f.get("clusters", [])):
@@ -569,8 +575,13 @@ class Checker:
         if not holding:
             return None
         m = holding[0]
-        with decrypting_home(self.fleet.keys.private_key, self.fleet.keys.passphrase) as gpg:
-            raw = fetch_binlog(reader, m, gpg, work / str(m["name"]))
+        raw = work / str(m["name"])
+        try:
+            with decrypting_home(self.fleet.keys.private_key, self.fleet.keys.passphrase) as gpg:
+                fetch_binlog(reader, m, gpg, raw)
+        except Exception as exc:  # noqa: BLE001 - e.g. deleted by retention since the listing
+            say(f"checker: {m['name']} of {t.cluster} could not be read for a position: {exc}"[:300])
+            return None
         listing = subprocess.run(["mariadb-binlog", str(raw)], capture_output=True, text=True, timeout=600)
         raw.unlink()
         end = transaction_ends(listing.stdout).get(t.seq)
@@ -611,8 +622,11 @@ class Checker:
 
 def _json_report(stdout: str) -> dict[str, Any]:
     """The CLI's --json report: the JSON object its output ends with."""
-    start = stdout.find("{") if stdout.startswith("{") else stdout.find("\n{") + 1
-    data = json.loads(stdout[start:])
+    start = 0 if stdout.startswith("{") else stdout.find("\n{") + 1
+    try:
+        data = json.loads(stdout[start:])
+    except ValueError:
+        return {}  # said by the caller: no GTID reached
     return data if isinstance(data, dict) else {}
 
 
