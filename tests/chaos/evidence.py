@@ -47,7 +47,7 @@ FINDINGS: dict[str, tuple[re.Pattern[str], frozenset[str], float]] = {
     "rpo": (
         re.compile(r"over the RPO|no restorable backup"),
         frozenset({"kill_worker", "kill_tool", "kill_cli", "restart_db", "clock_skew", "reseed_replica", "s3_partition",
-                   "pause_past_lease", "kill_scheduler", "kill_redis", "spool_full"}),
+                   "pause_past_lease", "kill_scheduler", "kill_redis", "spool_full", "clock_ahead"}),
         25 * MIN,
     ),
     "binlogs": (

@@ -64,7 +64,7 @@ CLI_CRASH_POINTS = (
 )
 KINDS = ("kill_worker", "kill_tool", "kill_cli", "restart_db", "scratch_full", "clock_skew",
          "reseed_replica", "s3_partition", "second_shipper", "second_restore", "damage_object",
-         "pause_past_lease", "kill_scheduler", "kill_redis", "spool_full")  # fmt: skip
+         "pause_past_lease", "kill_scheduler", "kill_redis", "spool_full", "clock_ahead")  # fmt: skip
 # Kinds whose fault without a victim is not counted (issue 39): logged in faults.jsonl only.
 COUNTED_WITH_VICTIM_ONLY = frozenset(
     {
@@ -539,6 +539,38 @@ class Injector:
         return Fault("scratch_full", f"{c} restore scratch", t0, r"(No space left on device|Errno 28|ENOSPC)",
                      bound_s=900, clusters=[c], note=f"restore test run {run}: {state}",
                      where=f"dag_id={dag}/run_id={run}/")  # fmt: skip
+
+    def clock_ahead(self, rng: random.Random) -> Fault:
+        """A DBA's host whose clock is 10 minutes ahead runs a backup (libfaketime, this process
+        only). What must show: it is refused naming the clock, as the store's clock (the Date of
+        every answer) tells it is ahead. A backup registered under an id 10 minutes in the future
+        makes every honest run of the host refuse to back up until real time passes it ("the
+        newest backup ... is later than this worker's clock"): the verdict says so when it
+        happens, and the fault does not show."""
+        held = self.claim(rng, [(f"cli:{c}",) for c in self.clusters()])
+        try:
+            c = held[0].split(":")[1]
+            t0 = time.time()
+            tag = f"clock_ahead-{c}-{t0:.0f}"
+            path = os.pathsep.join([str(HERE / "faketime"), os.environ.get("PYTHONPATH", "")])
+            proc = self.cli_backup(tag, c, LD_PRELOAD=str(FAKETIME), FAKETIME="+10m",
+                                   FAKETIME_DONT_FAKE_MONOTONIC="1", PYTHONPATH=path)  # fmt: skip
+            out = _output(proc)
+            if BUSY in out or UNREACHABLE in out:
+                return Fault("clock_ahead", f"{c} CLI +10m", t0, None, clusters=[c],
+                             note="the scheduled runs held the host lock throughout, or the endpoint was down")  # fmt: skip
+            registered = re.findall(r"registered (\d{8}T\d{6}Z-\w+)", out)
+            verdict = "ok: refused naming the clock" if proc.returncode != 0 and "clock" in out else (
+                f"VIOLATION: a host 10 minutes ahead registered {registered or '?'} (exit {proc.returncode}): "
+                "every honest backup of the host is refused until real time passes its id")  # fmt: skip
+            if registered:
+                blocked = self._wait_for(r"is later than this worker's clock", t0, 420)
+                verdict += f"; next run: {blocked or 'not refused within 7 minutes'}"
+            self.verdict(tag, verdict)
+        finally:
+            self.release(held)
+        return Fault("clock_ahead", f"{c} CLI +10m", t0, r"clock_ahead verdict: ok", bound_s=time.time() - t0 + 120,
+                     where=f"-{tag}", clusters=[c], note=verdict[:400])  # fmt: skip
 
     def clock_skew(self, rng: random.Random) -> Fault:
         """A DBA's host whose clock is 20 minutes behind runs a backup (libfaketime, this process only:
