@@ -42,7 +42,8 @@ from ..catalog.backups import Catalog
 from ..common.crashpoints import crash_point
 from ..common.values import Gtid, GtidPos, GtidSet, check_gtid_for, format_gtid_pos, parse_gtid_pos
 from ..db.dialect import Dialect
-from ..db.server import MySQLTarget, ServerError, ServerFacts, connect, server_facts
+from ..db.server import MySQLTarget, ServerError, ServerFacts
+from ..db.session import Session
 from .plan import PitrError, PitrTarget, choose_backup
 
 log = logging.getLogger(__name__)
@@ -106,23 +107,21 @@ def _server_id_of(uuid: str) -> int | None:
     return int(tail) if uuid.startswith("mariadb-") and tail.isdigit() else None
 
 
-def _state(target: MySQLTarget) -> dict[str, Any]:
+def _state(db: Session) -> dict[str, Any]:
     import MySQLdb
 
-    conn = connect(target)
     try:
-        cur = conn.cursor()
-        cur.execute(
-            "SELECT @@log_bin, @@gtid_binlog_state, @@gtid_slave_pos, @@gtid_domain_id, @@server_id, @@port"
-        )
-        log_bin, binlog_state, slave_pos, domain, server_id, port = cur.fetchone()
-        cur.execute("SHOW ALL SLAVES STATUS")
-        names = [d[0] for d in cur.description]
-        slaves = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+        with db.use() as conn:
+            cur = conn.cursor()
+            cur.execute(
+                "SELECT @@log_bin, @@gtid_binlog_state, @@gtid_slave_pos, @@gtid_domain_id, @@server_id, @@port"
+            )
+            log_bin, binlog_state, slave_pos, domain, server_id, port = cur.fetchone()
+            cur.execute("SHOW ALL SLAVES STATUS")
+            names = [d[0] for d in cur.description]
+            slaves = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
     except MySQLdb.Error as exc:
-        raise ServerError(f"{target.address}: reading the GTID state failed: {exc}") from exc
-    finally:
-        conn.close()
+        raise ServerError(f"{db.address}: reading the GTID state failed: {exc}") from exc
     return {
         "log_bin": bool(log_bin),
         "binlog_state": str(binlog_state or ""),
@@ -172,11 +171,17 @@ def _parent(catalog: Catalog, reached: str, given: str | None, known: set[str]) 
 def promote(req: PromoteRequest) -> PromoteReport:
     if req.margin < 1:
         raise PromoteError(f"margin {req.margin}: give a positive number of sequence numbers")
-    facts = server_facts(req.target)  # a server that does not answer: ServerError naming it
-    where = f"{req.target.address} (server {facts.server_uuid})"
-    if facts.dialect.new_timeline_by == "server_uuid":
-        return _promote_by_uuid(req, facts, where)
-    state = _state(req.target)
+    with Session(req.target) as db:  # one connection for every read and change (issue 36)
+        facts = db.facts  # a server that does not answer: ServerError naming it
+        where = f"{req.target.address} (server {facts.server_uuid})"
+        if facts.dialect.new_timeline_by == "server_uuid":
+            return _promote_by_uuid(req, db, facts, where)
+        return _promote_by_jump(req, db, facts, where)
+
+
+def _promote_by_jump(req: PromoteRequest, db: Session, facts: ServerFacts, where: str) -> PromoteReport:
+    """MariaDB: the new timeline is the GTID sequence jump of the module docstring."""
+    state = _state(db)
     if state["port"] == 0:
         raise PromoteError(
             f"{where} runs without networking (port 0), so its identity would change when it starts in service; "
@@ -254,7 +259,7 @@ def promote(req: PromoteRequest) -> PromoteReport:
     )  # first: a server promoted without its record would be unexplained
     crash_point("promote.after_timeline")
     try:
-        _set_state(req.target, where, timeline)
+        _set_state(db, where, timeline)
     except _NothingChanged as exc:
         req.catalog.store.delete([key])  # the server is as it was: no timeline began
         raise PromoteError(str(exc)) from exc.__cause__
@@ -292,7 +297,7 @@ def _continues(have: str, promoted: str) -> bool:
     return now.keys() == then.keys() and all(now[k] >= then[k] for k in then)
 
 
-def _set_state(target: MySQLTarget, where: str, timeline: Timeline) -> None:
+def _set_state(db: Session, where: str, timeline: Timeline) -> None:
     import MySQLdb
 
     steps = [
@@ -300,20 +305,18 @@ def _set_state(target: MySQLTarget, where: str, timeline: Timeline) -> None:
         ("SET GLOBAL gtid_binlog_state = %s", (timeline.binlog_state,)),
         ("SET GLOBAL gtid_slave_pos = %s", (timeline.start_gtid,)),
     ]
-    conn = connect(target)
     done: list[str] = []
     try:
-        cur = conn.cursor()
-        for sql, args in steps:
-            cur.execute(sql, args)
-            done.append(sql.split(" =")[0])
-            crash_point("promote.after_reset_master")
-        cur.execute("SELECT @@gtid_binlog_state, @@gtid_slave_pos")
-        have_state, have_slave = (str(v or "") for v in cur.fetchone())
+        with db.use() as conn:  # one block: a connection lost between the steps is not opened anew
+            cur = conn.cursor()
+            for sql, args in steps:
+                cur.execute(sql, args)
+                done.append(sql.split(" =")[0])
+                crash_point("promote.after_reset_master")
+            cur.execute("SELECT @@gtid_binlog_state, @@gtid_slave_pos")
+            have_state, have_slave = (str(v or "") for v in cur.fetchone())
     except MySQLdb.Error as exc:
         raise _step_failed(where, done, "RESET MASTER", exc, "RELOAD and BINLOG ADMIN") from exc
-    finally:
-        conn.close()
     if _binlog_state(have_state) != _binlog_state(timeline.binlog_state) or have_slave != timeline.start_gtid:
         raise PromoteError(
             f"{where} is HALF-PROMOTED: gtid_binlog_state is {have_state!r} and gtid_slave_pos {have_slave!r}, "
@@ -333,21 +336,19 @@ class _MysqlState:
     channels: list[dict[str, Any]]  # Dialect.status of each channel, plus "unapplied"
 
 
-def _mysql_state(target: MySQLTarget, dialect: Dialect) -> _MysqlState:
+def _mysql_state(db: Session, dialect: Dialect) -> _MysqlState:
     import MySQLdb
 
-    conn = connect(target)
     try:
-        cur = conn.cursor()
-        cur.execute("SELECT @@log_bin, @@global.gtid_mode, @@global.gtid_executed")
-        log_bin, mode, executed = cur.fetchone()
-        cur.execute(dialect.read_only_state)
-        read_only, super_read_only = (int(v or 0) for v in cur.fetchone())
-        channels = _channels(conn, dialect)
+        with db.use() as conn:
+            cur = conn.cursor()
+            cur.execute("SELECT @@log_bin, @@global.gtid_mode, @@global.gtid_executed")
+            log_bin, mode, executed = cur.fetchone()
+            cur.execute(dialect.read_only_state)
+            read_only, super_read_only = (int(v or 0) for v in cur.fetchone())
+            channels = _channels(conn, dialect)
     except MySQLdb.Error as exc:
-        raise ServerError(f"{target.address}: reading the replication and GTID state failed: {exc}") from exc
-    finally:
-        conn.close()
+        raise ServerError(f"{db.address}: reading the replication and GTID state failed: {exc}") from exc
     return _MysqlState(
         bool(log_bin), str(mode), GtidSet.parse(str(executed or "")), (read_only, super_read_only), channels
     )
@@ -375,9 +376,9 @@ def _source_of(channel: dict[str, Any]) -> str:
     return f"{channel.get('source_host')}:{channel.get('source_port')}{name}"
 
 
-def _promote_by_uuid(req: PromoteRequest, facts: ServerFacts, where: str) -> PromoteReport:
+def _promote_by_uuid(req: PromoteRequest, db: Session, facts: ServerFacts, where: str) -> PromoteReport:
     dialect, uuid = facts.dialect, facts.server_uuid
-    state = _mysql_state(req.target, dialect)
+    state = _mysql_state(db, dialect)
     if not state.log_bin:
         raise PromoteError(
             f"{where}: binary logging is off; start it with --log-bin (a primary ships binlogs) and promote again"
@@ -443,7 +444,7 @@ def _promote_by_uuid(req: PromoteRequest, facts: ServerFacts, where: str) -> Pro
     key = write_timeline(req.catalog, timeline)  # first, as on MariaDB
     crash_point("promote.after_timeline")
     try:
-        _make_primary(req.target, where, dialect, detach=bool(state.channels))
+        _make_primary(db, where, dialect, detach=bool(state.channels))
     except _NothingChanged as exc:
         req.catalog.store.delete([key])
         raise PromoteError(str(exc)) from exc.__cause__
@@ -522,36 +523,34 @@ def _shipped_set(catalog: Catalog, uuid: str) -> GtidSet:
     return held
 
 
-def _make_primary(target: MySQLTarget, where: str, dialect: Dialect, detach: bool) -> None:
+def _make_primary(db: Session, where: str, dialect: Dialect, detach: bool) -> None:
     """Detach a replica (STOP REPLICA, RESET REPLICA ALL) and open the server to writes."""
     import MySQLdb
 
     steps = [*((dialect.reset_replica_all,) if detach else ()), *dialect.make_writable]
-    conn = connect(target)
     done: list[str] = []
     try:
-        cur = conn.cursor()
-        if detach:
-            cur.execute(dialect.stop_replica)  # stopped already (checked): a guard, changes nothing
-            late = [c for c in _channels(conn, dialect) if c["unapplied"]]
-            if late:
-                raise _NothingChanged(
-                    f"{where} received {late[0]['unapplied']} from {_source_of(late[0])} while promote ran (its "
-                    f"replication was started again); it is stopped now: {dialect.start_sql_thread_until()[0]}, "
-                    f"wait, {dialect.stop_replica}, and promote again"
-                )
-        for sql in steps:
-            cur.execute(sql)
-            done.append(sql)
-        cur.execute(dialect.read_only_state)
-        read_only = tuple(int(v or 0) for v in cur.fetchone())
-        left = _channels(conn, dialect)
+        with db.use() as conn:  # one block: a connection lost between the steps is not opened anew
+            cur = conn.cursor()
+            if detach:
+                cur.execute(dialect.stop_replica)  # stopped already (checked): a guard, changes nothing
+                late = [c for c in _channels(conn, dialect) if c["unapplied"]]
+                if late:
+                    raise _NothingChanged(
+                        f"{where} received {late[0]['unapplied']} from {_source_of(late[0])} while promote ran (its "
+                        f"replication was started again); it is stopped now: {dialect.start_sql_thread_until()[0]}, "
+                        f"wait, {dialect.stop_replica}, and promote again"
+                    )
+            for sql in steps:
+                cur.execute(sql)
+                done.append(sql)
+            cur.execute(dialect.read_only_state)
+            read_only = tuple(int(v or 0) for v in cur.fetchone())
+            left = _channels(conn, dialect)
     except MySQLdb.Error as exc:
         raise _step_failed(
             where, done, steps[0], exc, "REPLICATION_SLAVE_ADMIN and SYSTEM_VARIABLES_ADMIN"
         ) from exc
-    finally:
-        conn.close()
     if left or read_only != (0, 0):
         raise PromoteError(
             f"{where} is HALF-PROMOTED: {len(left)} replication channel(s) left, read_only/super_read_only "
