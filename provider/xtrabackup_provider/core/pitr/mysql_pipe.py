@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,14 +33,14 @@ from ..catalog.backups import Catalog
 from ..catalog.manifest import Manifest
 from ..common.tempdirs import private_dir
 from ..common.values import GtidSet, binlog_number, check_gtid_for, gtid_form
-from ..db.dialect import dialect_for
-from ..db.sandbox import SandboxServer, privileged_account, stop_orphans
-from ..db.server import MySQLTarget, connect, defaults_file, query
+from ..db.sandbox import SandboxServer, stop_orphans
+from ..db.server import MySQLTarget, defaults_file
+from ..db.session import Session
 from .applier import REPLAY_METHODS
 from .mysql_applier import apply_relay_mysql, program_dialect
 from .plan import PitrError, PitrTarget
 from .recover import PitrRequest, fetch_binlogs
-from .replay import reader_argv, run_replay
+from .replay import drop_account, reader_argv, replay_session, run_replay
 
 log = logging.getLogger(__name__)
 _MAX_PACKET = "--max-allowed-packet=1G"  # a row event of a big transaction is one statement
@@ -77,7 +79,7 @@ def files_to(target: PitrTarget, files: list[Path]) -> list[Path]:
 
 
 def replay_mysql(
-    server: MySQLTarget,
+    server: MySQLTarget | Session,
     files: list[Path],
     target: PitrTarget,
     *,
@@ -85,20 +87,33 @@ def replay_mysql(
     client_binary: str = "mysql",
 ) -> GtidSet:
     """Replay the local binlog copies `files` (consecutive, oldest first) into the MySQL server
-    `server` up to `target`, skipping what it holds already; returns its gtid_executed after."""
-    dialect = dialect_for(str(query(server, "SELECT @@version")[0][0]))
-    if dialect.is_mariadb:
-        raise PitrError(
-            f"{server.address} runs {dialect.name}: this replay is MySQL's (mysqlbinlog into mysql)"
-        )
-    holds = GtidSet.parse(str(query(server, f"SELECT {dialect.gtid_executed_variable}")[0][0] or ""))
-    files = files_to(target, files)
-    args = mysql_reader_args(target, holds, files)
-    with defaults_file(server, dialect.client_family) as creds:
-        # The client reads our 0600 option file alone (the first option): no host file steers it.
-        client = [client_binary, f"--defaults-file={creds}", "--binary-mode", "--batch", _MAX_PACKET]
-        run_replay(reader_argv(binlog_binary, [*args, *map(str, files)]), client)
-    return GtidSet.parse(str(query(server, f"SELECT {dialect.gtid_executed_variable}")[0][0] or ""))
+    `server` up to `target`, skipping what it holds already; returns its gtid_executed after.
+    The server is read through one session: the caller's, or one of its own for a MySQLTarget."""
+    with _session(server) as db:
+        dialect = db.dialect
+        if dialect.is_mariadb:
+            raise PitrError(
+                f"{db.address} runs {dialect.name}: this replay is MySQL's (mysqlbinlog into mysql)"
+            )
+        executed = f"SELECT {dialect.gtid_executed_variable}"
+        holds = GtidSet.parse(str(db.query(executed)[0][0] or ""))
+        files = files_to(target, files)
+        args = mysql_reader_args(target, holds, files)
+        with defaults_file(db.target, dialect.client_family) as creds:
+            # The client reads our 0600 option file alone (the first option): no host file steers it.
+            client = [client_binary, f"--defaults-file={creds}", "--binary-mode", "--batch", _MAX_PACKET]
+            run_replay(reader_argv(binlog_binary, [*args, *map(str, files)]), client)
+        return GtidSet.parse(str(db.query(executed)[0][0] or ""))
+
+
+@contextmanager
+def _session(server: MySQLTarget | Session) -> Iterator[Session]:
+    """The caller's session, left open, or one for a MySQLTarget, closed afterwards."""
+    if isinstance(server, Session):
+        yield server
+        return
+    with Session(server) as db:
+        yield db
 
 
 def binlogs_to(catalog: Catalog, backup: Manifest, target: PitrTarget) -> list[BinlogManifest]:
@@ -350,16 +365,14 @@ def _replay_restored(
         )
         server.start()
         try:
-            # Replayed CREATE USER / GRANT need the grant tables on: a throwaway account, dropped after.
-            account = privileged_account(server, "xbp_pitr")
-            reached = replay_mysql(
-                account, files, req.target, binlog_binary=binlog_binary, client_binary=client
-            )
-            conn = connect(account)  # root's grants are the copy's own now
-            try:
-                conn.cursor().execute("DROP USER %s@'localhost'", (account.user,))
-            finally:
-                conn.close()
+            # Replayed CREATE USER / GRANT need the grant tables on: a throwaway account, dropped
+            # after, and one session the replay reads the server through.
+            db, account = replay_session(server)
+            with db:
+                reached = replay_mysql(
+                    db, files, req.target, binlog_binary=binlog_binary, client_binary=client
+                )
+                drop_account(db, account)
         finally:
             server.stop()
     finally:

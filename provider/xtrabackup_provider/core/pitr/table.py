@@ -60,9 +60,10 @@ from ..catalog.backups import Catalog
 from ..catalog.manifest import Manifest
 from ..catalog.targets import Source, Targets
 from ..common.tempdirs import private_dir
-from ..db.dialect import Dialect, dialect_of
+from ..db.dialect import Dialect
 from ..db.sandbox import SANDBOX_REDO_BYTES, SandboxServer, quote_ident, stop_orphans
 from ..db.server import MySQLTarget, connect
+from ..db.session import Session
 from ..restore.chain import RestoreRequest, plan_chain, read_chain, restore
 from ..restore.server_program import ServerProgramError, backup_dialect, check_server_program
 from .moments import MomentFilter, MomentsRequest, list_moments
@@ -157,11 +158,27 @@ class _Export:
 def restore_tables(req: TableRestoreRequest) -> TableRestoreReport:
     pairs = _pairs(req)
     targets = Targets.of(req.catalog, req.source_name, req.fallbacks)
-    dialect = _live_dialect(req.live)
-    backup, need, mysql_plan = _planned(req, targets, dialect)
-    _check_family(backup, dialect, req.live)
-    _check_in_backup(req, backup, [source for source, _ in pairs])
-    live = _check_live(req.live, pairs, dialect)
+    with Session(req.live) as db:  # the live server's one session (issue 36)
+        dialect = db.dialect
+        backup, need, mysql_plan = _planned(req, targets, dialect)
+        _check_family(backup, dialect, req.live)
+        _check_in_backup(req, backup, [source for source, _ in pairs])
+        live = _check_live(db, pairs, dialect)
+        db.close()  # not held idle while the copy is restored (hours): the import opens it anew
+        return _restore(req, db, pairs, targets, live, backup, need, mysql_plan)
+
+
+def _restore(
+    req: TableRestoreRequest,
+    db: Session,
+    pairs: list[tuple[TableName, TableName]],
+    targets: Targets,
+    live: _Live,
+    backup: Manifest,
+    need: int,
+    mysql_plan: MysqlTablePlan | None,
+) -> TableRestoreReport:
+    """Steps 2 to 4: the copy restored and exported in a sandbox, imported through `db`."""
     report = TableRestoreReport("", "", "", req.live.address)
     report.fallbacks = targets.notes
     work = private_dir("tables", req.scratch_dir, on_sweep=stop_orphans)
@@ -179,7 +196,7 @@ def restore_tables(req: TableRestoreRequest) -> TableRestoreReport:
                 "server was not touched"
             ) from exc
         t0 = time.monotonic()
-        report.tables = _import(req.live, live, exports)
+        report.tables = _import(db, live, exports)
         report.timings["import"] = time.monotonic() - t0
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -203,16 +220,6 @@ def _out_of_disk(exc: BaseException) -> bool:
 
 def _size(n: int) -> str:
     return f"{n / 2**20:.0f} MiB" if n < 2**30 else f"{n / 2**30:.1f} GiB"
-
-
-def _live_dialect(target: MySQLTarget) -> Dialect:
-    """The dialect of the live server (from its handshake): whose PITR, sandbox and tablespace
-    dictionary the restore uses."""
-    conn = connect(target)
-    try:
-        return dialect_of(conn)
-    finally:
-        conn.close()
 
 
 def _planned(
@@ -437,60 +444,63 @@ class _Live:
     default_row_format: str  # innodb_default_row_format: what a CREATE without ROW_FORMAT gets
 
 
-def _check_live(target: MySQLTarget, pairs: list[tuple[TableName, TableName]], dialect: Dialect) -> _Live:
-    conn = connect(target)
-    try:
-        cur = conn.cursor()
-        cur.execute(
-            "SELECT @@datadir, @@innodb_page_size, @@innodb_file_per_table, @@global.innodb_default_row_format"
+def _check_live(db: Session, pairs: list[tuple[TableName, TableName]], dialect: Dialect) -> _Live:
+    """Step 1 on the live server, through its session."""
+    with db.use() as conn:
+        return _check_live_on(conn.cursor(), db.target, pairs, dialect)
+
+
+def _check_live_on(
+    cur: Any, target: MySQLTarget, pairs: list[tuple[TableName, TableName]], dialect: Dialect
+) -> _Live:
+    cur.execute(
+        "SELECT @@datadir, @@innodb_page_size, @@innodb_file_per_table, @@global.innodb_default_row_format"
+    )
+    datadir, page_size, per_table, row_format = cur.fetchone()
+    if int(per_table) != 1:
+        raise TableRestoreError(
+            f"{target.address} runs with innodb_file_per_table=OFF: a new table would go into the system "
+            "tablespace, which cannot take an imported one. SET GLOBAL innodb_file_per_table=ON (and in its "
+            "config) first"
         )
-        datadir, page_size, per_table, row_format = cur.fetchone()
-        if int(per_table) != 1:
+    owner = {}
+    for _, new in pairs:
+        cur.execute("SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", (new.schema,))
+        if not cur.fetchone():
             raise TableRestoreError(
-                f"{target.address} runs with innodb_file_per_table=OFF: a new table would go into the system "
-                "tablespace, which cannot take an imported one. SET GLOBAL innodb_file_per_table=ON (and in its "
-                "config) first"
+                f"schema {new.schema} does not exist on {target.address}; create it or name another schema for "
+                f"{new}"
             )
-        owner = {}
-        for _, new in pairs:
-            cur.execute("SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", (new.schema,))
-            if not cur.fetchone():
-                raise TableRestoreError(
-                    f"schema {new.schema} does not exist on {target.address}; create it or name another schema for "
-                    f"{new}"
-                )
-            cur.execute(
-                "SELECT table_type FROM information_schema.tables WHERE table_schema = %s AND table_name = %s",
-                (new.schema, new.table),
-            )
-            if cur.fetchone():
-                raise TableRestoreError(
-                    f"{new} already exists on {target.address}; a restore never writes into an existing table: "
-                    "give another name (--as)"
-                )
-            directory = Path(datadir) / _schema_dir(new.schema)
-            if not directory.is_dir():
-                raise TableRestoreError(
-                    f"the datadir of {target.address} ({datadir}) is not on this machine ({directory} missing): "
-                    "run the table restore on the database host"
-                )
-            if not os.access(directory, os.W_OK):
-                raise TableRestoreError(
-                    f"cannot write into {directory} (the datadir of {target.address}): run as the server's user "
-                    "or root"
-                )
-            st = directory.stat()
-            owner[new.schema] = (st.st_uid, st.st_gid)
-        try:
-            cur.execute("SET SESSION sql_log_bin = 0")
-        except Exception as exc:  # MySQLdb.OperationalError: the account lacks the privilege
+        cur.execute(
+            "SELECT table_type FROM information_schema.tables WHERE table_schema = %s AND table_name = %s",
+            (new.schema, new.table),
+        )
+        if cur.fetchone():
             raise TableRestoreError(
-                f"{target.user} on {target.address} may not SET sql_log_bin=0 ({exc.args[-1] if exc.args else exc}): "
-                f"the copies must not reach the replicas; grant {dialect.skip_binlog_privilege} to that account"
-            ) from None
-        return _Live(Path(datadir), int(page_size), owner, dialect, str(row_format))
-    finally:
-        conn.close()
+                f"{new} already exists on {target.address}; a restore never writes into an existing table: "
+                "give another name (--as)"
+            )
+        directory = Path(datadir) / _schema_dir(new.schema)
+        if not directory.is_dir():
+            raise TableRestoreError(
+                f"the datadir of {target.address} ({datadir}) is not on this machine ({directory} missing): "
+                "run the table restore on the database host"
+            )
+        if not os.access(directory, os.W_OK):
+            raise TableRestoreError(
+                f"cannot write into {directory} (the datadir of {target.address}): run as the server's user "
+                "or root"
+            )
+        st = directory.stat()
+        owner[new.schema] = (st.st_uid, st.st_gid)
+    try:
+        cur.execute("SET SESSION sql_log_bin = 0")
+    except Exception as exc:  # MySQLdb.OperationalError: the account lacks the privilege
+        raise TableRestoreError(
+            f"{target.user} on {target.address} may not SET sql_log_bin=0 ({exc.args[-1] if exc.args else exc}): "
+            f"the copies must not reach the replicas; grant {dialect.skip_binlog_privilege} to that account"
+        ) from None
+    return _Live(Path(datadir), int(page_size), owner, dialect, str(row_format))
 
 
 def _schema_dir(schema: str) -> str:
@@ -694,9 +704,14 @@ def drop_foreign_keys(ddl: str) -> tuple[str, list[str]]:
     return _FOREIGN_KEY.sub("", ddl), names
 
 
-def _import(target: MySQLTarget, live: _Live, exports: list[_Export]) -> list[RestoredTable]:
-    conn = connect(target)
-    cur = conn.cursor()
+def _import(db: Session, live: _Live, exports: list[_Export]) -> list[RestoredTable]:
+    """Step 4 on the live server, in one block of its session: the sql_log_bin=0 it sets first is
+    never lost to a connection opened anew between the statements it keeps from the replicas."""
+    with db.use() as conn:
+        return _import_on(conn.cursor(), db.target, live, exports)
+
+
+def _import_on(cur: Any, target: MySQLTarget, live: _Live, exports: list[_Export]) -> list[RestoredTable]:
     created: list[TableName] = []
     placed: list[Path] = []
     done: list[RestoredTable] = []
@@ -749,7 +764,6 @@ def _import(target: MySQLTarget, live: _Live, exports: list[_Export]) -> list[Re
         for path in placed:
             if path.suffix == ".cfg":
                 path.unlink(missing_ok=True)  # IMPORT leaves it behind
-        conn.close()
     return done
 
 
