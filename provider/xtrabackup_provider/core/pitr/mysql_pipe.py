@@ -31,6 +31,7 @@ from ..binlog.catalog import BinlogCatalog, BinlogError, BinlogManifest
 from ..binlog.ship import check_binlog_client
 from ..catalog.backups import Catalog
 from ..catalog.manifest import Manifest
+from ..catalog.targets import READ_ERRORS, Targets
 from ..common.tempdirs import private_dir
 from ..common.values import GtidSet, binlog_number, check_gtid_for, gtid_form
 from ..db.sandbox import SandboxServer, stop_orphans
@@ -39,7 +40,7 @@ from ..db.session import Session
 from .applier import REPLAY_METHODS
 from .mysql_applier import apply_relay_mysql, program_dialect
 from .plan import PitrError, PitrTarget
-from .recover import PitrRequest, fetch_binlogs
+from .recover import PitrRequest, binlog_read_lease, fetch_binlogs
 from .replay import drop_account, reader_argv, replay_session, run_replay
 
 log = logging.getLogger(__name__)
@@ -144,7 +145,7 @@ def _reaches(m: BinlogManifest, target: PitrTarget) -> bool:
 
 
 def replay_from_backup(
-    catalog: Catalog,
+    catalog: Catalog | Targets,
     backup: Manifest,
     server: MySQLTarget,
     target: PitrTarget,
@@ -157,7 +158,7 @@ def replay_from_backup(
 ) -> GtidSet:
     """Take `server` (restored from `backup`, running) to `target` with the binlogs shipped after
     the backup; returns its gtid_executed after. The copies live in a private scratch directory,
-    removed afterwards."""
+    removed afterwards. `catalog`: the host's catalog, or its storage targets (fetch_shipped)."""
     scratch = private_dir("mysqlpitr", str(scratch_dir) if scratch_dir else None)
     try:
         files = fetch_shipped(catalog, backup, target, scratch, private_key, passphrase)
@@ -167,18 +168,64 @@ def replay_from_backup(
 
 
 def fetch_shipped(
-    catalog: Catalog,
+    catalog: Catalog | Targets,
     backup: Manifest,
     target: PitrTarget,
     scratch: Path,
     private_key: str | None = None,
     passphrase: str | None = None,
+    binlogs: list[BinlogManifest] | None = None,
 ) -> list[Path]:
-    """The binlogs shipped after `backup` up to the first that reaches `target`, fetched and checked
-    into `scratch`/binlogs (the caller removes `scratch`)."""
-    needed = binlogs_to(catalog, backup, target)
-    fetch = PitrRequest(catalog, scratch, target, private_key=private_key, passphrase=passphrase)
-    return fetch_binlogs(fetch, needed, scratch / "binlogs")
+    """The binlogs shipped after `backup` up to the first that reaches `target` (`binlogs`: those
+    already planned), fetched and checked into `scratch`/binlogs (the caller removes `scratch`).
+    Given the host's storage targets (core/catalog/targets.py), every copy is read as MariaDB's PITR
+    reads it: the list from the first target whose binlogs reach the target, each binlog from the
+    first target that holds it intact (the run's notes say which)."""
+    targets = catalog if isinstance(catalog, Targets) else Targets.of(catalog)
+    if binlogs is None:
+        binlogs = targets.read(
+            f"the binlogs shipped after backup {backup.backup_id}",
+            lambda c: binlogs_to(c, backup, target),
+            errors=_PLAN_ERRORS,
+        )
+    fetch = PitrRequest(
+        targets.first.catalog, scratch, target, private_key=private_key, passphrase=passphrase
+    )
+    return fetch_binlogs(fetch, binlogs, scratch / "binlogs", targets)
+
+
+_PLAN_ERRORS = (*READ_ERRORS, PitrError, BinlogError)  # a target whose manifests cannot plan: try the next
+
+
+def read_mysql_plan(
+    targets: Targets, target: PitrTarget, backup_id: str | None = None
+) -> tuple[Manifest, list[BinlogManifest]]:
+    """The MySQL backup before `target` (or the one named) and the shipped binlogs from it to the
+    target, from the first storage target whose manifests reach it; that target becomes the first
+    (MariaDB's read_plan, core/pitr/recover.py). PitrError of the first target when none does."""
+
+    def plan(catalog: Catalog) -> tuple[Manifest, list[BinlogManifest]]:
+        backup = choose_mysql_backup(catalog, target, backup_id)
+        return backup, binlogs_to(catalog, backup, target)
+
+    return targets.read(f"the point-in-time plan to {target.describe()}", plan, errors=_PLAN_ERRORS)
+
+
+@contextmanager
+def mysql_read_lease(
+    targets: Targets, purpose: str, backup: Manifest, binlogs: list[BinlogManifest], unleased_ok: bool = False
+) -> Iterator[None]:
+    """Retention keeps `backup`'s chain and `binlogs` while a run reads them (core/catalog/lease.py),
+    on the target the plan was read from, as every MariaDB PITR does; one deleted before the
+    lease was written is refused before anything is fetched."""
+    from ..restore.chain import plan_chain
+
+    catalog = targets.first.catalog
+    chain = [m.backup_id for m in plan_chain(catalog, backup.backup_id)]
+    names = [f"{m.server_uuid}/{m.name}" for m in binlogs]
+    with binlog_read_lease(catalog, purpose, chain, names, unleased_ok) as lease:
+        lease.check()
+        yield
 
 
 REPLAY_SERVER_ID = 4_100_000_001  # the restored copy's server_id while it replays (no replica sees it)
@@ -267,17 +314,17 @@ def mysql_point_in_time_restore(req: PitrRequest) -> MysqlPitrReport:
 
 
 def _mysql_point_in_time_restore(req: PitrRequest) -> MysqlPitrReport:
-    from ..restore.chain import RestoreRequest, empty_dir, restore
     from ..restore.server_program import ServerProgramError, check_server_program
 
     if req.replay not in REPLAY_METHODS:
         raise PitrError(f"replay {req.replay!r}: use one of {', '.join(REPLAY_METHODS)}")
-    backup = choose_mysql_backup(req.catalog, req.target, req.backup_id)
+    targets = req.targets()
+    # Shipped far enough: refused before the restore.
+    backup, binlogs = read_mysql_plan(targets, req.target, req.backup_id)
     try:
         check_server_program(backup)  # the replay's server opens the restored copy
     except ServerProgramError as exc:
         raise PitrError(f"{exc}; nothing was restored") from None
-    binlogs_to(req.catalog, backup, req.target)  # shipped far enough: refused before the restore
     binlog_binary = req.binlog_binary if req.binlog_binary != "mariadb-binlog" else "mysqlbinlog"
     client = req.client_binary if req.client_binary != "mariadb" else "mysql"
     try:
@@ -289,11 +336,27 @@ def _mysql_point_in_time_restore(req: PitrRequest) -> MysqlPitrReport:
         )
     except BinlogError as exc:
         raise PitrError(str(exc)) from None
+    with mysql_read_lease(targets, "point-in-time restore", backup, binlogs, req.without_read_lease):
+        return _restore_and_replay(req, targets, backup, binlogs, binlog_binary, client)
+
+
+def _restore_and_replay(
+    req: PitrRequest,
+    targets: Targets,
+    backup: Manifest,
+    binlogs: list[BinlogManifest],
+    binlog_binary: str,
+    client: str,
+) -> MysqlPitrReport:
+    """The planned `backup` restored and `binlogs` replayed, each object from the first of `targets`
+    holding it intact, under the caller's read lease; on failure the target is emptied again."""
+    from ..restore.chain import RestoreRequest, empty_dir, restore
+
     existed = req.target_datadir.exists()
     before = set(req.target_datadir.iterdir()) if req.target_datadir.is_dir() else set()
     restored = restore(
         RestoreRequest(
-            catalog=req.catalog,
+            catalog=targets.first.catalog,
             target_datadir=req.target_datadir,
             backup_id=backup.backup_id,
             private_key=req.private_key,
@@ -302,14 +365,14 @@ def _mysql_point_in_time_restore(req: PitrRequest) -> MysqlPitrReport:
             scratch_dir=req.scratch_dir,
             move_back=req.move_back,
             max_free_memory_pct=req.max_free_memory_pct,
-            source_name=req.source_name,
-            fallbacks=req.fallbacks,
+            source_name=targets.first.name,
             without_read_lease=req.without_read_lease,
-        )
+        ),
+        targets,
     )
     scratch = private_dir("mysqlpitr", str(req.scratch_dir) if req.scratch_dir else None)
     try:
-        files = fetch_shipped(req.catalog, backup, req.target, scratch, req.private_key, req.passphrase)
+        files = fetch_shipped(targets, backup, req.target, scratch, req.private_key, req.passphrase, binlogs)
         reached, how = _replay_restored(req, files, binlog_binary, client)
     except BaseException:
         if req.target_datadir.exists() and set(req.target_datadir.iterdir()) - before:
@@ -324,11 +387,11 @@ def _mysql_point_in_time_restore(req: PitrRequest) -> MysqlPitrReport:
         target_datadir=str(req.target_datadir),
         source=restored.source,
         target=req.target.describe(),
-        binlogs=[m.name for m in binlogs_to(req.catalog, backup, req.target)],
+        binlogs=[m.name for m in binlogs],
         start_gtid=backup.gtid or "",
         reached_gtid=str(reached),
         replay=how,
-        fallbacks=restored.fallbacks,
+        fallbacks=targets.notes,
     )
 
 

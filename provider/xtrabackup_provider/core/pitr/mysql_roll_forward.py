@@ -13,9 +13,10 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from ..binlog.catalog import BinlogCatalog, server_uuids
+from ..binlog.catalog import BinlogCatalog, BinlogManifest, server_uuids
 from ..catalog.backups import Catalog
 from ..catalog.manifest import Manifest
+from ..catalog.targets import Targets
 from ..common.values import GtidSet
 from ..db.dialect import dialect_for
 from ..db.sandbox import SandboxServer, privileged_account
@@ -23,6 +24,7 @@ from ..restore.evidence import CheckResult
 from .mysql_pipe import REPLAY_SERVER_ID, replay_from_backup
 from .plan import PitrError, PitrTarget
 from .replay import ReplayError
+from .roll_targets import NotRolled, first_rolling
 
 log = logging.getLogger(__name__)
 
@@ -37,26 +39,58 @@ def mysql_roll_forward(
     *,
     private_key: str | None = None,
     passphrase: str | None = None,
+    targets: Targets | None = None,
 ) -> CheckResult:
-    """Roll the restored MySQL copy in `datadir` forward to the newest shipped GTID set."""
+    """Roll the restored MySQL copy in `datadir` forward to the newest shipped GTID set.
+    `targets`: the host's storage targets (default `catalog` alone), read as MariaDB's roll-forward
+    reads them (core/pitr/roll_targets.py); the note says which copy a binlog came from."""
+    targets = targets or Targets.of(catalog)
+    result = _roll_forward(targets, datadir, manifest, scratch, private_key, passphrase)
+    if targets.notes:
+        result.note = "; ".join([result.note, *targets.notes]).strip("; ")
+    return result
+
+
+def _shipped_on(catalog: Catalog, manifest: Manifest) -> list[BinlogManifest]:
+    """The binlogs on `catalog` from the backup's binlog on; NotRolled with the check's result when
+    they cannot roll the backup forward."""
     servers = server_uuids(catalog)
     if not servers:
-        return CheckResult.skipped(NAME, "not run: this host ships no binlogs")
+        raise NotRolled(CheckResult.skipped(NAME, "not run: this host ships no binlogs"))
     if manifest.server_uuid not in servers:
-        return CheckResult.of(
-            NAME,
-            [
-                f"this host's shipped binlogs are of server(s) {', '.join(servers)}, none of them the backup's "
-                f"server {manifest.server_uuid}: the backup does not belong to this host's binlog history"
-            ],
+        raise NotRolled(
+            CheckResult.of(
+                NAME,
+                [
+                    f"this host's shipped binlogs are of server(s) {', '.join(servers)}, none of them the "
+                    f"backup's server {manifest.server_uuid}: the backup does not belong to this host's binlog history"
+                ],
+            )
         )
     if not manifest.binlog_file:
-        return CheckResult.of(NAME, [f"backup {manifest.backup_id} records no binlog position to start from"])
+        raise NotRolled(
+            CheckResult.of(NAME, [f"backup {manifest.backup_id} records no binlog position to start from"])
+        )
     chain, why = BinlogCatalog(catalog, manifest.server_uuid).index().chain_from(manifest.binlog_file)
     if not chain:
-        return CheckResult.of(
-            NAME, [f"backup {manifest.backup_id} starts at {manifest.binlog_file}, but {why}"]
+        raise NotRolled(
+            CheckResult.of(NAME, [f"backup {manifest.backup_id} starts at {manifest.binlog_file}, but {why}"])
         )
+    return chain
+
+
+def _roll_forward(
+    targets: Targets,
+    datadir: Path,
+    manifest: Manifest,
+    scratch: Path,
+    private_key: str | None,
+    passphrase: str | None,
+) -> CheckResult:
+    try:
+        chain = first_rolling(targets, manifest, _shipped_on)
+    except NotRolled as exc:
+        return exc.result
     start = GtidSet.parse(manifest.gtid, "the backup's GTID set")
     want = start
     for m in chain:
@@ -78,7 +112,7 @@ def mysql_roll_forward(
     try:
         account = privileged_account(server)  # replayed GRANTs need the grant tables on
         reached = replay_from_backup(
-            catalog,
+            targets,
             manifest,
             account,
             PitrTarget.at_gtid(str(want)),

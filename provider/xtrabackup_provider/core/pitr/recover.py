@@ -160,13 +160,20 @@ def read_lease(
 ) -> ReadLease:
     """The read lease of a point-in-time restore: its backups and binlogs, both checked, on the
     target they are read from (default: the request's catalog)."""
-    catalog = catalog or req.catalog
+    return binlog_read_lease(catalog or req.catalog, purpose, backups, binlogs, req.without_read_lease)
+
+
+def binlog_read_lease(
+    catalog: Catalog, purpose: str, backups: list[str], binlogs: list[str], unleased_ok: bool = False
+) -> ReadLease:
+    """A read lease on `catalog` naming backups and binlogs (`<server_uuid>/<binlog>`), both checked
+    by `check()`: every PITR read path's, MariaDB's and MySQL's (core/pitr/mysql_pipe.py)."""
     return ReadLease(
         catalog,
         purpose,
         backups,
         binlogs,
-        unleased_ok=req.without_read_lease,
+        unleased_ok=unleased_ok,
         binlog_manifest=partial(leased_manifest_keys, catalog),
     )
 

@@ -21,26 +21,19 @@ from pathlib import Path
 from ..binlog.catalog import BinlogCatalog, BinlogError, BinlogIndex, BinlogManifest, server_uuids
 from ..catalog.backups import Catalog
 from ..catalog.manifest import Manifest
-from ..catalog.targets import READ_ERRORS, Source, Targets
+from ..catalog.targets import Source, Targets
 from ..common.values import binlog_number, format_gtid_pos, parse_gtid_pos
 from ..restore.evidence import CheckResult
-from ..storage.base import StorageError
 from .mysql_roll_forward import mysql_roll_forward
 from .plan import PitrPlan, PitrTarget
 from .recover import PitrReport, PitrRequest, fetch_binlogs, where_replay_stops
 from .replay import replay
+from .roll_targets import NotRolled as _NotRolled
+from .roll_targets import first_rolling
 
 log = logging.getLogger(__name__)
 
 NAME = "roll_forward"
-
-
-class _NotRolled(Exception):
-    """This target's binlogs cannot roll the backup forward: the check's result says why."""
-
-    def __init__(self, result: CheckResult) -> None:
-        super().__init__("; ".join(result.reasons) or result.note)
-        self.result = result
 
 
 @dataclass
@@ -66,6 +59,7 @@ class ShippedBinlogs:
                 scratch,
                 private_key=self.private_key,
                 passphrase=self.passphrase,
+                targets=Targets.of(self.catalog, self.source_name, self.fallbacks),
             )
         targets = Targets.of(self.catalog, self.source_name, self.fallbacks)
         try:
@@ -128,24 +122,8 @@ class ShippedBinlogs:
 
 
 def _newest_on(targets: Targets, manifest: Manifest) -> tuple[list[BinlogManifest], str]:
-    """_to_newest on the first target where it succeeds. When none does and those that could be
-    read said why their binlogs cannot roll the backup forward, the first of those answers is the
-    result (a target that is down knows nothing better)."""
-    answers: list[_NotRolled] = []
-
-    def on(catalog: Catalog) -> tuple[list[BinlogManifest], str]:
-        try:
-            return _to_newest(catalog, manifest)
-        except _NotRolled as exc:
-            answers.append(exc)
-            raise
-
-    try:
-        return targets.read("the shipped binlogs", on, errors=(*READ_ERRORS, BinlogError, _NotRolled))
-    except StorageError:
-        if answers:
-            raise answers[0] from None
-        raise
+    """_to_newest on the first target where it succeeds (core/pitr/roll_targets.py)."""
+    return first_rolling(targets, manifest, _to_newest)
 
 
 def _to_newest(catalog: Catalog, manifest: Manifest) -> tuple[list[BinlogManifest], str]:

@@ -69,7 +69,7 @@ from ..restore.server_program import ServerProgramError, backup_dialect, check_s
 from .moments import MomentFilter, MomentsRequest, list_moments
 from .plan import PitrError, PitrTarget
 from .recover import PitrRequest, point_in_time_restore, read_plan
-from .table_mysql import MysqlTablePlan, mysql_sandbox, plan_mysql
+from .table_mysql import MysqlTablePlan, mysql_sandbox, plan_mysql, table_lease
 
 log = logging.getLogger(__name__)
 
@@ -229,7 +229,7 @@ def _planned(
     chain and the binlogs up to the target (a floor of the sandbox's disk use), and for a MySQL
     server with a target, MySQL's replay plan."""
     if req.target is not None and not dialect.is_mariadb:
-        mysql = plan_mysql(targets.first.catalog, req.target, req.backup_id, req.binlog_binary)
+        mysql = plan_mysql(targets, req.target, req.backup_id, req.binlog_binary)
         chain = plan_chain(targets.first.catalog, mysql.backup.backup_id)
         return mysql.backup, sum(m.raw_bytes for m in chain) + sum(b.size for b in mysql.binlogs), mysql
     if req.target is not None:
@@ -334,7 +334,10 @@ def _restore_and_export(
         "max_free_memory_pct": req.max_free_memory_pct,
     }
     if not live.dialect.is_mariadb:
-        return _mysql_restore_and_export(req, work, pairs, live, report, targets, backup, mysql_plan, common)
+        with table_lease(targets, backup, mysql_plan):  # retention keeps what the restore and replay read
+            return _mysql_restore_and_export(
+                req, work, pairs, live, report, targets, backup, mysql_plan, common
+            )
     if req.target is not None:
         pitr = point_in_time_restore(
             PitrRequest(
@@ -382,7 +385,7 @@ def _mysql_restore_and_export(
     report.target = plan.target.describe() if plan else f"backup {restored.backup_id}"
     datadir = Path(common["target_datadir"])
     with mysql_sandbox(
-        targets.first.catalog,
+        targets,
         backup,
         datadir,
         work / "srv",

@@ -19,19 +19,19 @@ the copy's definition, and MySQL 5.7+ discards and imports a partitioned table's
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..binlog.catalog import BinlogError, BinlogManifest
 from ..binlog.ship import check_binlog_client
-from ..catalog.backups import Catalog
 from ..catalog.manifest import Manifest
+from ..catalog.targets import Targets
 from ..common.values import GtidSet
 from ..db.sandbox import SandboxServer, privileged_account
 from ..db.server import MySQLTarget
 from ..restore.server_program import backup_dialect
-from .mysql_pipe import REPLAY_SERVER_ID, binlogs_to, choose_mysql_backup, replay_from_backup
+from .mysql_pipe import REPLAY_SERVER_ID, mysql_read_lease, read_mysql_plan, replay_from_backup
 from .plan import PitrError, PitrTarget
 
 
@@ -44,13 +44,13 @@ class MysqlTablePlan:
 
 
 def plan_mysql(
-    catalog: Catalog, target: PitrTarget, backup_id: str | None, binlog_binary: str
+    targets: Targets, target: PitrTarget, backup_id: str | None, binlog_binary: str
 ) -> MysqlTablePlan:
     """From manifests alone: what a MySQL table restore to `target` starts from and replays.
     PitrError (a MariaDB GTID, no backup before the target, binlogs shipped short of it, a binlog
-    client of the other family) before anything is fetched."""
-    backup = choose_mysql_backup(catalog, target, backup_id)
-    binlogs = binlogs_to(catalog, backup, target)
+    client of the other family) before anything is fetched. Read from the first storage target whose
+    manifests reach the target (it becomes the first)."""
+    backup, binlogs = read_mysql_plan(targets, target, backup_id)
     tool = binlog_binary if binlog_binary != "mariadb-binlog" else "mysqlbinlog"  # the request's default
     try:
         tool = check_binlog_client(
@@ -61,9 +61,17 @@ def plan_mysql(
     return MysqlTablePlan(backup, target, binlogs, tool)
 
 
+def table_lease(
+    targets: Targets, backup: Manifest, plan: MysqlTablePlan | None
+) -> AbstractContextManager[None]:
+    """The read lease of a MySQL table restore, held from before the restore to the end of the
+    replay: `backup`'s chain and the planned binlogs (MariaDB's restore-table holds PITR's)."""
+    return mysql_read_lease(targets, "table restore", backup, plan.binlogs if plan else [])
+
+
 @contextmanager
 def mysql_sandbox(
-    catalog: Catalog,
+    targets: Targets,
     backup: Manifest,
     datadir: Path,
     basedir: Path,
@@ -76,7 +84,8 @@ def mysql_sandbox(
     """A socket-only mysqld on the restored `datadir` of `backup`, taken to the plan's target
     (None: left at the backup): yields an all-privileges account on it and the GTID set it holds.
     The grant tables are on (a replayed GRANT / CREATE USER needs them), so the account is a
-    throwaway one with a random password; the server is stopped afterwards."""
+    throwaway one with a random password; the server is stopped afterwards. The binlogs come from
+    the first of `targets` holding each intact."""
     dialect = backup_dialect(backup)
     server = SandboxServer.on_datadir(
         datadir,
@@ -93,7 +102,7 @@ def mysql_sandbox(
             reached = GtidSet.parse(backup.gtid or "")
         else:
             reached = replay_from_backup(
-                catalog,
+                targets,
                 backup,
                 account,
                 plan.target,
