@@ -370,6 +370,8 @@ def _restore_and_replay(
         ),
         targets,
     )
+    if req.scratch_dir:  # the restore above removed the scratch directory it was given
+        req.scratch_dir.mkdir(parents=True, exist_ok=True)
     scratch = private_dir("mysqlpitr", str(req.scratch_dir) if req.scratch_dir else None)
     try:
         files = fetch_shipped(targets, backup, req.target, scratch, req.private_key, req.passphrase, binlogs)

@@ -20,8 +20,11 @@ from typing import Any, Literal
 from ..catalog.backups import Catalog
 from ..catalog.targets import Source, Targets
 from ..common.tempdirs import private_dir
+from ..db.dialect import Dialect, dialect_for
 from ..db.sandbox import SandboxServer, stop_orphans
 from ..restore.restore_test import verify
+from ..restore.server_program import backup_dialect
+from .mysql_pipe import mysql_point_in_time_restore
 from .plan import PitrTarget
 from .recover import PitrRequest, point_in_time_restore
 
@@ -69,25 +72,32 @@ def run_pitr_test(
     basedir = private_dir("pitrsb", "/tmp", on_sweep=stop_orphans)  # short socket path
     server: SandboxServer | None = None
     try:
-        pitr = point_in_time_restore(
-            PitrRequest(
-                catalog=catalog,
-                target_datadir=datadir,
-                target=target,
-                private_key=private_key,
-                passphrase=passphrase,
-                binary=binary,
-                scratch_dir=workdir / "scratch",
-            ),
-            targets,
+        req = PitrRequest(
+            catalog=catalog,
+            target_datadir=datadir,
+            target=target,
+            private_key=private_key,
+            passphrase=passphrase,
+            binary=binary,
+            scratch_dir=workdir / "scratch",
+            source_name=source_name,
+            fallbacks=list(fallbacks),
         )
-        report.backup_id, report.reached, report.timings = pitr.backup_id, pitr.summary(), pitr.timings
+        dialect = _host_dialect(targets)
+        _restore(req, targets, dialect, report)
         t0 = time.monotonic()
-        server = SandboxServer.on_datadir(datadir, basedir, server_id=4_000_000_001, log_bin=False)
-        server.start()
-        report.reasons = verify(
-            server, datadir, targets.first.catalog.get(pitr.backup_id), level, report.checks
+        server = SandboxServer.on_datadir(
+            datadir,
+            basedir,
+            server_id=4_000_000_001,
+            log_bin=False,
+            extra_args=[dialect.skip_replica_start_option],
+            family=dialect.family,
         )
+        server.start()
+        manifest = targets.first.catalog.get(report.backup_id)
+        reached = report.reached.get("gtid") if not dialect.is_mariadb else None
+        report.reasons = verify(server, datadir, manifest, level, report.checks, reached_gtid=reached)
         report.timings["verify"] = time.monotonic() - t0
         report.verdict = "fail" if report.reasons else "pass"
     except Exception as exc:  # noqa: BLE001 - any failure is the verdict, reported with its reason
@@ -105,3 +115,26 @@ def run_pitr_test(
         key = catalog.object_key(report.backup_id, PITR_REPORT_NAME)
         catalog.store.put_bytes(key, json.dumps(asdict(report), indent=2).encode())
     return report
+
+
+def _restore(req: PitrRequest, targets: Targets, dialect: Dialect, report: PitrTestReport) -> None:
+    """Restore and replay into req.target_datadir by the family's own path; what it reached goes in the report."""
+    if dialect.is_mariadb:
+        pitr = point_in_time_restore(req, targets)
+        report.backup_id, report.reached, report.timings = pitr.backup_id, pitr.summary(), pitr.timings
+        return
+    t0 = time.monotonic()
+    mysql = mysql_point_in_time_restore(req)
+    report.backup_id, report.reached = (
+        mysql.backup_id,
+        {"backup_id": mysql.backup_id, "gtid": mysql.reached_gtid},
+    )
+    report.reached["binlogs"] = len(mysql.binlogs)
+    report.timings["restore_and_replay"] = time.monotonic() - t0
+
+
+def _host_dialect(targets: Targets) -> Dialect:
+    """The host's server family, from its newest backup (a host without backups: MariaDB's path,
+    which says there is none)."""
+    newest = targets.read("the host's newest backup", lambda catalog: catalog.latest())
+    return backup_dialect(newest) if newest is not None else dialect_for("10.11.0-MariaDB")

@@ -343,9 +343,11 @@ def verify(
     level: str,
     checks: dict[str, Any],
     results: list[CheckResult] | None = None,
+    reached_gtid: str | None = None,
 ) -> list[str]:
     """Every failed check as a sentence; an empty list means the restore is good. `results`, if
-    given, receives each check's CheckResult."""
+    given, receives each check's CheckResult. `reached_gtid`: the GTID set a MySQL server's data
+    must hold when binlogs were replayed past the backup (a point-in-time restore)."""
     results = [] if results is None else results
     tables = [
         f"{quote_ident(s)}.{quote_ident(t)}"  # names come from the restored data: quote them
@@ -369,7 +371,7 @@ def verify(
         CheckResult.of(
             "position",
             _check_position(datadir, manifest, checks)
-            + _server_gtid_problems(server, manifest, checks)
+            + _server_gtid_problems(server, manifest, reached_gtid, checks)
             + innodb_position_problems(datadir, manifest, checks),
             f"GTID {checks.get('gtid') or '-'}",
         ),
@@ -427,21 +429,24 @@ def _check_canary(server: SandboxServer, manifest: Manifest, checks: dict[str, A
     return [f"canary row for {manifest.backup_id} missing from {schema}.{table} {error}".strip()]
 
 
-def _server_gtid_problems(server: SandboxServer, manifest: Manifest, checks: dict[str, Any]) -> list[str]:
+def _server_gtid_problems(
+    server: SandboxServer, manifest: Manifest, reached: str | None, checks: dict[str, Any]
+) -> list[str]:
     """MySQL: the restored server's own gtid_executed (what its data holds: mysql.gtid_executed, not
-    a file the backup wrote) must be the manifest's GTID set, or a replica started from it would skip
-    or repeat transactions."""
-    if server.family != "mysql" or not manifest.gtid:
+    a file the backup wrote) must be the expected GTID set (the manifest's, or the point a replay
+    reached), or a replica started from it would skip or repeat transactions."""
+    expected, what = (
+        (reached, "the GTID set the replay reached")
+        if reached
+        else (manifest.gtid, "the manifest's GTID set")
+    )
+    if server.family != "mysql" or not expected:
         return []
     held = "".join(str(server.query("SELECT @@global.gtid_executed")[0][0] or "").split())
     checks["gtid_executed"] = held
-    if GtidSet.parse(held, "the restored gtid_executed") == GtidSet.parse(
-        manifest.gtid, "the manifest's GTID"
-    ):
+    if GtidSet.parse(held, "the restored gtid_executed") == GtidSet.parse(expected, "the expected GTID set"):
         return []
-    return [
-        f"the restored server's gtid_executed {held or '(empty)'} is not the manifest's GTID set {manifest.gtid}"
-    ]
+    return [f"the restored server's gtid_executed {held or '(empty)'} is not {what} {expected}"]
 
 
 def _check_position(datadir: Path, manifest: Manifest, checks: dict[str, Any]) -> list[str]:
