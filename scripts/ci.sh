@@ -3,8 +3,8 @@
 # minors' environments install and the other servers' roots are built; then the runs side by side,
 # each logging to its own file: every suite on Airflow 3.3 but the deployment test (in four shards),
 # the deployment test from the built wheel, the unit and DAG suites on Airflow 3.1 and on 3.2 with
-# Python 3.13, the MySQL 9.7 suite, the MariaDB 11.8 suite, and the README's `make demo` in fresh
-# minimal Debian 12 and 13 roots.
+# Python 3.13, the MySQL 9.7 suite, the MariaDB 11.8 suite, the README's `make demo` in fresh
+# minimal Debian 12 and 13 roots, and, once the short ones have ended, `make chaos-smoke`.
 # The suites spend most of their time waiting for servers, tools and Airflow's own loops (a run of
 # the 3.3 suite alone used a quarter of one core), so they share 2 cores well. Each log is printed
 # whole once all have ended; the exit status is 1 if any failed.
@@ -62,7 +62,38 @@ run mysql-9.7 make --no-print-directory test-mysql PYTEST_ARGS="-p no:cacheprovi
 run mariadb-11.8 make --no-print-directory test-mariadb-11.8 PYTEST_ARGS="-p no:cacheprovider --basetemp=$logs/m118"
 # The README's `make demo` on fresh minimal Debian 12 and 13 roots (not this machine and its extras).
 run fresh-debian scripts/fresh-debian-demo.sh bookworm trixie
+# The chaos smoke run (`make chaos-smoke`: the fleet under 4 minutes of faults of a fixed seed, then
+# the checker's final checks; docs/RELIABILITY.md, "In CI"): it fails CI on any violation, lost
+# transaction or backup, missed or false alert. Started once the short suites have ended, beside the
+# long ones (measured there: docs/RELIABILITY.md); one fleet at a time on a machine (the lock that
+# every fleet run takes), 45 minutes at most. A failed run's directory is kept in /var/tmp.
+chaos_after=(wheel unit-3.1 unit-3.2-py3.13 dags-3.1 dags-3.2-py3.13 fresh-debian dags)
+chaos_smoke() {
+    local name rc t0
+    for name in "${chaos_after[@]}"; do
+        until [[ -f "$logs/$name.rc" ]]; do sleep 10; done
+    done
+    stamp "chaos-smoke starts (it waits for the fleet lock while another fleet runs)" >&3
+    t0=$SECONDS
+    flock /var/tmp/chaos-fleet.lock timeout -k 120 2700 env CHAOS_DIR="$logs/chaos" \
+        make --no-print-directory chaos-smoke 3>&-
+    rc=$?
+    local last
+    last=$(grep -E '^chaos: seed [0-9]+, ' "$logs/chaos-smoke.log" | tail -1)
+    if [[ $rc -ne 0 && -d "$logs/chaos" ]]; then
+        local kept
+        kept=/var/tmp/xbp-ci-chaos-$(date +%Y%m%dT%H%M%S)
+        mv "$logs/chaos" "$kept" && echo "chaos-smoke: exit $rc; the run's directory is kept in $kept"
+    fi
+    # A summary line in pytest's form, for the counts below (1 run: passed or failed).
+    echo "======== $((rc == 0)) passed, $((rc != 0)) failed in $((SECONDS - t0))s (make chaos-smoke: ${last:-no last line}) ========"
+    return $rc
+}
+suites+=(chaos-smoke)
+exec 3>&1  # the console, for the stamp of its start
+run chaos-smoke chaos_smoke
 wait
+exec 3>&-
 
 status=0
 for name in "${suites[@]}"; do
