@@ -382,8 +382,10 @@ def cmd_restore_table(args: argparse.Namespace, config: FleetConfig) -> int:
     if args.json:
         print(json.dumps(asdict(report), indent=2))
         return 0
+    replayed = f", binlogs applied by {report.replay}" if report.replay else ""
     print(
-        f"restored from {report.backup_id} at {report.target} (GTID {report.reached_gtid or '-'}) into {report.live}:"
+        f"restored from {report.backup_id} at {report.target} (GTID {report.reached_gtid or '-'}{replayed}) "
+        f"into {report.live}:"
     )
     for t in report.tables:
         parts = f", partitions {', '.join(t.partitions)}" if t.partitions else ""

@@ -34,6 +34,16 @@ def add_parsers(sub: Any) -> None:
     p.add_argument(
         "--no-report", action="store_true", help="do not write restore-report.json beside the backup"
     )
+    p.add_argument(
+        "--replay",
+        choices=["applier", "pipe"],
+        default="applier",
+        help="how a MySQL (clone) backup's roll-forward applies the binlogs: the server's replication applier "
+        "(default, parallel) or mysqlbinlog | mysql (MariaDB's roll-forward pipes mariadb-binlog | mariadb)",
+    )
+    p.add_argument(
+        "--replay-threads", type=int, default=4, help="the applier's parallel workers (0: one SQL thread)"
+    )
     add_target_store(p)
     p.add_argument("--json", action="store_true")
 
@@ -88,7 +98,13 @@ def cmd_restore_test(args: argparse.Namespace, config: FleetConfig) -> int:
             binary=host.binary,
             write_report=not args.no_report,
             roll_forward=ShippedBinlogs(
-                read["catalog"], key, passphrase, source_name=read["source_name"], fallbacks=read["fallbacks"]
+                read["catalog"],
+                key,
+                passphrase,
+                source_name=read["source_name"],
+                fallbacks=read["fallbacks"],
+                replay=args.replay,
+                replay_threads=args.replay_threads,
             ),
             deep=cli_deep_compare(config, args.cluster) if args.level == "deep" else None,
         )

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,12 +124,36 @@ def binlogs_to(catalog: Catalog, backup: Manifest, target: PitrTarget) -> list[B
         raise PitrError(f"backup {backup.backup_id} recorded no binlog position: nothing to replay from")
     chain, why = BinlogCatalog(catalog, backup.server_uuid).index().chain_from(backup.binlog_file)
     for n, m in enumerate(chain):
+        if without_gtids(m):
+            raise PitrError(without_gtids_reason(m, "point-in-time recovery (nothing was restored)"))
         if _reaches(m, target):
             return chain[: n + 1]
     end = chain[-1].name if chain else backup.binlog_file
     raise PitrError(
         f"the binlogs shipped after backup {backup.backup_id} ({backup.server_uuid}) end at {end} before "
         f"{target.describe()} ({why}); ship them (binlogs ship --flush) or give an earlier target"
+    )
+
+
+# A MySQL binlog that holds no transaction has a Format_description, a Previous_gtids and a
+# Rotate or Stop event; any transaction adds at least a GTID (or Anonymous_gtid), a BEGIN or DDL
+# and its commit. So more events and no GTID set recorded: transactions written without GTIDs.
+_EMPTY_BINLOG_EVENTS = 3
+
+
+def without_gtids(m: BinlogManifest) -> bool:
+    """Whether the shipped MySQL binlog `m` holds transactions without GTIDs (written while the
+    server's gtid_mode was not ON: its manifest records no GTID set, `binlogs list` shows `-..-`)."""
+    return not m.gtid_set and not m.gtid_first and m.events > _EMPTY_BINLOG_EVENTS
+
+
+def without_gtids_reason(m: BinlogManifest, what: str) -> str:
+    """One line: why `what` (e.g. "MySQL's point-in-time recovery; nothing was restored") cannot
+    replay `m`, and what to do."""
+    return (
+        f"binlog {m.name} of server {m.server_uuid} holds transactions without GTIDs (written while gtid_mode "
+        f"was not ON; `binlogs list` shows -..-): {what} replays MySQL binlogs by GTID; set gtid_mode=ON "
+        "(with enforce_gtid_consistency=ON), then take a new backup and recover from it"
     )
 
 
@@ -198,14 +222,20 @@ _PLAN_ERRORS = (*READ_ERRORS, PitrError, BinlogError)  # a target whose manifest
 
 
 def read_mysql_plan(
-    targets: Targets, target: PitrTarget, backup_id: str | None = None
+    targets: Targets,
+    target: PitrTarget,
+    backup_id: str | None = None,
+    check: Callable[[Manifest], None] | None = None,
 ) -> tuple[Manifest, list[BinlogManifest]]:
     """The MySQL backup before `target` (or the one named) and the shipped binlogs from it to the
     target, from the first storage target whose manifests reach it; that target becomes the first
-    (MariaDB's read_plan, core/pitr/recover.py). PitrError of the first target when none does."""
+    (MariaDB's read_plan, core/pitr/recover.py). PitrError of the first target when none does.
+    `check(backup)` runs before the binlogs are planned (what this worker lacks is said first)."""
 
     def plan(catalog: Catalog) -> tuple[Manifest, list[BinlogManifest]]:
         backup = choose_mysql_backup(catalog, target, backup_id)
+        if check is not None:
+            check(backup)
         return backup, binlogs_to(catalog, backup, target)
 
     return targets.read(f"the point-in-time plan to {target.describe()}", plan, errors=_PLAN_ERRORS)
@@ -319,10 +349,10 @@ def _mysql_point_in_time_restore(req: PitrRequest) -> MysqlPitrReport:
     if req.replay not in REPLAY_METHODS:
         raise PitrError(f"replay {req.replay!r}: use one of {', '.join(REPLAY_METHODS)}")
     targets = req.targets()
-    # Shipped far enough: refused before the restore.
-    backup, binlogs = read_mysql_plan(targets, req.target, req.backup_id)
     try:
-        check_server_program(backup)  # the replay's server opens the restored copy
+        # The replay's server opens the restored copy, and the binlogs are shipped far enough:
+        # both refused before the restore.
+        backup, binlogs = read_mysql_plan(targets, req.target, req.backup_id, check_server_program)
     except ServerProgramError as exc:
         raise PitrError(f"{exc}; nothing was restored") from None
     binlog_binary = req.binlog_binary if req.binlog_binary != "mariadb-binlog" else "mysqlbinlog"

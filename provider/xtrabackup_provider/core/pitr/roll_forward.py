@@ -49,9 +49,11 @@ class ShippedBinlogs:
     client_binary: str = "mariadb"
     source_name: str = "primary"
     fallbacks: list[Source] = field(default_factory=list)
+    replay: str = "applier"  # MySQL (a clone backup): or "pipe" (core/pitr/mysql_roll_forward.py)
+    replay_threads: int = 4
 
     def __call__(self, datadir: Path, manifest: Manifest, scratch: Path) -> CheckResult:
-        if manifest.engine_flavour == "clone":  # MySQL's binlogs: replayed by MySQL's own pipe
+        if manifest.engine_flavour == "clone":  # MySQL's binlogs: MySQL's applier or pipe
             return mysql_roll_forward(
                 self.catalog,
                 datadir,
@@ -59,6 +61,8 @@ class ShippedBinlogs:
                 scratch,
                 private_key=self.private_key,
                 passphrase=self.passphrase,
+                replay=self.replay,
+                replay_threads=self.replay_threads,
                 targets=Targets.of(self.catalog, self.source_name, self.fallbacks),
             )
         targets = Targets.of(self.catalog, self.source_name, self.fallbacks)

@@ -33,8 +33,8 @@ The steps (`restore_tables`):
 
 MySQL (the live server's version says which; a backup of the other family is refused by name):
 steps 2 and 3 run in one sandbox, core/pitr/table_mysql.py (MySQL's PITR: the newest MySQL backup
-before the target, restored, a mysqld started on it, the binlogs replayed by mysqlbinlog | mysql to
-a MySQL GTID set, a time or a position, then the export from that same server). Its dictionary names
+before the target, restored, the binlogs applied to a MySQL GTID set, a time or a position by
+`replay` (the applier, or mysqlbinlog | mysql), then the export from a mysqld started on it). Its dictionary names
 tablespaces plainly (information_schema.innodb_tablespaces + innodb_datafiles), and a partitioned
 table's files are discarded and imported whole, without the per-partition exchange.
 
@@ -62,7 +62,7 @@ from ..catalog.targets import Source, Targets
 from ..common.tempdirs import private_dir
 from ..db.dialect import Dialect
 from ..db.sandbox import SANDBOX_REDO_BYTES, SandboxServer, quote_ident, stop_orphans
-from ..db.server import MySQLTarget, connect
+from ..db.server import MySQLTarget
 from ..db.session import Session
 from ..restore.chain import RestoreRequest, plan_chain, read_chain, restore
 from ..restore.server_program import ServerProgramError, backup_dialect, check_server_program
@@ -142,6 +142,7 @@ class TableRestoreReport:
     tables: list[RestoredTable] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     fallbacks: list[str] = field(default_factory=list)  # what came from another storage target, and why
+    replay: str = ""  # how the binlogs were applied (applier / pipe; "" when none were)
 
 
 @dataclass
@@ -229,7 +230,14 @@ def _planned(
     chain and the binlogs up to the target (a floor of the sandbox's disk use), and for a MySQL
     server with a target, MySQL's replay plan."""
     if req.target is not None and not dialect.is_mariadb:
-        mysql = plan_mysql(targets, req.target, req.backup_id, req.binlog_binary)
+        mysql = plan_mysql(
+            targets,
+            req.target,
+            req.backup_id,
+            req.binlog_binary,
+            req.replay,
+            req.replay_threads,
+        )
         chain = plan_chain(targets.first.catalog, mysql.backup.backup_id)
         return mysql.backup, sum(m.raw_bytes for m in chain) + sum(b.size for b in mysql.binlogs), mysql
     if req.target is not None:
@@ -354,6 +362,7 @@ def _restore_and_export(
             pitr.target,
             pitr.reached_gtid,
         )
+        report.replay = pitr.replay
     else:
         restored = restore(RestoreRequest(**common), targets)
         report.backup_id, report.target = restored.backup_id, f"backup {restored.backup_id}"
@@ -393,15 +402,12 @@ def _mysql_restore_and_export(
         scratch_dir=work,
         private_key=req.private_key,
         passphrase=req.passphrase,
-    ) as (account, reached):
-        report.reached_gtid = reached
+    ) as (db, reached, how):
+        report.reached_gtid, report.replay = reached, how
         report.timings["restore"] = time.monotonic() - t0
         t0 = time.monotonic()
-        conn = connect(account)
-        try:
+        with db.use() as conn:
             exports = _export_from(conn.cursor(), datadir, work, pairs, live)
-        finally:
-            conn.close()
     report.timings["export"] = time.monotonic() - t0
     return exports
 
