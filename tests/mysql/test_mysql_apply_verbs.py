@@ -265,7 +265,7 @@ def test_pitr_over_binlogs_without_gtids_is_refused_naming_the_binlog(anonymous,
         assert not target.exists(), f"{flag}: the target was written"
 
 
-def test_restore_table_and_the_roll_forward_over_binlogs_without_gtids_are_refused(anonymous, tmp_path):
+def test_restore_table_over_binlogs_without_gtids_is_refused_naming_the_binlog(anonymous, tmp_path):
     a = anonymous
     tables = a.server.query(f"SHOW TABLES FROM {a.db}")
     with pytest.raises(PitrError, match=rf"^binlog {a.binlog} of server .* holds transactions without GTIDs"):
@@ -281,6 +281,10 @@ def test_restore_table_and_the_roll_forward_over_binlogs_without_gtids_are_refus
         )
     assert a.server.query(f"SHOW TABLES FROM {a.db}") == tables
     assert not list(tmp_path.glob("xbp-*")), "something was restored"
+
+
+def test_the_roll_forward_over_binlogs_without_gtids_fails_naming_the_binlog(anonymous, tmp_path):
+    a = anonymous
     datadir = tmp_path / "copy" / "data"
     restore(RestoreRequest(catalog=a.catalog, target_datadir=datadir, backup_id=a.backup.backup_id))
     result = ShippedBinlogs(a.catalog)(datadir, a.backup, tmp_path / "copy" / "scratch")
