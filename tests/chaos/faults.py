@@ -919,15 +919,13 @@ class Injector:
         """What must show in the product's output (regexes over its CLI logs), and "ok: ..." when it
         did, else "VIOLATION: ..." saying what it did."""
         common = ("--cluster", c, "--host", BACKUP_HOST)
-        name, subject, wrong, shown = picked.name, re.escape(picked.subject), [], []
+        name, wrong, shown = picked.name, [], []
         if picked.what == "backup":
             key = str(self.fleet.work / "private.asc")
-            out = _output(self.cli(f"{tag}-verify", "backups", "verify", *common, "--backup-id", picked.subject,
+            out = _output(self.cli(f"{tag}-verify", "verify", *common, "--backup-id", picked.subject,
                                    "--deep", "--private-key-file", key))  # fmt: skip
-            for store in ("primary", "offsite"):
-                failed = store in damaged
-                want = rf"^{store}\s+{subject}\s+" + (rf"FAILED[^\n]*{re.escape(name)}" if failed else "OK")
-                shown += [want] if failed else []
+            for store, want in verify_lines(picked.subject, name, damaged).items():
+                shown += [want] if store in damaged else []
                 if not re.search(want, out, re.M):
                     wrong.append(f"verify of {store}: not /{want}/")
             if damaged == ["offsite"]:
@@ -942,16 +940,13 @@ class Injector:
         )
         out = _output(proc)
         label = "backup" if picked.what == "backup" else "binlog"
+        want = restore_line(picked.what, picked.subject, name, damaged)
         if damaged == ["primary"]:
-            want = rf"note: {label} {subject}: fetched from target offsite because primary: "
             if proc.returncode != 0 or not re.search(want, out):
                 wrong.append(
                     f"restore did not fall back to the offsite copy (exit {proc.returncode}): {out[-300:]}"
                 )
         else:
-            want = (
-                rf"no storage target holds {re.escape(name)} intact" if len(damaged) == 2 else re.escape(name)
-            )
             left = (work / "data").is_dir() and any((work / "data").iterdir())
             if proc.returncode == 0 or not re.search(want, out) or left:
                 wrong.append(f"restore from damaged copies only: exit {proc.returncode}, "
@@ -1047,6 +1042,25 @@ def _output(proc: subprocess.CompletedProcess[str]) -> str:
 def _streams(manifest: dict[str, Any]) -> list[tuple[str, int]]:
     """(sha256, size) of a backup manifest's streams: two targets' copies hold the same bytes."""
     return [(str(o.get("sha256")), int(o["size"])) for o in manifest.get("objects", [])]
+
+
+def verify_lines(backup_id: str, name: str, damaged: list[str]) -> dict[str, str]:
+    """Storage target -> the line `backups verify --deep` must print for the backup whose object
+    `name` (its stream's file name) is damaged on the `damaged` targets."""
+    bid = re.escape(backup_id)
+    return {store: rf"^{store}\s+{bid}\s+" + (rf"FAILED[^\n]*{re.escape(name)}" if store in damaged else "OK")
+            for store in ("primary", "offsite")}  # fmt: skip
+
+
+def restore_line(what: str, subject: str, name: str, damaged: list[str]) -> str:
+    """What a restore (a backup's, or a PITR through a binlog) must print when object `name` of
+    `subject` is damaged on the `damaged` targets: the primary alone, a fallback note; both, a
+    refusal naming it; the offsite copy read alone, its name in the error."""
+    if damaged == ["primary"]:
+        return rf"note: {what} {re.escape(subject)}: fetched from target offsite because primary: "
+    if len(damaged) == 2:
+        return rf"no storage target holds {re.escape(name)} intact"
+    return re.escape(name)
 
 
 def _segments(manifest: dict[str, Any]) -> list[tuple[str, int]]:
