@@ -27,7 +27,9 @@ from xtrabackup_provider.core.pitr.mysql_pipe import mysql_point_in_time_restore
 from xtrabackup_provider.core.pitr.plan import PitrTarget
 from xtrabackup_provider.core.pitr.promote import PromoteRequest, promote
 from xtrabackup_provider.core.pitr.recover import PitrRequest
+from xtrabackup_provider.core.pitr.roll_forward import ShippedBinlogs
 from xtrabackup_provider.core.pitr.table import TableRestoreRequest, restore_tables
+from xtrabackup_provider.core.restore.chain import RestoreRequest, restore
 from xtrabackup_provider.core.storage.local import LocalStore
 
 pytestmark = pytest.mark.mysql
@@ -138,3 +140,21 @@ def test_restore_table_talks_to_the_live_server_and_each_sandbox_through_one_ses
         assert len(sandbox.ours) <= 1, f"restore-table opened {sandbox}"
     # The checks before the restore and the import after it (none held idle meanwhile).
     assert live.ours <= 2, f"restore-table opened {live} on the live server"
+
+
+@pytest.mark.parametrize("replay", ["applier", "pipe"])
+def test_the_restore_tests_roll_forward_talks_to_its_replay_server_through_one_session(
+    history, tmp_path, monkeypatch, replay
+):
+    """Before: the pipe's roll-forward opened 2 of its own (the throwaway account's creation, the
+    replay's session)."""
+    backup = history.catalog.manifests()[-1]
+    datadir = tmp_path / "data"
+    restore(RestoreRequest(catalog=history.catalog, target_datadir=datadir, backup_id=backup.backup_id))
+    with sandbox_connections(monkeypatch, tmp_path / "logs") as opened:
+        result = ShippedBinlogs(history.catalog, replay=replay)(datadir, backup, tmp_path / "scratch")
+    assert result.status == "pass" and result.detail["replay"].startswith(replay), result.reasons
+    assert result.detail["gtid"] == _executed(history.server)
+    (replayed,) = opened
+    assert replayed.client == (1 if replay == "pipe" else 0), replayed
+    assert len(replayed.ours) <= 1, f"the {replay} roll-forward opened {replayed}"

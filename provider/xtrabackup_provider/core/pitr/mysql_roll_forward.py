@@ -26,13 +26,13 @@ from ..catalog.targets import Targets
 from ..common.tempdirs import private_dir
 from ..common.values import GtidSet
 from ..db.dialect import dialect_for
-from ..db.sandbox import SandboxServer, privileged_account
+from ..db.sandbox import SandboxServer
 from ..restore.evidence import CheckResult
 from .applier import REPLAY_METHODS
 from .mysql_applier import apply_relay_mysql
 from .mysql_pipe import REPLAY_SERVER_ID, fetch_shipped, replay_mysql, without_gtids, without_gtids_reason
 from .plan import PitrError, PitrTarget
-from .replay import ReplayError
+from .replay import ReplayError, replay_session
 from .roll_targets import NotRolled, first_rolling
 
 log = logging.getLogger(__name__)
@@ -177,10 +177,11 @@ def _replay(
     )
     server.start()
     try:
-        account = privileged_account(server)  # replayed GRANTs need the grant tables on
-        reached = replay_mysql(
-            account, files, target, binlog_binary=dialect.binlog_client, client_binary=dialect.client
-        )
+        db, _ = replay_session(server, "xbp")  # replayed GRANTs need the grant tables on
+        with db:  # the replay's one session with the server
+            reached = replay_mysql(
+                db, files, target, binlog_binary=dialect.binlog_client, client_binary=dialect.client
+            )
     finally:
         server.stop()
     return reached, "pipe: mysqlbinlog | mysql"
