@@ -619,3 +619,17 @@ def retention_apply_keep_last_chain(
     )
     argv = ["retention", "apply", "--config", str(config), "--cluster", "c1", "--host", "db1", "--confirm"]
     return cli(*argv, env=S3_TEST_ENV)
+
+
+def purge_binlogs_to(server: Any, name: str, timeout: float = 120.0) -> list[str]:
+    """PURGE BINARY LOGS TO `name`, again until every older binlog is gone: MariaDB keeps one that
+    crash recovery may still need until its binlog checkpoint moves on, late on a loaded machine
+    (a purge that removed nothing made a test prove nothing). The names purged, oldest first."""
+    older = [str(r[0]) for r in server.query("SHOW BINARY LOGS") if str(r[0]) < name]
+    deadline = time.monotonic() + timeout
+    while True:
+        server.query(f"PURGE BINARY LOGS TO '{name}'")
+        left = {str(r[0]) for r in server.query("SHOW BINARY LOGS")}
+        if not left.intersection(older) or time.monotonic() > deadline:
+            return [n for n in older if n not in left]
+        time.sleep(0.5)

@@ -34,7 +34,7 @@ from crashbed import (
 )
 from invariants import orphans
 
-from helpers import add_orders
+from helpers import add_orders, purge_binlogs_to
 from xtrabackup_provider.core.common.crashpoints import POINTS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -261,7 +261,7 @@ def crash_binlog_after_gap(bed: Bed) -> None:
     bed.server.query("FLUSH BINARY LOGS")
     bed.server.query("FLUSH BINARY LOGS")
     current = str(bed.server.query("SHOW MASTER STATUS")[0][0])
-    bed.server.query(f"PURGE BINARY LOGS TO '{current}'")
+    purge_binlogs_to(bed.server, current)
     bed.killed("binlogs", "ship", crash="binlog.after_gap")
     assert [k for k in bed.view().objects if "/gaps/" in k]
     out = bed.ok("binlogs", "ship", "--flush")

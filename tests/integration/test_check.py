@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import root_target, seed_database, unique_name
+from helpers import purge_binlogs_to, root_target, seed_database, unique_name
 from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
 from xtrabackup_provider.core.binlog.catalog import BinlogGapError
 from xtrabackup_provider.core.binlog.ship import ShipRequest, ship_binlogs
@@ -99,7 +99,7 @@ def test_a_binlog_gap_after_the_newest_backup_is_critical(host, mariadb):
     for _ in range(3):
         mariadb.query("FLUSH BINARY LOGS")
     newest = mariadb.query("SHOW BINARY LOGS")[-1][0]
-    mariadb.query(f"PURGE BINARY LOGS TO '{newest}'")  # lost before they were shipped
+    purge_binlogs_to(mariadb, newest)  # lost before they were shipped
     with pytest.raises(BinlogGapError):
         ship_binlogs(ship)
     proc = check(config)

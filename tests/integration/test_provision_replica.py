@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import pytest
 
-from helpers import add_orders, root_target, seed_database, unique_name, wait_caught_up
+from helpers import add_orders, purge_binlogs_to, root_target, seed_database, unique_name, wait_caught_up
 from replica_helpers import NewHost, WriteLoad, new_host_dir
 from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
 from xtrabackup_provider.core.binlog.replication import (
@@ -125,7 +125,7 @@ def test_a_source_that_purged_the_needed_binlogs_is_refused_before_anything_is_r
         source.query(f"INSERT INTO `{db}`.audit VALUES ({10_000 + n}, 'after the backup')")
         source.query("FLUSH BINARY LOGS")
     newest = source.query("SHOW MASTER STATUS")[0][0]
-    source.query(f"PURGE BINARY LOGS TO '{newest}'")
+    purge_binlogs_to(source, newest)
     host = NewHost(new_host_dir(), server_id=7302)
     try:
         with pytest.raises(PurgedBinlogsError) as err:

@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from helpers import root_target, unique_name
+from helpers import purge_binlogs_to, root_target, unique_name
 from replica_helpers import NewHost, WriteLoad, new_host_dir
 from xtrabackup_provider.core.binlog.replication import PurgedBinlogsError, ReplicationSource
 from xtrabackup_provider.core.catalog.backups import Catalog
@@ -148,7 +148,7 @@ def test_a_source_that_purged_what_the_backup_needs_is_refused_before_anything_i
     source.query(f"INSERT INTO `{source.db}`.orders (amount, note) VALUES (1, 'after the backup')")
     source.query("FLUSH BINARY LOGS")
     newest = source.query("SHOW BINARY LOG STATUS")[0][0]
-    source.query(f"PURGE BINARY LOGS TO '{newest}'")
+    purge_binlogs_to(source, newest)
     with pytest.raises(PurgedBinlogsError) as err:
         provision_replica(_request(catalog, host, source))
     message = str(err.value)
