@@ -1022,17 +1022,7 @@ class Injector:
             time.sleep(15)
 
     def _fenced(self, c: str, out: str, code: int | None, took: str | None) -> str:
-        """ "ok: ..." when the resumed run registered nothing: it failed saying so and the store holds
-        no manifest of the backup it was about to register."""
-        m = re.search(r"not registering (\S+): nothing was registered or deleted by this run", out)
-        if took is None:
-            return f"VIOLATION: no run took the paused run's lock over; it ended with exit {code}: {out.strip()[-300:]}"
-        if code == 0 or m is None:
-            return f"VIOLATION: the resumed run was not fenced: exit {code}: {out.strip()[-400:]}"
-        bid = m.group(1)
-        if bid in self.primary().host(f"backups/{c}/{BACKUP_HOST}").manifests:
-            return f"VIOLATION: the resumed run was refused, yet {bid} is registered"
-        return f"ok: the resumed run (exit {code}) registered nothing: no manifest of {bid}"
+        return fenced(out, code, took, set(self.primary().host(f"backups/{c}/{BACKUP_HOST}").manifests))
 
 
 def _output(proc: subprocess.CompletedProcess[str]) -> str:
@@ -1042,6 +1032,20 @@ def _output(proc: subprocess.CompletedProcess[str]) -> str:
 def _streams(manifest: dict[str, Any]) -> list[tuple[str, int]]:
     """(sha256, size) of a backup manifest's streams: two targets' copies hold the same bytes."""
     return [(str(o.get("sha256")), int(o["size"])) for o in manifest.get("objects", [])]
+
+
+def fenced(out: str, code: int | None, took: str | None, registered: set[str]) -> str:
+    """ "ok: ..." when a run resumed past its lease registered nothing: a run took its lock over
+    (`took`: that line), it failed saying so (`out`, `code`) and `registered` (the backup ids on
+    the store) lacks the backup it was about to register; else "VIOLATION: ..."."""
+    m = re.search(r"not registering (\S+): nothing was registered or deleted by this run", out)
+    if took is None:
+        return f"VIOLATION: no run took the paused run's lock over; it ended with exit {code}: {out.strip()[-300:]}"
+    if code == 0 or m is None:
+        return f"VIOLATION: the resumed run was not fenced: exit {code}: {out.strip()[-400:]}"
+    if m.group(1) in registered:
+        return f"VIOLATION: the resumed run was refused, yet {m.group(1)} is registered"
+    return f"ok: the resumed run (exit {code}) registered nothing: no manifest of {m.group(1)}"
 
 
 def verify_lines(backup_id: str, name: str, damaged: list[str]) -> dict[str, str]:
