@@ -18,7 +18,7 @@ import signal
 import socket as _socket
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -446,17 +446,22 @@ def privileged_account(server: SandboxServer, prefix: str = "xbp") -> MySQLTarge
     """On a --skip-grant-tables sandbox: turn the grant tables on (FLUSH PRIVILEGES from the one
     session it allows, so replayed or replicated GRANT / CREATE USER statements work) and create
     a throwaway all-privileges account with a random password, reachable on the socket only."""
+    conn = server.connect()  # --skip-grant-tables: this session has every privilege
+    try:
+        return grant_tables_on(conn.cursor().execute, server, prefix)
+    finally:
+        conn.close()
+
+
+def grant_tables_on(execute: Callable[..., Any], server: SandboxServer, prefix: str) -> MySQLTarget:
+    """privileged_account's statements, run by `execute` on the connection the server let in
+    without an account (it keeps every privilege after FLUSH PRIVILEGES); the new account."""
     import secrets
 
     user, password = f"{prefix}_{secrets.token_hex(4)}", secrets.token_urlsafe(24)
-    conn = server.connect()  # --skip-grant-tables: this session has every privilege
-    try:
-        cur = conn.cursor()
-        cur.execute("FLUSH PRIVILEGES")  # grants are checked from now on; this session keeps its own
-        cur.execute("CREATE USER %s@'localhost' IDENTIFIED BY %s", (user, password))
-        cur.execute("GRANT ALL PRIVILEGES ON *.* TO %s@'localhost' WITH GRANT OPTION", (user,))
-    finally:
-        conn.close()
+    execute("FLUSH PRIVILEGES")  # grants are checked from now on; this session keeps its own
+    execute("CREATE USER %s@'localhost' IDENTIFIED BY %s", (user, password))
+    execute("GRANT ALL PRIVILEGES ON *.* TO %s@'localhost' WITH GRANT OPTION", (user,))
     return MySQLTarget(host=None, socket=str(server.socket), user=user, password=password)
 
 

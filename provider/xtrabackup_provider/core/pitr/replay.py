@@ -6,7 +6,6 @@ One `mariadb-binlog` process reads the local binlog copies and pipes SQL into th
 
 from __future__ import annotations
 
-import secrets
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -15,7 +14,7 @@ from pathlib import Path
 
 from ..common import children
 from ..common.tempdirs import private_dir
-from ..db.sandbox import SandboxServer, stop_orphans
+from ..db.sandbox import SandboxServer, grant_tables_on, stop_orphans
 from ..db.server import MySQLTarget, defaults_file
 from ..db.session import Session
 from ..pipeline.process import PipelineError, Proc
@@ -100,14 +99,10 @@ def replay_session(server: SandboxServer, prefix: str = "xbp_pitr") -> tuple[Ses
     connection the server dropped is opened anew as the account (core/db/session.py)."""
     db = Session(MySQLTarget(host=None, socket=str(server.socket), user="root"))
     try:
-        user, password = f"{prefix}_{secrets.token_hex(4)}", secrets.token_urlsafe(24)
-        db.query("FLUSH PRIVILEGES")  # grants are checked from now on; this connection keeps its own
-        db.query("CREATE USER %s@'localhost' IDENTIFIED BY %s", (user, password))
-        db.query("GRANT ALL PRIVILEGES ON *.* TO %s@'localhost' WITH GRANT OPTION", (user,))
+        account = grant_tables_on(db.query, server, prefix)
     except BaseException:
         db.close()
         raise
-    account = MySQLTarget(host=None, socket=str(server.socket), user=user, password=password)
     db.target = account  # root's grants are the copy's own now: a new connection logs in as the account
     return db, account
 
