@@ -3,7 +3,9 @@ the facts read once (version, server_id, uuid, datadir, GTID state), passed down
 that reads the server instead of its connection details (issue 36: a full backup opened seven
 connections of its own, one per fact). The helpers of server.py, shape.py, heartbeat.py, gate.py,
 rowcounts.py, checksum.py, grants.py, backup/clone.py and binlog/replication.py take either: a
-MySQLTarget still gets a connection of its own, closed afterwards.
+MySQLTarget still gets a connection of its own, closed afterwards. The PITR verbs hold one per
+server they talk to: the replay server (pitr/replay.py replay_session), promote, restore-table's
+live server (one before the restore, one for the import: none idle while the copy is restored).
 
 The connection is opened on first use, so a verb refused before it needs the server never logs
 in. A connection that sat idle (a backup streams for hours) is pinged before it is used again, and
