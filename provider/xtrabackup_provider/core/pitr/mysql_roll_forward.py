@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..binlog.catalog import BinlogCatalog, BinlogManifest, server_uuids
 from ..catalog.backups import Catalog
-from ..catalog.manifest import Manifest
+from ..catalog.manifest import CatalogError, Manifest
 from ..catalog.targets import Targets
 from ..common.tempdirs import private_dir
 from ..common.values import GtidSet
@@ -33,7 +33,7 @@ from .mysql_applier import apply_relay_mysql
 from .mysql_pipe import REPLAY_SERVER_ID, fetch_shipped, replay_mysql, without_gtids, without_gtids_reason
 from .plan import PitrError, PitrTarget
 from .replay import ReplayError, replay_session
-from .roll_targets import NotRolled, first_rolling
+from .roll_targets import NotRolled, first_rolling, roll_lease
 
 log = logging.getLogger(__name__)
 
@@ -51,14 +51,24 @@ def mysql_roll_forward(
     replay: str = "applier",
     replay_threads: int = 4,
     targets: Targets | None = None,
+    without_read_lease: bool = False,
 ) -> CheckResult:
     """Roll the restored MySQL copy in `datadir` forward to the newest shipped GTID set, by
     `replay` ("applier" or "pipe"). `targets`: the host's storage targets (default `catalog`
     alone), read as MariaDB's roll-forward reads them (core/pitr/roll_targets.py); the note says
-    which copy a binlog came from."""
+    which copy a binlog came from. The binlogs are read under a read lease (roll_targets.roll_lease;
+    `without_read_lease`: go on when it cannot be written)."""
     targets = targets or Targets.of(catalog)
     result = _roll_forward(
-        targets, datadir, manifest, scratch, private_key, passphrase, replay, replay_threads
+        targets,
+        datadir,
+        manifest,
+        scratch,
+        private_key,
+        passphrase,
+        replay,
+        replay_threads,
+        without_read_lease,
     )
     if targets.notes:
         result.note = "; ".join([result.note, *targets.notes]).strip("; ")
@@ -107,6 +117,7 @@ def _roll_forward(
     passphrase: str | None,
     replay: str,
     replay_threads: int,
+    without_read_lease: bool = False,
 ) -> CheckResult:
     if replay not in REPLAY_METHODS:
         return CheckResult.of(NAME, [f"replay {replay!r}: use one of {', '.join(REPLAY_METHODS)}"])
@@ -125,11 +136,13 @@ def _roll_forward(
     scratch.mkdir(parents=True, exist_ok=True)  # the restore test names it, this check makes it
     work = private_dir("mysqlpitr", str(scratch))
     try:
-        files = fetch_shipped(
-            targets, manifest, PitrTarget.at_gtid(str(want)), work, private_key, passphrase, chain
-        )
-        reached, how = _replay(datadir, manifest, scratch, files, want, replay, replay_threads)
-    except (PitrError, ReplayError) as exc:
+        # Retention keeps what the roll-forward reads until its replay ends.
+        with roll_lease(targets, chain, without_read_lease):
+            files = fetch_shipped(
+                targets, manifest, PitrTarget.at_gtid(str(want)), work, private_key, passphrase, chain
+            )
+            reached, how = _replay(datadir, manifest, scratch, files, want, replay, replay_threads)
+    except (PitrError, ReplayError, CatalogError) as exc:  # CatalogError: the lease's
         return CheckResult.of(NAME, [str(exc)], replayed=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)

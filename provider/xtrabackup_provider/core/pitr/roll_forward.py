@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..binlog.catalog import BinlogCatalog, BinlogError, BinlogIndex, BinlogManifest, server_uuids
 from ..catalog.backups import Catalog
-from ..catalog.manifest import Manifest
+from ..catalog.manifest import CatalogError, Manifest
 from ..catalog.targets import Source, Targets
 from ..common.values import binlog_number, format_gtid_pos, parse_gtid_pos
 from ..restore.evidence import CheckResult
@@ -29,7 +29,7 @@ from .plan import PitrPlan, PitrTarget
 from .recover import PitrReport, PitrRequest, fetch_binlogs, where_replay_stops
 from .replay import replay
 from .roll_targets import NotRolled as _NotRolled
-from .roll_targets import first_rolling
+from .roll_targets import first_rolling, roll_lease
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,7 @@ class ShippedBinlogs:
     fallbacks: list[Source] = field(default_factory=list)
     replay: str = "applier"  # MySQL (a clone backup): or "pipe" (core/pitr/mysql_roll_forward.py)
     replay_threads: int = 4
+    without_read_lease: bool = False  # go on when the read lease cannot be written (core/catalog/lease.py)
 
     def __call__(self, datadir: Path, manifest: Manifest, scratch: Path) -> CheckResult:
         if manifest.engine_flavour == "clone":  # MySQL's binlogs: MySQL's applier or pipe
@@ -64,19 +65,22 @@ class ShippedBinlogs:
                 replay=self.replay,
                 replay_threads=self.replay_threads,
                 targets=Targets.of(self.catalog, self.source_name, self.fallbacks),
+                without_read_lease=self.without_read_lease,
             )
         targets = Targets.of(self.catalog, self.source_name, self.fallbacks)
         try:
             chain, want = _newest_on(targets, manifest)
             if chain:
-                result = self._roll(datadir, manifest, scratch, chain, want, targets)
+                # Retention keeps what the roll-forward reads until its replay ends.
+                with roll_lease(targets, chain, self.without_read_lease):
+                    result = self._roll(datadir, manifest, scratch, chain, want, targets)
             else:
                 result = CheckResult.of(
                     NAME, [], f"nothing shipped after the backup (GTID {want or '-'})", gtid=want
                 )
         except _NotRolled as exc:
             result = exc.result
-        except BinlogError as exc:
+        except (BinlogError, CatalogError) as exc:  # CatalogError: the lease's (core/catalog/lease.py)
             result = CheckResult.of(NAME, [str(exc)])
         if targets.notes:
             result.note = "; ".join([result.note, *targets.notes]).strip("; ")
