@@ -605,15 +605,20 @@ class Checker:
 
     def _pitr_failed(self, t: Target, cluster: Cluster, error: str) -> None:
         """A refusal is right only for a point retention was allowed to drop: its window's full is
-        gone and every event of the binlog holding it is older than retention's PITR window."""
+        gone, and the ledger's retention floor (what retention must keep now) no longer holds it
+        (without a ledger: every event of the binlog holding it is older than the PITR window).
+        Binlogs are kept from the oldest kept backup on, so a point past a full the floor holds
+        must restore; one before the oldest need not (its base is gone, its binlogs may stay)."""
         store = "primary" if t.store == "standby" else t.store
-        _reader, view = self.views()[(store, cluster.name)]
-        age = time.time() - t.newest_event
-        if (
-            t.kind != "standby"
-            and t.backup_id not in view.manifests
-            and age > self.pitr_window.total_seconds()
-        ):
+        reader, view = self.views()[(store, cluster.name)]
+        if self.ledger is not None:
+            self.books(store, cluster.name, reader, view)  # the ledger sees the newest backups first
+            now = time.time()
+            floor = retention_floor(self.ledger.chains(store, cluster.name), now, self.ledger.policies[store])
+            allowed = t.backup_id not in floor
+        else:
+            allowed = time.time() - t.newest_event > self.pitr_window.total_seconds()
+        if t.kind != "standby" and t.backup_id not in view.manifests and allowed:
             self.skipped += 1
             say(f"PITR check {t.cluster} {t.gtid}: skipped, retention dropped its window ({error[-160:]})")
             return
