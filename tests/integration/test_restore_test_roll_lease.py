@@ -9,6 +9,8 @@ retention deletes B1 and those binlogs. Testing B1 at level full reads them in i
 
 Before the fix the roll-forward held no lease (the chain's ended with the restore): retention
 deleted the binlogs under it and the restore test failed on a missing object, a false alarm.
+A worker that may not write the lease fails the roll-forward naming it, unless told to go on
+(`without_read_lease`), as every other read path does.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from xtrabackup_provider.core.pitr.roll_forward import ShippedBinlogs
 from xtrabackup_provider.core.restore.restore_test import RestoreTestRequest, run_restore_test
 from xtrabackup_provider.core.retention.apply import apply_plan, plan_host
 from xtrabackup_provider.core.retention.model import RetentionPolicy
+from xtrabackup_provider.core.storage.base import PutOptions, StorageError
 from xtrabackup_provider.core.storage.local import LocalStore
 
 KEEP_LAST = RetentionPolicy(keep_last_chains=1, min_age_days=0)
@@ -140,3 +143,45 @@ def test_retention_during_the_roll_forward_keeps_the_binlogs_it_reads(history, t
     # The roll-forward's lease is gone with it: the same policy deletes them now.
     after = apply_plan(_catalog(root), plan_host(_catalog(root), KEEP_LAST), confirm=True)
     assert set(history.doomed) <= set(after.deleted), after.deleted
+
+
+class NoLeaseWrites(LocalStore):
+    """A directory store where this worker may not write leases (credentials that may only read
+    backups and binlogs, as a restore-test worker's may be)."""
+
+    def put_bytes(self, key: str, data: bytes, options: PutOptions | None = None) -> None:
+        if "/leases/" in key:
+            raise StorageError(f"{self.location}: access denied writing {key!r}")
+        super().put_bytes(key, data, options)
+
+
+def test_a_roll_forward_that_cannot_write_its_lease_fails_naming_it_unless_told_to_go_on(history, tmp_path):
+    root = tmp_path / "store"
+    shutil.copytree(history.store, root)
+    catalog = Catalog(NoLeaseWrites(root), "backups", "c1", "db1")
+    key, passphrase = history.keys.private_key, history.keys.passphrase
+
+    def test(work: str, roll_unleased_ok: bool):
+        return run_restore_test(
+            RestoreTestRequest(
+                catalog,
+                tmp_path / work,
+                history.b1.backup_id,
+                private_key=key,
+                passphrase=passphrase,
+                level="full",
+                write_report=False,
+                without_read_lease=True,  # the chain restore goes on: the roll-forward's own is tested
+                roll_forward=ShippedBinlogs(catalog, key, passphrase, without_read_lease=roll_unleased_ok),
+            )
+        )
+
+    refused = test("rt1", False)
+    rolled = {r["name"]: r for r in refused.results}["roll_forward"]
+    assert refused.verdict == "fail" and rolled["status"] == "fail", rolled
+    [reason] = rolled["reasons"]
+    assert "could not write the read lease" in reason and "--without-read-lease" in reason, reason
+    assert "restore test's roll-forward" in reason and history.doomed[0] in reason, reason
+    accepted = test("rt2", True)
+    rolled = {r["name"]: r for r in accepted.results}["roll_forward"]
+    assert accepted.verdict == "pass" and rolled["status"] == "pass", (accepted.reasons, rolled)

@@ -86,6 +86,9 @@ class RestoreTestRequest:
     origin: dict[str, Any] = field(default_factory=dict)  # the Airflow task running it (catalog/origin.py)
     source_name: str = "primary"  # the name of `catalog`'s storage target
     fallbacks: list[Source] = field(default_factory=list)  # further targets (core/catalog/targets.py)
+    # Go on when the chain restore's read lease cannot be written (core/catalog/lease.py); the
+    # roll-forward has its own (core.pitr.roll_forward.ShippedBinlogs.without_read_lease).
+    without_read_lease: bool = False
     # Fault injection for tests: called with the started sandbox before the checks run, to leave
     # the restored copy the way a faulty restore would (rows lost, a table emptied).
     before_checks: Callable[[SandboxServer], None] | None = None
@@ -222,6 +225,7 @@ def _run_checks(
                 passphrase=req.passphrase,
                 binary=req.binary,
                 scratch_dir=req.workdir / "scratch",
+                without_read_lease=req.without_read_lease,
             ),
             targets,
         )
