@@ -327,7 +327,7 @@ class Checker:
                     self._draw(c, view, full, end, times, closed, offsite)
             if final and fulls and c not in self.standby_planned:
                 self.standby_planned.add(c)
-                self._standby(c, view, fulls[-1])
+                self._standby(c)
 
     def _chain_target(self, c: str, view: HostView, full: str, nxt: str | None, offsite: HostView) -> None:
         chain = [
@@ -350,9 +350,9 @@ class Checker:
             self.pending.append(Target(c, _seq(m["gtid"]), "backup", m["gtid"], newest, why="offsite copy",
                                        store="offsite"))  # fmt: skip
 
-    def _standby(self, c: str, view: HostView, full: str) -> None:
-        """The standby (the backed-up host's `standby_dir`) restored as it is, and rolled forward
-        to the newest shipped transaction: its GTID from the tool's own file in its base."""
+    def _standby(self, c: str) -> None:
+        """The standby (the backed-up host's `standby_dir`) restored as it is (its GTID from the
+        tool's own file in its base), then rolled forward (_standby_forward)."""
         base = self.standby_dir(c) / "base"
         try:
             info = sorted(base.glob("*_binlog_info")) if base.is_dir() else []
@@ -364,10 +364,15 @@ class Checker:
             return
         gtid = _domain0(fields[2])
         self.pending.append(Target(c, _seq(gtid), "standby", gtid, why="standby", store="standby"))
-        high, _times = shipped(view, view.manifests[full].get("server_uuid"))
-        if high > _seq(gtid):
-            server_id = self.source_id(c)
-            self.pending.append(Target(c, high, "pitr", f"0-{server_id}-{high}", full, time.time(),
+
+    def _standby_forward(self, c: str, seq: int) -> None:
+        """After the standby restored as it is (at `seq`): rolled forward to the newest transaction
+        shipped now (the standby may hold a backup newer than the plan saw)."""
+        _reader, view = self.views()[("primary", c)]
+        fulls = sorted(b for b, m in view.manifests.items() if m.get("kind") == "full" and m.get("gtid"))
+        high = shipped(view, view.manifests[fulls[-1]].get("server_uuid"))[0] if fulls else 0
+        if high > seq:
+            self.pending.append(Target(c, high, "pitr", f"0-{self.source_id(c)}-{high}", fulls[-1], time.time(),
                                        why="standby, newest shipped", store="standby"))  # fmt: skip
 
     def standby_dir(self, c: str) -> Path:
@@ -532,6 +537,8 @@ class Checker:
         if t.kind == "standby":
             self.restores += 1
             self.restores_by["restore --from-standby"] += 1
+            if not wrong:
+                self._standby_forward(t.cluster, seq)
         else:
             self.pitr_points += 1
             self.pitr_by[label] += 1
