@@ -1034,6 +1034,19 @@ def _streams(manifest: dict[str, Any]) -> list[tuple[str, int]]:
     return [(str(o.get("sha256")), int(o["size"])) for o in manifest.get("objects", [])]
 
 
+def forks(manifests: list[dict[str, Any]], since: float) -> list[str]:
+    """Each parent that two or more backups finished since `since` continue: a chain forked, as
+    when one run registered twice or two runs of a host ran at once."""
+    parents = Counter(
+        str(m["parent_id"]) for m in manifests if m.get("parent_id") and _epoch(m.get("finished_at")) >= since
+    )
+    return [
+        f"{n} backups registered since the kill name parent {p} (a forked chain)"
+        for p, n in parents.items()
+        if n > 1
+    ]
+
+
 def fenced(out: str, code: int | None, took: str | None, registered: set[str]) -> str:
     """ "ok: ..." when a run resumed past its lease registered nothing: a run took its lock over
     (`took`: that line), it failed saying so (`out`, `code`) and `registered` (the backup ids on
@@ -1190,14 +1203,7 @@ def _stopped(pid: int) -> bool:
         ]
         for c in self.clusters():
             view = self.primary().host(f"backups/{c}/{BACKUP_HOST}")
-            since = [
-                m
-                for m in view.manifests.values()
-                if _epoch(m.get("finished_at")) >= t0 and m.get("parent_id")
-            ]
-            parents = Counter(str(m["parent_id"]) for m in since)
-            wrong += [f"{c}: {n} backups registered since the kill name parent {p} (a forked chain)"
-                      for p, n in parents.items() if n > 1]  # fmt: skip
+            wrong += [f"{c}: {fork}" for fork in forks(list(view.manifests.values()), t0)]
         ended = Counter(_ti_state(stack, v) for v in victims)
         if wrong:
             return f"VIOLATION: {'; '.join(wrong)}"[:800]

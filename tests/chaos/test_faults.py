@@ -19,7 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deployment"))  # fleet.py's airflow_stack
 
-from faults import TAKEN_FROM, Injector, _gtid_seq, _stopped  # noqa: E402
+from faults import TAKEN_FROM, Injector, _gtid_seq, _stopped, forks  # noqa: E402
 from xtrabackup_provider.core.catalog.backups import Catalog  # noqa: E402
 from xtrabackup_provider.core.catalog.lock import LOCK_NAME, HostLock  # noqa: E402
 from xtrabackup_provider.core.storage.local import LocalStore  # noqa: E402
@@ -88,3 +88,20 @@ def test_stopped_tells_a_process_stopped_by_sigstop():
 @pytest.mark.parametrize("pid", [0, 2**22 + 1])
 def test_stopped_is_false_for_no_such_process(pid):
     assert not _stopped(pid)
+
+
+def test_forks_names_a_parent_two_backups_continue_since_the_fault_only():
+    def m(bid: str, parent: str | None, at: str) -> dict[str, Any]:
+        return {"backup_id": bid, "parent_id": parent, "finished_at": at}
+
+    t0 = datetime(2026, 12, 5, 8, 0, tzinfo=UTC).timestamp()
+    chain = [
+        m("F", None, "2026-12-05T07:50:00Z"),
+        m("I1", "F", "2026-12-05T08:01:00Z"),
+        m("I2", "I1", "2026-12-05T08:05:00Z"),
+    ]
+    assert forks(chain, t0) == []
+    twice = [*chain, m("I1b", "F", "2026-12-05T08:02:00Z")]
+    assert forks(twice, t0) == ["2 backups registered since the kill name parent F (a forked chain)"]
+    # Forked before the fault: not this fault's.
+    assert forks(twice, datetime(2026, 12, 5, 8, 3, tzinfo=UTC).timestamp()) == []
