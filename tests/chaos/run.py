@@ -41,7 +41,7 @@ from fleet import Fleet
 from ledger import FaultSeen, Ledger, LoadWriter, Policy, stops_shipping
 from plant import go_live, plant
 
-from faults import KINDS, Fault, Injector, NoTarget
+from faults import DEFAULT_KINDS, KINDS, Fault, Injector, NoTarget
 
 CHECK_EVERY = 120  # seconds between two sweeps of the invariants during the run
 WARMUP_TIMEOUT = 1500
@@ -62,7 +62,7 @@ def main() -> int:
     seed = int(os.environ.get("CHAOS_SEED") or random.SystemRandom().randrange(1 << 31))
     points = int(os.environ.get("CHAOS_PITR_POINTS") or 10)
     every = float(os.environ.get("CHAOS_FAULT_EVERY") or 45)
-    kinds = [k for k in (os.environ.get("CHAOS_FAULTS") or ",".join(KINDS)).split(",") if k]
+    kinds = [k for k in (os.environ.get("CHAOS_FAULTS") or ",".join(DEFAULT_KINDS)).split(",") if k]
     unknown = sorted(set(kinds) - set(KINDS))
     if unknown:
         print(f"error: CHAOS_FAULTS names {unknown}: the kinds are {', '.join(KINDS)}", file=sys.stderr)
