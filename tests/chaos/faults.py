@@ -1109,7 +1109,7 @@ def _stopped(pid: int) -> bool:
     # -- the workers' temp directory full (issue 39 item 4) ------------------------------------------
 
     def spool_full(self, rng: random.Random) -> Fault:
-        """The workers' TMPDIR (a tmpfs: the binlog shipper's spool, gpg's homes) filled while a
+        """The workers' TMPDIR (a tmpfs: the binlog shipper's spool, its credentials files, its children's homes) filled while a
         cluster's follower ships, for 1-2 minutes, then emptied. The effect: the shipping task
         fails on ENOSPC; nothing is registered half (every binlog manifest of the host names
         objects whose bytes have its sha256, no shipped binlog is missing) and shipping goes on

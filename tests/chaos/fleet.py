@@ -97,7 +97,8 @@ class Fleet:
         self.cli_config = work / "fleet-cli.yaml"  # the checker's: direct to moto, no proxy
         self._ids = iter(range(201, 400))
         self.scratch: dict[str, Path] = {}  # cluster -> its restore tests' scratch (a tmpfs that can fill)
-        # The workers' TMPDIR (a tmpfs that can fill): the binlog shipper's spool, gpg's homes.
+        # The workers' TMPDIR (a tmpfs that can fill): the binlog shipper's spool, credentials files,
+        # children's homes (gpg's homes are in /tmp: short socket paths).
         self.worker_tmp = self.root / "wtmp"
         # The proxies' background faults, on all the time.
         self.retention: dict[str, Any] = {"keep_last_chains": 2, "pitr_days": 0.01, "min_age_days": 0,
