@@ -155,3 +155,37 @@ def test_a_dir_whose_pid_now_belongs_to_another_process_is_swept(tmp_path):
     result = json.loads(out)
     assert result["swept"] and result["reused"] == result["pid"], result
     assert not Path(result["dead"]).exists(), "the dead owner's dir was kept because its pid was reused"
+
+
+@pytest.fixture
+def full_fs(tmp_path):
+    """A directory on a filesystem with no free byte left (an 1 MB tmpfs, filled)."""
+    path = tmp_path / "full"
+    path.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(path)], capture_output=True, text=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (root needed): {mounted.stderr.strip()}")
+    subprocess.run(["dd", "if=/dev/zero", f"of={path / 'filler'}", "bs=64k"], capture_output=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def test_a_dir_on_a_full_filesystem_fails_naming_it_and_leaves_nothing(full_fs):
+    with pytest.raises(OSError) as err:
+        private_dir("binlog", full_fs)
+    assert err.value.filename == str(full_fs), err.value  # the CLI's one line names it
+    assert [p.name for p in full_fs.iterdir()] == ["filler"], "a directory without its owner record was left"
+
+
+def test_a_full_tmpdir_is_an_error_naming_it_not_a_silent_move_to_tmp(full_fs, monkeypatch):
+    import tempfile
+
+    monkeypatch.setenv("TMPDIR", str(full_fs))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # the module caches its choice
+    with pytest.raises(OSError) as err:
+        private_dir("binlog")
+    assert err.value.filename == str(full_fs), err.value

@@ -47,16 +47,25 @@ def private_dir(
     directory beside a user's own (a restore target)."""
     if "-" in kind:
         raise ValueError(f"a temp dir kind has no '-': {kind!r}")
-    root = str(root or tempfile.gettempdir())
+    # A TMPDIR the user set is the one used: Python's own choice would move on to /tmp, silently,
+    # when it is full.
+    root = str(root or os.environ.get("TMPDIR") or tempfile.gettempdir())
     sweep(kind, root, on_sweep)
     if kind != HOME:
         sweep(HOME, root)  # a process makes its children's HOME once (core/common/children.py)
     prefix = f"{'.' if hidden else ''}xbp-{kind}-{os.getpid()}-" + (f"{label}-" if label else "")
-    path = Path(tempfile.mkdtemp(prefix=prefix, dir=root))  # mkdtemp makes it 0700
+    try:
+        path = Path(tempfile.mkdtemp(prefix=prefix, dir=root))  # mkdtemp makes it 0700
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, root) from exc  # the one line names the directory
     # Until the record is written the directory proves nothing and no sweep touches it.
-    fd = os.open(path / OWNER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(this_process(), fh)
+    try:
+        fd = os.open(path / OWNER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(this_process(), fh)
+    except OSError as exc:  # a full filesystem: no sweep could ever prove this one dead
+        shutil.rmtree(path, ignore_errors=True)
+        raise OSError(exc.errno, exc.strerror, root) from exc
     return path
 
 
