@@ -327,7 +327,7 @@ class Checker:
                     self._draw(c, view, full, end, times, closed, offsite)
             if final and fulls and c not in self.standby_planned:
                 self.standby_planned.add(c)
-                self._standby(c)
+                self._standby(c, shipped(view, view.manifests[fulls[-1]].get("server_uuid"))[0])
 
     def _chain_target(self, c: str, view: HostView, full: str, nxt: str | None, offsite: HostView) -> None:
         chain = [
@@ -350,9 +350,11 @@ class Checker:
             self.pending.append(Target(c, _seq(m["gtid"]), "backup", m["gtid"], newest, why="offsite copy",
                                        store="offsite"))  # fmt: skip
 
-    def _standby(self, c: str) -> None:
+    def _standby(self, c: str, high: int) -> None:
         """The standby (the backed-up host's `standby_dir`) restored as it is (its GTID from the
-        tool's own file in its base), then rolled forward (_standby_forward)."""
+        tool's own file in its base), then rolled forward (_standby_forward). Checked after every
+        other target up to `high` (the newest shipped): a refresh may hand it a newer backup than
+        the file says now, and the reference, moved there, would pass the window's last points."""
         base = self.standby_dir(c) / "base"
         try:
             info = sorted(base.glob("*_binlog_info")) if base.is_dir() else []
@@ -363,7 +365,7 @@ class Checker:
             self.violation(f"{c}: the standby {base.parent} holds no prepared base with its GTID at the end")
             return
         gtid = _domain0(fields[2])
-        self.pending.append(Target(c, _seq(gtid), "standby", gtid, why="standby", store="standby"))
+        self.pending.append(Target(c, max(_seq(gtid), high), "standby", gtid, why="standby", store="standby"))
 
     def _standby_forward(self, c: str, seq: int) -> None:
         """After the standby restored as it is (at `seq`): rolled forward to the newest transaction
@@ -526,8 +528,10 @@ class Checker:
         what = f"{label} of {t.cluster} to {t.gtid if fixed else reached} ({t.why})"
         wrong = self.ledger_rows(t, reached, rows)
         seq = _seq(reached)
-        if not fixed and seq < t.seq:
+        if t.how == "time" and t.kind != "standby" and seq < t.seq:  # the standby's seq orders it only
             wrong.append(f"stopped at {reached or 'no GTID'}, before seq {t.seq}")
+        elif not fixed and not seq:
+            wrong.append("reports no GTID reached")
         elif not fixed and seq < self.at.get(t.cluster, 0):
             say(f"checker: {what}: the reference passed seq {seq} meanwhile; the ledger's rows alone checked")
         elif fixed or self.advance(t.cluster, _domain0(reached), seq):
