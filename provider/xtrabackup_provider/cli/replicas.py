@@ -44,6 +44,11 @@ def add_parsers(sub: Any) -> None:
     p.add_argument(
         "--replay-threads", type=int, default=4, help="the applier's parallel workers (0: one SQL thread)"
     )
+    p.add_argument(
+        "--without-read-lease",
+        action="store_true",
+        help="go on when the read lease cannot be written (retention may then delete what this test reads)",
+    )
     add_target_store(p)
     p.add_argument("--json", action="store_true")
 
@@ -97,6 +102,7 @@ def cmd_restore_test(args: argparse.Namespace, config: FleetConfig) -> int:
             level=args.level,
             binary=host.binary,
             write_report=not args.no_report,
+            without_read_lease=args.without_read_lease,
             roll_forward=ShippedBinlogs(
                 read["catalog"],
                 key,
@@ -105,6 +111,7 @@ def cmd_restore_test(args: argparse.Namespace, config: FleetConfig) -> int:
                 fallbacks=read["fallbacks"],
                 replay=args.replay,
                 replay_threads=args.replay_threads,
+                without_read_lease=args.without_read_lease,
             ),
             deep=cli_deep_compare(config, args.cluster) if args.level == "deep" else None,
         )
