@@ -163,6 +163,19 @@ def run_backup(req: BackupRequest, now: datetime | None = None) -> Manifest:
 
 # Backup ids have one-second resolution and must sort in the order the backups were taken.
 MAX_CLOCK_WAIT_SECONDS = 5
+# A worker this far ahead of the store's clock would name its backup in the future, and every run
+# of the host from a worker with the right time would be refused until that id is past.
+MAX_CLOCK_AHEAD = timedelta(seconds=60)
+
+
+def _check_clock(catalog: Catalog, lock: HostLock) -> None:
+    ahead = lock.clock_ahead()
+    if ahead is not None and ahead > MAX_CLOCK_AHEAD:
+        raise BackupError(
+            f"this worker's clock is {ahead.total_seconds():.0f} s ahead of the store's ({catalog.describe()}): "
+            "its backup id would lie in the future and stop the host's other runs until then; sync the "
+            "clocks (NTP); nothing was backed up"
+        )
 
 
 def _start_after_newest(catalog: Catalog) -> datetime:
@@ -185,6 +198,7 @@ def _run_locked(req: BackupRequest, now: datetime | None, lock: HostLock, db: Se
     # First: a run refused below (a clock behind, a server down) has still cleaned up after the
     # run whose lock it took, which the next run, finding the lock free, could not prove dead.
     remove_abandoned(req.catalog, lock.dead_holder)
+    _check_clock(req.catalog, lock)
     started = _start_after_newest(req.catalog)
     tool = detect_tool(req.flavour, req.binary)
     facts = db.facts

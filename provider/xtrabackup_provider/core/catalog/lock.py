@@ -228,6 +228,18 @@ class HostLock:
         self._renewer = threading.Thread(target=self._renew, name="host-lock", daemon=True)
         self._renewer.start()
 
+    def clock_ahead(self) -> timedelta | None:
+        """How far this worker's clock is ahead of the store's (the Date of its answer to reading
+        the lock just written; one-second resolution), or None when the store does not say."""
+        try:
+            current = self.store.get_versioned(self.key)
+        except StorageError as exc:  # a check, not the backup: the run goes on without it
+            log.warning("could not read the store's clock from %s: %s", self.where, exc)
+            return None
+        if current is None or current.store_now is None:
+            return None
+        return datetime.now(UTC) - current.store_now
+
     def _take_over(self, now: datetime, body: bytes) -> str:
         current = self.store.get_versioned(self.key)
         if current is None:  # released in the meantime

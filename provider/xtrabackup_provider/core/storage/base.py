@@ -118,6 +118,7 @@ class Versioned:
     data: bytes
     etag: str
     age: timedelta | None  # None: the store did not say
+    store_now: datetime | None = None  # the store's clock when it answered (None: it did not say)
 
 
 def segment_key(key: str, index: int) -> str:

@@ -187,7 +187,10 @@ class LocalStore:
         except FileNotFoundError:
             return None
         # One machine (or one file server) sets both times: its clock is the store's clock.
-        return Versioned(data, _etag(data), timedelta(seconds=max(0.0, time.time() - mtime)))
+        now = time.time()
+        return Versioned(
+            data, _etag(data), timedelta(seconds=max(0.0, now - mtime)), datetime.fromtimestamp(now, UTC)
+        )
 
 
 DIR_LOCK_WAIT = 120.0  # seconds a conditional write waits for another writer's directory lock

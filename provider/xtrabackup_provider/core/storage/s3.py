@@ -356,15 +356,19 @@ class S3Store:
             if "no object" in str(exc):
                 return None
             raise
-        age = None
+        age = store_now = None
         date = resp.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
         modified = resp.get("LastModified")
-        if date and isinstance(modified, datetime):
+        if date:
             from email.utils import parsedate_to_datetime
 
             with contextlib.suppress(TypeError, ValueError):
-                age = max(timedelta(0), parsedate_to_datetime(date) - modified)
-        return Versioned(data, str(resp["ETag"]), age)
+                store_now = parsedate_to_datetime(date)  # "-0000" as the zone: no zone, said as UTC
+                store_now = store_now if store_now.tzinfo else store_now.replace(tzinfo=UTC)
+        if store_now is not None and isinstance(modified, datetime):
+            with contextlib.suppress(TypeError):  # a LastModified without a zone: no age
+                age = max(timedelta(0), store_now - modified)
+        return Versioned(data, str(resp["ETag"]), age, store_now)
 
     def open_multipart_uploads(self, prefix: str = "") -> builtins.list[str]:
         resp = self._call(
