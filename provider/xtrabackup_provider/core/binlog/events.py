@@ -27,6 +27,13 @@ ROTATE_EVENT = 4
 FORMAT_DESCRIPTION_EVENT = 15
 GTID_EVENT = 162  # MariaDB
 GTID_LIST_EVENT = 163  # MariaDB: the binlog state when the file was opened
+BINLOG_CHECKPOINT_EVENT = 161  # MariaDB
+# Events that describe a binlog file, not a transaction: a time stop ignores their timestamps.
+# A replica's new binlog (after a restart) opens with them stamped at the restart, while the
+# transactions it then receives keep the source's earlier times (the chaos run, seed 390202).
+FILE_EVENTS = frozenset(
+    {FORMAT_DESCRIPTION_EVENT, ROTATE_EVENT, STOP_EVENT, GTID_LIST_EVENT, BINLOG_CHECKPOINT_EVENT}
+)
 MYSQL_GTID_EVENT = 33  # MySQL: flags(1) sid(16) gno(8) ...
 MYSQL_ANONYMOUS_GTID_EVENT = 34  # MySQL with gtid_mode OFF: a transaction without a GTID
 MYSQL_PREVIOUS_GTIDS_EVENT = 35  # MySQL: the GTID set logged before this file
@@ -395,11 +402,13 @@ def replay_end(
     stop_position: int | None = None,
     stop_gtid: GtidPos | None = None,
 ) -> ReplayEnd:
-    """Mirror `mariadb-binlog --start-position=P [--stop-datetime=T | --stop-position=Q] files...`.
+    """Where `mariadb-binlog --start-position=P [--stop-datetime=T | --stop-position=Q] files...`
+    stops, except that a stop time looks at transactions' events only (FILE_EVENTS are not
+    compared): the PITR pipe is given the stop position this finds instead (core/pitr/applier.py).
 
     The start applies to the first file, a stop position to the last; a stop time stops at the
-    first event stamped at or after it, whatever file it is in; a stop GTID (inclusive) at the
-    first transaction after it in its domain.
+    first transaction event stamped at or after it, whatever file it is in; a stop GTID
+    (inclusive) at the first transaction after it in its domain.
     """
     last: GtidPos = {}
     end = ReplayEnd(files[-1].name if files else "", 0, last)
@@ -407,19 +416,21 @@ def replay_end(
         is_last = n == len(files) - 1
         with open(path, "rb") as fh:
             for event, _ in iter_events(fh, 0, str(path)):
-                # The tool reads the first file's format event, then seeks to the start position;
-                # the stop time applies to every event it reads, format events included.
+                # The tool reads the first file's format event, then seeks to the start position.
                 if n == 0 and event.offset < start_position and event.type != FORMAT_DESCRIPTION_EVENT:
                     continue
-                stop_here = (stop_time is not None and event.timestamp >= stop_time) or _past(
-                    event, stop_gtid
-                )
+                stop_here = at_stop_time(event.type, event.timestamp, stop_time) or _past(event, stop_gtid)
                 if stop_here or (is_last and stop_position is not None and event.offset >= stop_position):
                     return ReplayEnd(path.name, event.offset, last)
                 if event.gtid is not None:
                     last[event.gtid.domain] = event.gtid
                 end = ReplayEnd(path.name, event.end, last)
     return end
+
+
+def at_stop_time(event_type: int, timestamp: int, stop_time: int | None) -> bool:
+    """A time stop: the first transaction event stamped at or after it (see FILE_EVENTS)."""
+    return stop_time is not None and timestamp >= stop_time and event_type not in FILE_EVENTS
 
 
 def _past(event: Event, stop_gtid: GtidPos | None) -> bool:

@@ -26,6 +26,7 @@ from pathlib import Path
 from ..common.values import Gtid, GtidPos
 from .charsets import decode
 from .events import (
+    FILE_EVENTS,
     FORMAT_DESCRIPTION_EVENT,
     GTID_EVENT,
     GTID_LIST_EVENT,
@@ -578,8 +579,9 @@ def complete_groups(
 ) -> Iterator[tuple[Gtid, str, int]]:
     """(GTID, file, end of its last event) of each complete event group from `start` in the
     first file, in order, until the event a bounded `mariadb-binlog` stops at: the first one
-    stamped at or after `stop_time`, the first GTID past `stop_gtid` in its domain, or in the
-    last file the first event at or after `stop_position`.
+    stamped at or after `stop_time` (FILE_EVENTS aside: see events.replay_end), the first GTID
+    past `stop_gtid` in its domain, or in the last file the first event at or after
+    `stop_position`.
 
     A group ends where `transactions()` says, read from the headers and the GTID and Query
     bodies only: the applier's stop planner needs no more, and decoding what each group did
@@ -603,8 +605,8 @@ def complete_groups(
                     raise _encrypted(path, offset)
                 if offset < skip_to:
                     continue
-                if ts >= until or offset >= position:
-                    return
+                if (ts >= until and etype not in FILE_EVENTS) or offset >= position:
+                    return  # a time stop compares transactions' events only (FILE_EVENTS)
                 if role is None or (group is None and role != _STARTS):
                     continue
                 if role == _STARTS:

@@ -20,8 +20,10 @@ What was measured on MariaDB 10.11 and shapes this (docs/BENCHMARKS.md, "PITR re
   the relay position is discarded; so the stop is a position. `UNTIL` a position inside a
   transaction applies the whole transaction, where the pipe rolls it back: `plan_stop` walks
   the binlogs from the backup's position and stops after the last complete transaction the
-  pipe would commit (time: no event stamped at or after T; GTID: not past the target in its
-  domain; FILE:POS: ends before it), and UNTIL names that transaction's end.
+  pipe would commit (time: no transaction event stamped at or after T, a file's own events
+  aside, events.FILE_EVENTS; GTID: not past the target in its domain; FILE:POS: ends before
+  it), and UNTIL names that transaction's end. Only the binlogs up to that end become relay
+  logs: past a binlog a crash cut (no Rotate) the thread would read on under the old name.
 - The sandbox runs --skip-grant-tables, where a replayed CREATE USER stops the SQL thread
   (error 1290): FLUSH PRIVILEGES first, from the one session such a server allows, which
   then watches the SQL thread until it stops.
@@ -92,7 +94,8 @@ def plan_stop(
     """The end of the last complete transaction that `mariadb-binlog --start-position=P
     [--stop-datetime | --stop-position] files | mariadb` commits.
 
-    The reader stops at the first event stamped at or after `stop_time`, at the first GTID past
+    The reader stops at the first transaction event stamped at or after `stop_time` (a file's own
+    events aside: events.FILE_EVENTS), at the first GTID past
     `stop_gtid` in its domain, or (in the last file) at the first event at or after
     `stop_position`; a transaction cut there is rolled back by the client, and one the files
     end inside of never committed. So: every complete transaction before the stop.
@@ -159,7 +162,7 @@ def replay_binlogs(
     if method == "pipe":
         replay(
             datadir,
-            [*plan.replay_args(), *map(str, files)],
+            pipe_args(plan, stop, files),
             binlog_binary,
             client_binary,
             gtid_slave_pos=stop.gtid or None,
@@ -169,7 +172,7 @@ def replay_binlogs(
     start = (plan.backup.binlog_file or files[0].name, plan.backup.binlog_position or 4)
     apply_relay(
         datadir,
-        files,
+        through_stop(files, stop),
         start,
         stop,
         threads=threads,
@@ -177,6 +180,26 @@ def replay_binlogs(
         progress_seconds=progress_seconds,
     )
     return stop
+
+
+def through_stop(files: list[Path], stop: Stop) -> list[Path]:
+    """The files up to the stop's: the SQL thread reads on past the end of a binlog a crash cut
+    (no Rotate event) into the next relay log under the old name, and overran UNTIL there (the
+    chaos run, seed 390202: "the applier stopped at mysql-bin.000001:14858771")."""
+    names = [p.name for p in files]
+    return files[: names.index(stop.file) + 1] if stop.file in names else files
+
+
+def pipe_args(plan: PitrPlan, stop: Stop, files: list[Path]) -> list[str]:
+    """mariadb-binlog's arguments for the pipe. A time target ends at the planned stop's position
+    in the last file given, so the pipe and the applier stop after the same transaction:
+    --stop-datetime also stops at a file's own events, e.g. the format event of a replica's
+    binlog opened at its restart, stamped after the transactions it then received from its
+    source (events.FILE_EVENTS); those were left out silently."""
+    if plan.target.kind != "time":
+        return [*plan.replay_args(), *map(str, files)]
+    start = f"--start-position={plan.backup.binlog_position}"
+    return [start, f"--stop-position={stop.position}", *map(str, through_stop(files, stop))]
 
 
 def restarted_in(files: list[Path], stop: Stop) -> str | None:

@@ -10,7 +10,10 @@
    the restored server's own replication applier (the binlogs as its relay logs, parallel
    workers, `START SLAVE UNTIL` the end of the last complete transaction before the target);
    with `replay="pipe"` through ONE `mariadb-binlog` process piped into the sandbox's `mariadb`
-   client: `--start-position=<pos> --stop-datetime=<T>` (time), `--start-position=<backup GTID>
+   client: `--start-position=<pos> --stop-position=<planned end>` over the binlogs up to the
+   planned end's (time: the end of the last transaction stamped before T; not --stop-datetime,
+   which also stops at a new file's format event, stamped at a replica's restart after the
+   source's transactions it then received), `--start-position=<backup GTID>
    --stop-position=<GTID>` (GTID, MariaDB's GTID mode; inclusive), or
    `--start-position=<pos> --stop-position=<pos>` (FILE:POS, exclusive). Both stop at the same
    transaction.
