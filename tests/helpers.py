@@ -23,6 +23,7 @@ from xtrabackup_provider.core.db.sandbox import SandboxServer, free_port, table_
 from xtrabackup_provider.core.db.server import MySQLTarget
 from xtrabackup_provider.core.pipeline.gpg import GpgHome, generate_key_pair
 from xtrabackup_provider.core.restore.chain import RestoreReport, RestoreRequest, restore
+from xtrabackup_provider.core.storage.local import LocalStore
 
 # -- waiting ---------------------------------------------------------------------------------------
 
@@ -633,3 +634,25 @@ def purge_binlogs_to(server: Any, name: str, timeout: float = 120.0) -> list[str
         if not left.intersection(older) or time.monotonic() > deadline:
             return [n for n in older if n not in left]
         time.sleep(0.5)
+
+
+class RetentionOnBinlogRead(LocalStore):
+    """A directory store that runs `retention apply` of host c1/db1 once (keep the last chain, or
+    `policy`) as the first binlog's bytes are read: retention running on another worker while a
+    reader (a restore, restore-table, a roll-forward) reads. `ran`: (its plan, what it applied)."""
+
+    def __init__(self, root: Path, policy: Any = None) -> None:
+        from xtrabackup_provider.core.retention.model import RetentionPolicy
+
+        super().__init__(root)
+        self.policy = policy or RetentionPolicy(keep_last_chains=1, min_age_days=0)
+        self.ran: tuple[Any, Any] | None = None
+
+    def read_chunks(self, key: str, chunk_size: int = 4 * 2**20) -> Iterator[bytes]:
+        from xtrabackup_provider.core.retention.apply import apply_plan, plan_host
+
+        if self.ran is None and "/binlogs/" in key:
+            catalog = Catalog(LocalStore(self.root), "backups", "c1", "db1")
+            plan = plan_host(catalog, self.policy)
+            self.ran = (plan, apply_plan(catalog, plan, confirm=True))
+        return super().read_chunks(key, chunk_size)

@@ -21,11 +21,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from helpers import GpgKeys, root_target, take_backup, unique_name
+from helpers import GpgKeys, RetentionOnBinlogRead, root_target, take_backup, unique_name
 from xtrabackup_provider.core.binlog.ship import ShipRequest, ship_binlogs
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.catalog.manifest import Manifest
@@ -93,22 +92,6 @@ def history(mariadb_factory, gpg_keys, tmp_path_factory) -> Iterator[History]:
         yield History(root, b1, b1.server_uuid, doomed, gpg_keys)
     finally:
         mariadb_factory.discard(server)
-
-
-class RetentionOnBinlogRead(LocalStore):
-    """A directory store that runs `retention apply` (keep the last chain) once, as the first
-    binlog's bytes are read: retention running on another worker while the roll-forward reads."""
-
-    def __init__(self, root: Path) -> None:
-        super().__init__(root)
-        self.ran: tuple[Any, Any] | None = None
-
-    def read_chunks(self, key: str, chunk_size: int = 4 * 2**20) -> Iterator[bytes]:
-        if self.ran is None and "/binlogs/" in key:
-            catalog = _catalog(self.root)
-            plan = plan_host(catalog, KEEP_LAST)
-            self.ran = (plan, apply_plan(catalog, plan, confirm=True))
-        return super().read_chunks(key, chunk_size)
 
 
 def test_retention_during_the_roll_forward_keeps_the_binlogs_it_reads(history, tmp_path):

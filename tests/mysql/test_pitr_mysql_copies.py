@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from helpers import clone_backup, root_target, ship_mysql_binlogs, unique_name
+from helpers import RetentionOnBinlogRead, clone_backup, root_target, ship_mysql_binlogs, unique_name
 from xtrabackup_provider.core.backup.copies import CopyTarget, copy_host
 from xtrabackup_provider.core.binlog.catalog import BinlogCatalog
 from xtrabackup_provider.core.catalog.backups import Catalog
@@ -219,22 +219,6 @@ def test_the_restore_tests_roll_forward_reads_a_missing_binlog_from_the_copy_and
     rolled = {r["name"]: r for r in report.results}["roll_forward"]
     assert report.verdict == "pass" and rolled["status"] == "pass", (report.reasons, rolled)
     assert f"binlog {name}: fetched from target offsite because primary:" in rolled["note"], rolled
-
-
-class RetentionOnBinlogRead(LocalStore):
-    """A directory store that runs `retention apply` (keep the last chain) once, as the first
-    binlog's bytes are read: retention running on another worker while a restore reads."""
-
-    def __init__(self, root: Path) -> None:
-        super().__init__(root)
-        self.ran: tuple[Any, Any] | None = None
-
-    def read_chunks(self, key: str, chunk_size: int = 4 * 2**20) -> Iterator[bytes]:
-        if self.ran is None and "/binlogs/" in key:
-            catalog = _catalog(self.root)
-            plan = plan_host(catalog, KEEP_LAST)
-            self.ran = (plan, apply_plan(catalog, plan, confirm=True))
-        return super().read_chunks(key, chunk_size)
 
 
 @pytest.mark.parametrize("verb", ["restore-table", "restore --to-gtid"])

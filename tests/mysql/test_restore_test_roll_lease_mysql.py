@@ -14,11 +14,10 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from helpers import clone_backup, ship_mysql_binlogs, unique_name
+from helpers import RetentionOnBinlogRead, clone_backup, ship_mysql_binlogs, unique_name
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.catalog.manifest import Manifest
 from xtrabackup_provider.core.pitr.roll_forward import ShippedBinlogs
@@ -77,22 +76,6 @@ def history(mysql_factory, tmp_path_factory) -> Iterator[History]:
         yield History(base / "store", b1, doomed)
     finally:
         mysql_factory.discard(server)
-
-
-class RetentionOnBinlogRead(LocalStore):
-    """A directory store that runs `retention apply` (keep the last chain) once, as the first
-    binlog's bytes are read: retention running on another worker while the roll-forward reads."""
-
-    def __init__(self, root: Path) -> None:
-        super().__init__(root)
-        self.ran: tuple[Any, Any] | None = None
-
-    def read_chunks(self, key: str, chunk_size: int = 4 * 2**20) -> Iterator[bytes]:
-        if self.ran is None and "/binlogs/" in key:
-            catalog = _catalog(self.root)
-            plan = plan_host(catalog, KEEP_LAST)
-            self.ran = (plan, apply_plan(catalog, plan, confirm=True))
-        return super().read_chunks(key, chunk_size)
 
 
 def test_retention_during_the_roll_forward_keeps_the_binlogs_it_reads(history, tmp_path):
