@@ -79,6 +79,8 @@ def killed_replica(mariadb_factory, s3_server, gpg_keys) -> KilledReplica:
         replica.query("START SLAVE")
     wait_caught_up(source, replica)  # B reaches the replica now, in its new binlog, stamped before T
     after = commit_known(source, db, "C")
+    for n in range(60):  # the new binlog grows past the crashed one's end (the chaos run's overrun)
+        source.query(f"INSERT INTO `{db}`.t (v) VALUES (REPEAT('c{n}', 20))")
     wait_caught_up(source, replica)
     ship_binlogs(
         ShipRequest(
