@@ -23,6 +23,7 @@ from .event_filters import (
 from .options import (
     NEW_SERVER_HELP,
     add_common,
+    add_replay,
     add_target_store,
     backup_id,
     output,
@@ -192,16 +193,7 @@ def add_restore_targets(p: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--to-position", metavar="FILE:POS", help="replay the events before this binlog position"
     )
-    p.add_argument(
-        "--replay",
-        choices=["applier", "pipe"],
-        default="applier",
-        help="how binlogs are applied: the server's replication applier (default, parallel) or the "
-        "family's binlog client piped into its client (mariadb-binlog | mariadb, mysqlbinlog | mysql)",
-    )
-    p.add_argument(
-        "--replay-threads", type=int, default=4, help="the applier's parallel workers (0: one SQL thread)"
-    )
+    add_replay(p, "the point-in-time restore")
 
 
 def cmd_binlogs(args: argparse.Namespace, config: FleetConfig) -> int:

@@ -79,6 +79,20 @@ def add_target_store(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target-store", metavar="NAME", help=TARGET_STORE_HELP)
 
 
+def add_replay(p: argparse.ArgumentParser, what: str) -> None:
+    """--replay and --replay-threads: how `what` applies the binlogs."""
+    p.add_argument(
+        "--replay",
+        choices=["applier", "pipe"],
+        default="applier",
+        help=f"how {what} applies the binlogs: the server's replication applier (default, parallel) or "
+        "the family's binlog client piped into its client (mariadb-binlog | mariadb, mysqlbinlog | mysql)",
+    )
+    p.add_argument(
+        "--replay-threads", type=int, default=4, help="the applier's parallel workers (0: one SQL thread)"
+    )
+
+
 def read_from(config: FleetConfig, args: argparse.Namespace, host: str | None = None) -> dict[str, Any]:
     """The fields of a read path's request: the host's catalog on the first storage target to read
     and the others to fall back to (`--target-store NAME`: that one alone). core/catalog/targets.py."""

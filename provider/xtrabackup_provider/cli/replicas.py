@@ -11,7 +11,7 @@ from typing import Any
 
 from ..core.config.schema import FleetConfig
 from ..core.config.wiring import SetupError, cli_target, read_private_key
-from .options import add_common, add_target_store, print_notes, read_from
+from .options import add_common, add_replay, add_target_store, print_notes, read_from
 
 
 def add_parsers(sub: Any) -> None:
@@ -34,16 +34,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument(
         "--no-report", action="store_true", help="do not write restore-report.json beside the backup"
     )
-    p.add_argument(
-        "--replay",
-        choices=["applier", "pipe"],
-        default="applier",
-        help="how a MySQL (clone) backup's roll-forward applies the binlogs: the server's replication applier "
-        "(default, parallel) or mysqlbinlog | mysql (MariaDB's roll-forward pipes mariadb-binlog | mariadb)",
-    )
-    p.add_argument(
-        "--replay-threads", type=int, default=4, help="the applier's parallel workers (0: one SQL thread)"
-    )
+    add_replay(p, "a MySQL (clone) backup's roll-forward (MariaDB's pipes mariadb-binlog | mariadb)")
     p.add_argument(
         "--without-read-lease",
         action="store_true",
