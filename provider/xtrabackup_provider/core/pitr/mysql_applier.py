@@ -21,7 +21,9 @@ the pipe's semantics (core/pitr/mysql_pipe.py):
   in binlog order; the first transaction outside S (and not held) is where SQL_BEFORE_GTIDS stops
   (SQL_AFTER_GTIDS = the set reached when none follows). A set that leaves one out and holds a later
   one (a hole) cannot be applied in order: the pipe replays it (`--include-gtids` skips the hole);
-- a time T: every complete transaction before the first event stamped at or after T;
+- a time T: every complete transaction before the first transaction event stamped at or after T
+  (a file's own events aside, events.FILE_EVENTS: a replica's binlog opened at its restart stamps
+  them after the source's earlier transactions it then receives);
 - a position FILE:POS: every complete transaction before the first event at or after POS in FILE.
 The GTID set reached is checked against the plan afterwards; a transaction cut by the stop (or by
 the files' end) is not applied, as the pipe's client rolls it back. A replayed CREATE USER needs the
@@ -41,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..binlog.events import at_stop_time
 from ..binlog.listing import BodyEvent, Transaction, transactions
 from ..common import children
 from ..common.progress import ProgressLogger
@@ -70,6 +73,7 @@ class MysqlStop:
     until: str  # SQL_BEFORE_GTIDS, SQL_AFTER_GTIDS or RELAY_LOG_POS
     value: str | tuple[str, int]  # its GTID set, or (relay log, position)
     hole: str = ""  # why the applier cannot stop there (a GTID set with a hole): the pipe replays
+    end: tuple[str, int] | None = None  # (binlog, end) of the last transaction applied: the pipe's time stop
 
 
 def plan_mysql_stop(files: list[Path], target: PitrTarget, holds: GtidSet) -> MysqlStop:
@@ -86,7 +90,7 @@ def plan_mysql_stop(files: list[Path], target: PitrTarget, holds: GtidSet) -> My
     outside: MysqlGtid | None = None  # the first transaction not in a GTID target
     for item in transactions(files, 4, events=True):
         if isinstance(item, BodyEvent):
-            if stop_ts is not None and item.timestamp >= stop_ts:
+            if at_stop_time(item.type, item.timestamp, stop_ts):
                 break
             if (
                 target.kind == "position"
@@ -117,10 +121,10 @@ def plan_mysql_stop(files: list[Path], target: PitrTarget, holds: GtidSet) -> My
         applied, count, end = applied.with_gtid(gtid), count + 1, (item.end_file, item.end)
     reached = holds | applied
     if target.kind == "gtid" and outside is not None:
-        return MysqlStop(reached, count, "SQL_BEFORE_GTIDS", str(outside))
+        return MysqlStop(reached, count, "SQL_BEFORE_GTIDS", str(outside), end=end)
     if target.kind == "position" and end is not None:
-        return MysqlStop(reached, count, "RELAY_LOG_POS", (relay_name(end[0], RELAY), end[1]))
-    return MysqlStop(reached, count, "SQL_AFTER_GTIDS", str(reached))
+        return MysqlStop(reached, count, "RELAY_LOG_POS", (relay_name(end[0], RELAY), end[1]), end=end)
+    return MysqlStop(reached, count, "SQL_AFTER_GTIDS", str(reached), end=end)
 
 
 def _wanted(target: PitrTarget) -> GtidSet | None:

@@ -7,8 +7,11 @@ server holds (a backup's `gtid_executed`): `--exclude-gtids` leaves it out, what
 is in. The stop:
 - a GTID set (`--to-gtid`, e.g. `uuid:1-41` that `binlogs events` prints as "stop before"):
   `--include-gtids`, only the transactions of that set are replayed;
-- a time: `--stop-datetime` (read in UTC: the replay runs with TZ=UTC), the first event stamped
-  at or after it and everything later are not replayed;
+- a time: the end of the last complete transaction before the first transaction event stamped
+  at or after it (the applier's plan, core/pitr/mysql_applier.py), as `--stop-position` in that
+  transaction's binlog, the last one given: not `--stop-datetime`, which also stops at a file's
+  own events (Format_description, Previous_gtids), stamped at a replica's restart after the
+  source's earlier transactions it then receives (events.FILE_EVENTS), left out silently;
 - a position FILE:POS: the files up to FILE, `--stop-position` in the last one.
 
 `replay_from_backup` takes a server restored from a MySQL backup (the clone engine's) forward:
@@ -38,7 +41,7 @@ from ..db.sandbox import SandboxServer, stop_orphans
 from ..db.server import MySQLTarget, defaults_file
 from ..db.session import Session
 from .applier import REPLAY_METHODS
-from .mysql_applier import apply_relay_mysql, program_dialect
+from .mysql_applier import apply_relay_mysql, plan_mysql_stop, program_dialect
 from .plan import PitrError, PitrTarget
 from .recover import PitrRequest, binlog_read_lease, fetch_binlogs
 from .replay import drop_account, reader_argv, replay_session, run_replay
@@ -47,13 +50,16 @@ log = logging.getLogger(__name__)
 _MAX_PACKET = "--max-allowed-packet=1G"  # a row event of a big transaction is one statement
 
 
-def mysql_reader_args(target: PitrTarget, holds: GtidSet, files: list[Path]) -> list[str]:
+def mysql_reader_args(
+    target: PitrTarget, holds: GtidSet, files: list[Path], end: int | None = None
+) -> list[str]:
     """mysqlbinlog's options (the files follow them) replaying `files` onto a server that holds
-    `holds`, up to `target` (a time, a MySQL GTID set, or a position in the last file)."""
+    `holds`, up to `target` (a MySQL GTID set, or a position in the last file); a time target
+    ends at `end` in the last file (time_stop: the planned end of its last transaction)."""
     args = [f"--exclude-gtids={holds}"] if holds else []
     if target.kind == "time":
-        assert target.time is not None
-        args.append(f"--stop-datetime={target.time:%Y-%m-%d %H:%M:%S}")
+        assert end is not None, "a time target is planned first (time_stop)"
+        args.append(f"--stop-position={end}")
     elif target.kind == "gtid":
         assert target.gtid is not None
         try:
@@ -79,6 +85,18 @@ def files_to(target: PitrTarget, files: list[Path]) -> list[Path]:
     return [f for f in files if binlog_number(f.name) <= wanted]
 
 
+def time_stop(target: PitrTarget, holds: GtidSet, files: list[Path]) -> tuple[list[Path], int | None]:
+    """For a time target: the files up to the one the last transaction before it ends in, and
+    that end (its --stop-position); no files when none is. Other targets: `files`, None."""
+    if target.kind != "time":
+        return files, None
+    end = plan_mysql_stop(files, target, holds).end
+    if end is None:
+        return [], None
+    names = [p.name for p in files]
+    return files[: names.index(end[0]) + 1], end[1]
+
+
 def replay_mysql(
     server: MySQLTarget | Session,
     files: list[Path],
@@ -98,8 +116,10 @@ def replay_mysql(
             )
         executed = f"SELECT {dialect.gtid_executed_variable}"
         holds = GtidSet.parse(str(db.query(executed)[0][0] or ""))
-        files = files_to(target, files)
-        args = mysql_reader_args(target, holds, files)
+        files, end = time_stop(target, holds, files_to(target, files))
+        if not files:
+            return holds  # no transaction before the time: nothing to replay
+        args = mysql_reader_args(target, holds, files, end)
         with defaults_file(db.target, dialect.client_family) as creds:
             # The client reads our 0600 option file alone (the first option): no host file steers it.
             client = [client_binary, f"--defaults-file={creds}", "--binary-mode", "--batch", _MAX_PACKET]
