@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from xtrabackup_provider.core.binlog.events import at_stop_time
 from xtrabackup_provider.core.binlog.listing import BodyEvent, Transaction, read_events, transactions
 from xtrabackup_provider.core.common.values import GtidPos, format_gtid_pos, parse_gtid_pos
 from xtrabackup_provider.core.db.sandbox import SandboxServer
@@ -32,7 +33,7 @@ def _by_listing(
     stop_position: int | None = None,
 ) -> Stop:
     """The stop as the decoded listing gives it: every complete group before the first event the
-    bounded reader stops at."""
+    bounded reader stops at (for a time, the first transaction event: events.FILE_EVENTS aside)."""
     state = parse_gtid_pos(start_gtid)
     stop = Stop(files[0].name, start, format_gtid_pos(state), 0)
     for item in transactions(files, start, dict(state), events=True):
@@ -43,7 +44,7 @@ def _by_listing(
                 and item.gtid.domain in stop_gtid
                 and item.gtid.seq > stop_gtid[item.gtid.domain].seq
             )
-            at_time = stop_time is not None and item.timestamp >= stop_time
+            at_time = at_stop_time(item.type, item.timestamp, stop_time)  # a file's own events aside
             at_position = (
                 stop_position is not None and item.file == files[-1].name and item.offset >= stop_position
             )
