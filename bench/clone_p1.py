@@ -304,7 +304,7 @@ class Bench:
             accept_new_server=True,
         )
         phases: dict[str, float] = {}
-        os.sync()
+        C.fresh_cache(self.server.datadir)
         cpu0, t0 = _cpu(), time.monotonic()
         with (
             timed_calls(backup_run, ["stream_to_store"], phases),
@@ -345,7 +345,7 @@ class Bench:
                 f"{C.quote(argv)} 2> {run_dir / 'tool.log'} | zstd -{ZSTD_LEVEL} -T0 -q | {enc} > {out}\n"
                 f"sync -- {out}\n"
             )
-        os.sync()
+        C.fresh_cache(self.server.datadir)
         m = C.run_measured(C.shell_pipeline(script))
         m.check(f"backup, shell (run dir {run_dir})")
         self.last_shell = out
@@ -356,7 +356,7 @@ class Bench:
         assert self.last_ours is not None
         base = self.fresh("r-ours")
         datadir = base / "data"
-        os.sync()
+        C.fresh_cache(self.last_ours.store.root)  # type: ignore[attr-defined]
         inner: dict[str, float] = {}
         cpu0, t0 = _cpu(), time.monotonic()
         with timed_calls(restore_mod, ["_import_private", "fetch_one"], inner):
@@ -397,7 +397,7 @@ class Bench:
                 + f"{C.quote(copy_back_argv(self.tool, str(ext), str(datadir), move=True))}"
                 f" 2> {base / 'move-back.log'}\n"
             )
-        os.sync()
+        C.fresh_cache(self.last_shell)
         try:
             m = C.run_measured(C.shell_pipeline(script), pass_fds=(fd,))
         finally:
