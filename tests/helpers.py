@@ -656,3 +656,44 @@ class RetentionOnBinlogRead(LocalStore):
             plan = plan_host(catalog, self.policy)
             self.ran = (plan, apply_plan(catalog, plan, confirm=True))
         return super().read_chunks(key, chunk_size)
+
+
+def mysql_caught_up(source: Any, replica: Any, timeout: float = 60) -> None:
+    """Wait until a MySQL `replica` has executed every GTID its `source` has."""
+    from xtrabackup_provider.core.common.values import GtidSet
+
+    def executed(server: Any) -> GtidSet:
+        return GtidSet.parse("".join(str(server.query("SELECT @@global.gtid_executed")[0][0]).split()))
+
+    deadline = time.monotonic() + timeout
+    while not executed(source) <= executed(replica):
+        assert time.monotonic() < deadline, "the replica did not catch up"
+        time.sleep(0.2)
+
+
+def replicate_mysql(source: Any, replica: Any, user: str) -> None:
+    """A MySQL `replica` replicates from `source` (auto-positioned, as `user`), with the clone plugin
+    for its backups; returns once it has caught up."""
+    import secrets
+
+    from xtrabackup_provider.core.db.dialect import dialect_for
+
+    dialect = dialect_for(source.query("SELECT @@version")[0][0])
+    password = secrets.token_urlsafe(12)
+    source.execute_script(
+        f"CREATE USER {user}@'127.0.0.1' IDENTIFIED BY '{password}';"
+        f"GRANT REPLICATION SLAVE ON *.* TO {user}@'127.0.0.1';"
+    )
+    replica.query("INSTALL PLUGIN clone SONAME 'mysql_clone.so'")
+    conn = replica.connect()
+    try:
+        cur = conn.cursor()
+        cur.execute("RESET BINARY LOGS AND GTIDS")  # a replica holds no transaction of its own
+        for sql, args in dialect.change_source(
+            host="127.0.0.1", port=source.port, user=user, password=password, connect_retry=1
+        ):
+            cur.execute(sql, args)
+        cur.execute(dialect.start_replica)
+    finally:
+        conn.close()
+    mysql_caught_up(source, replica)

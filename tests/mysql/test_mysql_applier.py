@@ -25,10 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import clone_backup, ship_mysql_binlogs, unique_name
+from helpers import clone_backup, mysql_caught_up, replicate_mysql, ship_mysql_binlogs, unique_name
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.common.values import GtidSet
-from xtrabackup_provider.core.db.dialect import dialect_for
 from xtrabackup_provider.core.db.sandbox import SandboxServer, table_checksums
 from xtrabackup_provider.core.pitr.mysql_pipe import mysql_point_in_time_restore
 from xtrabackup_provider.core.pitr.plan import PitrTarget
@@ -180,13 +179,13 @@ def test_a_clone_of_a_replica_is_taken_to_a_gtid_set_by_either_method(mysql_fact
     primary = mysql_factory("applpri", root_password=secrets.token_urlsafe(12))
     replica = mysql_factory("applrep", root_password=secrets.token_urlsafe(12))
     try:
-        _replicate(primary, replica)
+        replicate_mysql(primary, replica, "appl_repl")
         catalog = Catalog(LocalStore(tmp_path / "store"), "backups", "c1", "rep1")
         clone_backup(replica, catalog, tmp_path / "staging")
         user = unique_name("bob")
         primary.execute_script(f"CREATE USER {user}@localhost IDENTIFIED BY '{secrets.token_urlsafe(9)}';")
         history = _history(primary, unique_name("ar"))
-        _caught_up(primary, replica)
+        mysql_caught_up(primary, replica)
         replica.query("FLUSH BINARY LOGS")  # the primary's FLUSH is not replicated
         assert ship_mysql_binlogs(catalog, replica).shipped
         datadir = tmp_path / "r" / "data"
@@ -214,36 +213,6 @@ def _copy_server(datadir: Path, basedir: Path) -> SandboxServer:
     return SandboxServer.on_datadir(
         datadir, basedir, server_id=995, family="mysql", extra_args=["--skip-replica-start"]
     )
-
-
-def _replicate(primary, replica) -> None:
-    """`replica` replicates from `primary` (auto-positioned), with the clone plugin for its backup."""
-    dialect = dialect_for(primary.query("SELECT @@version")[0][0])
-    password = secrets.token_urlsafe(12)
-    primary.execute_script(
-        f"CREATE USER appl_repl@'127.0.0.1' IDENTIFIED BY '{password}';"
-        "GRANT REPLICATION SLAVE ON *.* TO appl_repl@'127.0.0.1';"
-    )
-    replica.query("INSTALL PLUGIN clone SONAME 'mysql_clone.so'")
-    conn = replica.connect()
-    try:
-        cur = conn.cursor()
-        cur.execute("RESET BINARY LOGS AND GTIDS")  # a replica holds no transaction of its own
-        for sql, args in dialect.change_source(
-            host="127.0.0.1", port=primary.port, user="appl_repl", password=password, connect_retry=1
-        ):
-            cur.execute(sql, args)
-        cur.execute(dialect.start_replica)
-    finally:
-        conn.close()
-    _caught_up(primary, replica)
-
-
-def _caught_up(primary, replica, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not GtidSet.parse(_executed(primary)) <= GtidSet.parse(_executed(replica)):
-        assert time.monotonic() < deadline, "the replica did not catch up"
-        time.sleep(0.2)
 
 
 def test_a_point_in_time_restore_that_fails_after_the_restore_leaves_the_target_as_it_was(

@@ -20,10 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import clone_backup, iso_utc, ship_mysql_binlogs, unique_name
+from helpers import clone_backup, iso_utc, mysql_caught_up, replicate_mysql, ship_mysql_binlogs, unique_name
 from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.common.values import GtidSet
-from xtrabackup_provider.core.db.dialect import dialect_for
 from xtrabackup_provider.core.db.sandbox import SandboxServer
 from xtrabackup_provider.core.pitr.mysql_pipe import mysql_point_in_time_restore
 from xtrabackup_provider.core.pitr.plan import PitrTarget
@@ -65,64 +64,34 @@ def _commit(source: SandboxServer, db: str, value: str) -> Point:
     return Point(rows, after, _executed(source))
 
 
-def _caught_up(source: SandboxServer, replica: SandboxServer, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not _executed(source) <= _executed(replica):
-        assert time.monotonic() < deadline, "the replica did not catch up"
-        time.sleep(0.2)
-
-
-def _replicate(source: SandboxServer, replica: SandboxServer) -> None:
-    """`replica` replicates from `source` (auto-positioned), with the clone plugin for its backup."""
-    dialect = dialect_for(source.query("SELECT @@version")[0][0])
-    password = secrets.token_urlsafe(12)
-    source.execute_script(
-        f"CREATE USER trt_repl@'127.0.0.1' IDENTIFIED BY '{password}';"
-        "GRANT REPLICATION SLAVE ON *.* TO trt_repl@'127.0.0.1';"
-    )
-    replica.query("INSTALL PLUGIN clone SONAME 'mysql_clone.so'")
-    conn = replica.connect()
-    try:
-        cur = conn.cursor()
-        cur.execute("RESET BINARY LOGS AND GTIDS")  # a replica holds no transaction of its own
-        for sql, args in dialect.change_source(
-            host="127.0.0.1", port=source.port, user="trt_repl", password=password, connect_retry=1
-        ):
-            cur.execute(sql, args)
-        cur.execute(dialect.start_replica)
-    finally:
-        conn.close()
-    _caught_up(source, replica)
-
-
 @pytest.fixture(scope="module")
 def killed_replica(mysql_factory, tmp_path_factory) -> KilledReplica:
     base = tmp_path_factory.mktemp("trt")
     source = mysql_factory("trt-src", root_password=secrets.token_urlsafe(12))
     replica = mysql_factory("trt-rep", root_password=secrets.token_urlsafe(12))
     try:
-        _replicate(source, replica)
+        replicate_mysql(source, replica, "trt_repl")
         catalog = Catalog(LocalStore(base / "store"), "backups", "c1", "rep1")
         db = unique_name("trt")
         source.execute_script(
             f"CREATE DATABASE `{db}`; CREATE TABLE `{db}`.t (id INT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(64));"
         )
-        _caught_up(source, replica)
+        mysql_caught_up(source, replica)
         clone_backup(replica, catalog, base / "staging")
         for n in range(19):  # some transactions in the replica's binlog before the crash
             source.query(f"INSERT INTO `{db}`.t (v) VALUES ('a{n}')")
         crashed = _commit(source, db, "A")
-        _caught_up(source, replica)
+        mysql_caught_up(source, replica)
         replica.kill()  # a crash: its binlog ends after its last transaction, without a Rotate event
         before = _commit(source, db, "B")
         while time.time() < before.time + 1.2:  # the restart (its new binlog's own events) is stamped after T
             time.sleep(0.05)
         replica.start()  # replicates again (no --skip-replica-start): B arrives, stamped before T
-        _caught_up(source, replica)
+        mysql_caught_up(source, replica)
         after = _commit(source, db, "C")
         for n in range(60):  # the new binlog grows past the crashed one's end (the chaos run's overrun)
             source.query(f"INSERT INTO `{db}`.t (v) VALUES (REPEAT('c{n}', 20))")
-        _caught_up(source, replica)
+        mysql_caught_up(source, replica)
         replica.query("FLUSH BINARY LOGS")  # ship closes binlogs only
         assert ship_mysql_binlogs(catalog, replica).shipped
         yield KilledReplica(catalog, db, crashed, before, after)
