@@ -101,6 +101,7 @@ IT := tests/integration
 MARIADB_11_8_TESTS ?= $(IT)/test_full_backup.py $(IT)/test_incremental_chain.py $(IT)/test_restore_test.py \
 	$(IT)/test_pitr.py $(IT)/test_binlog.py $(IT)/test_standby.py $(IT)/test_provision_replica.py \
 	$(IT)/test_consistency.py $(IT)/test_verify.py $(IT)/test_parts.py $(IT)/test_tool_server_versions.py \
+	$(IT)/test_pitr_replica_restart_time.py $(IT)/test_restore_test_roll_lease.py $(IT)/test_pitr_connections.py \
 	tests/dags/test_backup_dag.py tests/dags/test_restore_test_dag.py tests/dags/test_checksum_gate_dag.py
 test-mariadb-11.8: setup server-roots
 	@PATH=$(ROOTS)/mariadb-11.8/bin:$$PATH scripts/run-pytest.sh -m "not mysql and not slow" \
