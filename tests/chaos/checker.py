@@ -427,7 +427,9 @@ class Checker:
         n_time = max(1, self.points // 4) if self.points >= 2 and self.ledger else 0
         points = as_positions(self.rng, select(self.rng, edges, low, end, self.points - n_time), 0.25)
         if self.ledger:
-            points += time_points(self.rng, self.ledger.rows_of(c), low, end, moments, n_time)
+            points += time_points(
+                self.rng, self.ledger.rows_of(c), low, end, moments, n_time, not_before=began
+            )
         # One --to-gtid point restored from the offsite copy, where that store holds the window.
         reach = shipped(offsite, server)[0] if full in offsite.manifests else 0
         there = [i for i, p in enumerate(points) if p.kind == "gtid" and p.seq <= reach]

@@ -115,21 +115,22 @@ def clean_second(rows: Sequence[Row], t: float) -> int | None:
 
 
 def time_points(rng: random.Random, rows: Sequence[Row], low: int, end: int,
-                moments: Iterable[tuple[float, str]], count: int) -> list[Point]:  # fmt: skip
+                moments: Iterable[tuple[float, str]], count: int, not_before: float = 0.0) -> list[Point]:  # fmt: skip
     """`count` --to-time points whose outcome lies in the window [low, end]: the moments first (a
     restart, a re-seed), then uniform times. A point's seq is the newest acknowledged row before it;
-    the first row after it must lie within `end` (all it needs is shipped)."""
+    the first row after it must lie within `end` (all it needs is shipped). No point lies before
+    `not_before`, the window's full's end: a --to-time PITR starts from a backup finished by then."""
     inside = [r for r in rows if low <= r.seq <= end]
     if count <= 0 or len(inside) < 2:
         return []
-    t0, t1 = inside[0].acked, inside[-1].started
+    t0, t1 = max(inside[0].acked, not_before), inside[-1].started
     wanted = [(t, why) for t, why in moments if t0 < t < t1]
     rng.shuffle(wanted)
     wanted += [(rng.uniform(t0, t1), "uniform") for _ in range(count)]
     out: dict[int, Point] = {}
     for t, why in wanted:
         at = clean_second(rows, t)
-        if at is None or at in {p.at for p in out.values()}:
+        if at is None or at < not_before or at in {p.at for p in out.values()}:
             continue
         before, after = expected_rows(rows, at)
         if not before or not after or before[-1].seq < low or after[0].seq > end:

@@ -159,3 +159,15 @@ LISTING = """\
 
 def test_a_transaction_ends_after_its_last_event_and_the_file_events_are_no_transaction():
     assert transaction_ends(LISTING) == {7: 461, 8: 931}  # domain 1's transaction is not domain 0's
+
+
+def test_no_time_point_before_the_window_full_finished():
+    # The full's GTID is seq 40 (row 6, acknowledged at 1006.05), but the backup finished at
+    # 1012.5: the product starts a --to-time PITR only from a backup finished by the target, so a
+    # second in 1007..1012 is refused ("no backup with binlog coordinates before"), not a loss.
+    ledger = rows(60)
+    for seed in range(40):
+        points = time_points(
+            random.Random(seed), ledger, 40, 300, [(1008.2, "restart")], 6, not_before=1012.5
+        )
+        assert points and all(p.at >= 1012.5 for p in points)
