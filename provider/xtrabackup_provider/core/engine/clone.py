@@ -33,8 +33,11 @@ EMPTY_DIR_MARK = ".xbp-empty-dir"
 CHUNK = 4 << 20
 # The extractor reads and writes a payload in pieces of this size: the decompressor before it runs
 # on while a piece is written (reading a whole 4 MiB chunk first left it blocked on a full pipe
-# for most of the time the chunk took to write: the two took turns instead of overlapping).
-PIECE = 256 << 10
+# for most of the time the chunk took to write: the two took turns instead of overlapping). Small,
+# as tar's writes are: on Linux 6.18's ext4 each write of 64 KiB or more goes into a large page
+# cache folio, and on a VM whose freed memory the host reclaims, filling those cost 5-10x the
+# system time of 16 KiB writes (1 GiB: 5.6-6.5 s against 0.4-0.6 s; docs/BENCHMARKS.md).
+PIECE = 16 << 10
 MODULE = "xtrabackup_provider.core.engine.clone"
 PLUGIN_HINT = "INSTALL PLUGIN clone SONAME 'mysql_clone.so'"
 
