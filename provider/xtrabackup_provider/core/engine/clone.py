@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
+from ..common.files import WRITE_PIECE
 from .tools import CLONE_VERSION
 from .xbstream import HEADER, MAGIC, MAX_PATH, PAYLOAD_HEADER, ChunkHead, XbstreamError, read_head
 from .xbtree import components
@@ -33,11 +34,10 @@ EMPTY_DIR_MARK = ".xbp-empty-dir"
 CHUNK = 4 << 20
 # The extractor reads and writes a payload in pieces of this size: the decompressor before it runs
 # on while a piece is written (reading a whole 4 MiB chunk first left it blocked on a full pipe
-# for most of the time the chunk took to write: the two took turns instead of overlapping). Small,
-# as tar's writes are: on Linux 6.18's ext4 each write of 64 KiB or more goes into a large page
-# cache folio, and on a VM whose freed memory the host reclaims, filling those cost 5-10x the
-# system time of 16 KiB writes (1 GiB: 5.6-6.5 s against 0.4-0.6 s; docs/BENCHMARKS.md).
-PIECE = 16 << 10
+# for most of the time the chunk took to write: the two took turns instead of overlapping). Small
+# writes, as tar's: see core/common/files.py WRITE_PIECE (1 GiB through this extractor took 5.6 to
+# 9.5 s in 256 KiB pieces, 0.76 to 0.84 s in these).
+PIECE = WRITE_PIECE
 MODULE = "xtrabackup_provider.core.engine.clone"
 PLUGIN_HINT = "INSTALL PLUGIN clone SONAME 'mysql_clone.so'"
 

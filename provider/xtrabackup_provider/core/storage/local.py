@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from ..common.files import fsync_dir, make_dirs
+from ..common.files import fsync_dir, make_dirs, write_pieces
 from .base import (
     Deleted,
     LockReader,
@@ -232,7 +232,7 @@ class _LocalWriter:
         self.segments: list[WrittenSegment] = []  # a file holds any stream whole
 
     def write(self, data: bytes) -> None:
-        self.fh.write(data)
+        write_pieces(self.fh, data)
         self.size += len(data)
 
     def commit(self) -> int:
