@@ -274,3 +274,32 @@ def test_each_target_keeps_its_own_retention_and_is_not_refilled(fleet):
     assert again.returncode == 0, again.stderr
     assert [r["copied_count"] for r in json.loads(again.stdout)] == [0, 0]
     assert fleet.offsite.backup_ids() == [second]
+
+
+def test_a_part_damaged_on_every_target_is_the_object_the_refusal_names(fleet):
+    # A K-part backup whose tail (not its first part) is altered on all three targets: the
+    # refusal's headline must name the tail (it named the first part, which every target holds
+    # intact: a DBA would go and check the wrong object).
+    config = yaml.safe_load(fleet.config.read_text())
+    config["policy"].update(max_parts=2, part_min_gib=0)  # the test's datadir is small
+    fleet.config.write_text(yaml.safe_dump(config))
+    full = backup(fleet)
+    names = [o.key.rsplit("/", 1)[-1] for o in fleet.first.get(full).objects]
+    assert names[-1] == "backup.tail.xbstream.zst.gpg" and len(names) == 3, names
+    for catalog in (fleet.first, fleet.offsite, fleet.vault):
+        key = catalog.get(full).objects[-1].key
+        data = bytearray(catalog.store.get_bytes(key))
+        data[len(data) // 2] ^= 0x01
+        if isinstance(catalog.store, S3Store):
+            catalog.store.client.put_object(Bucket=catalog.store.bucket, Key=key, Body=bytes(data))
+        else:
+            (fleet.tmp / "vault" / key).write_bytes(bytes(data))
+
+    target = fleet.tmp / "restored" / "data"
+    target.parent.mkdir()
+    proc = fleet.host("restore", "--target-datadir", str(target))
+    assert proc.returncode != 0, proc.stdout
+    error = next(line for line in proc.stderr.splitlines() if "no storage target holds" in line)
+    assert f"backup {full}: no storage target holds backup.tail.xbstream.zst.gpg intact: " in error, error
+    assert "p0of2" not in error.split(" intact: ")[0], error
+    assert not target.exists() or not any(target.iterdir())

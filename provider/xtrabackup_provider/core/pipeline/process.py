@@ -24,6 +24,8 @@ ProgressFn = Callable[[int], None]
 class PipelineError(RuntimeError):
     """A stage of the stream failed; the message names the stage, its exit status and stderr."""
 
+    object_key = ""  # the stored object it failed on, when the raiser knows (a backup has several)
+
 
 class ChecksumMismatch(PipelineError):
     """Every stage succeeded, but the stored bytes' sha256 is not the one the manifest records."""

@@ -409,7 +409,10 @@ def _fetch_stream(
         )
         if obj.role is None:
             _require_checkpoints(tool, dest)
-    except (ChecksumMismatch, Cancelled):
+    except ChecksumMismatch as exc:
+        exc.object_key = obj.key
+        raise
+    except Cancelled:
         raise
     except PipelineError as exc:
         if any(e is not None and e.is_set() for e in cancel):  # a sibling's failure stopped this one

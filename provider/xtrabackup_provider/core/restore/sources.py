@@ -62,6 +62,7 @@ def fetch_with_fallback(
         return fetch(usable[0], locate(usable[0]).item)
     failures: list[str] = []
     name = ""
+    damaged: dict[str, None] = {}  # the objects the fetches failed on, in order (a backup has several)
     for source in usable:
         try:
             here = locate(source)
@@ -83,14 +84,17 @@ def fetch_with_fallback(
         try:
             result = fetch(source, here.item)
         except STORE_SIDE as exc:
-            text = one_line(exc).removeprefix(f"{what}: {here.obj.key}: ")  # said once, in front
+            key = getattr(exc, "object_key", "") or here.obj.key
+            damaged[key.rsplit("/", 1)[-1]] = None
+            text = one_line(exc).removeprefix(f"{what}: {key}: ")  # said once, in front
             failures.append(f"{source.name}: {text[:600]}")
             clear()
             continue
         if failures:
             targets.note(f"{what}: fetched from target {source.name} because " + "; ".join(failures))
         return result
-    raise NoIntactSource(f"{what}: no storage target holds {name or 'it'} intact: " + "; ".join(failures))
+    named = " and ".join(damaged) or name or "it"
+    raise NoIntactSource(f"{what}: no storage target holds {named} intact: " + "; ".join(failures))
 
 
 def backup_on(origin: Source, m: Manifest) -> Callable[[Source], Located[Manifest]]:

@@ -343,7 +343,9 @@ def stream_failure(what: str, exc: BaseException, store: ObjectStore, obj: Store
     StoredObjectDamaged when the stored bytes are not the backup's (a local failure otherwise)."""
     verdict = sha256_verdict(store, obj)
     kind = PipelineError if verdict.intact else StoredObjectDamaged
-    return kind(f"{what}: {obj.key}: {exc}; {verdict}")
+    error = kind(f"{what}: {obj.key}: {exc}; {verdict}")
+    error.object_key = obj.key
+    return error
 
 
 def sha256_verdict(store: ObjectStore, obj: StoredObject) -> Sha256Verdict:
