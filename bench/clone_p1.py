@@ -12,8 +12,10 @@ first in even ones (A B, B A, ...: neither method always runs right after the ot
   backup, ours   ``run_backup()`` into a LocalStore (flavour ``clone`` on MySQL: CLONE LOCAL into a
                  private staging dir, a server started once on the copy to read its position, the copy
                  streamed as xbstream; ``mariabackup`` on MariaDB: its stream) -> zstd 3 -> gpg -> file.
-  backup, shell  clone: ``mysql -e "CLONE LOCAL DATA DIRECTORY = 'DIR'"; tar -C DIR -cf - . | zstd -3 -T0
-                 | gpg --encrypt > FILE; sync FILE; rm -rf DIR``. mariabackup: ``mariabackup --backup
+  backup, shell  clone: ``mysql -e "CLONE LOCAL DATA DIRECTORY = 'DIR'"``; the settle (the product's
+                 settling server's argv started on DIR, its clone_status read with ``mysql``, ``mysqladmin
+                 shutdown``: the stage that gives the copy its binlog position and GTID set); ``tar -C DIR
+                 -cf - . | zstd -3 -T0 | gpg --encrypt > FILE; sync FILE; rm -rf DIR``. mariabackup: ``mariabackup --backup
                  --stream=xbstream ... | zstd -3 -T0 | gpg --encrypt > FILE; sync FILE`` (the provider's argv).
   restore, ours  ``restore()`` of that backup into an empty datadir (fetch, decrypt, decompress, extract;
                  mariabackup: prepare and move-back too).
@@ -328,6 +330,7 @@ class Bench:
             sql = f"CLONE LOCAL DATA DIRECTORY = '{copy}'"
             script = (
                 f"mysql --defaults-file={self.creds} -e {C.quote([sql])}\n"
+                f"{self.settle_script(copy, run_dir)}"
                 f"tar -C {copy} -cf - . | zstd -{ZSTD_LEVEL} -T0 -q | {enc} > {out}\n"
                 f"sync -- {out}\nrm -rf -- {copy}\n"
             )
@@ -349,7 +352,33 @@ class Bench:
         m = C.run_measured(C.shell_pipeline(script))
         m.check(f"backup, shell (run dir {run_dir})")
         self.last_shell = out
-        return Run(m.seconds, m.cpu_seconds, out.stat().st_size)
+        phases = {}
+        if (stamps := run_dir / "settle.time").exists():
+            t0, t1 = (float(t) for t in stamps.read_text().split())
+            phases["_settle"] = t1 - t0
+        return Run(m.seconds, m.cpu_seconds, out.stat().st_size, phases)
+
+    def settle_script(self, copy: Path, run_dir: Path) -> str:
+        """The shell's settle, the stage that gives a clone its binlog position and GTID set: the
+        product's settling server's argv on the copy, one query on its socket, a clean shutdown."""
+        target = MySQLTarget(
+            host=None, socket=str(self.server.socket), user="root", password=self.server.root_password
+        )
+        settler = clone_backup.settling_server(
+            copy, run_dir / "settle", 1, clone_backup.server_layout(target), None
+        )
+        sock, client = settler.socket, f"--no-defaults -S {settler.socket} -uroot"
+        query = (
+            "SELECT STATE, BINLOG_FILE, BINLOG_POSITION, GTID_EXECUTED FROM performance_schema.clone_status"
+        )
+        return (
+            f"t0=$(date +%s.%N); mkdir -p {settler.tmpdir}\n"
+            f"{C.quote(settler.server_args())} > /dev/null 2>&1 &\n"
+            f"until [ -S {sock} ] && mysqladmin {client} ping > /dev/null 2>&1; do sleep 0.05; done\n"
+            f"mysql {client} -N -e {C.quote([query])} > {run_dir / 'position'}\n"
+            f"mysqladmin {client} shutdown; wait\n"
+            f'rm -f -- {copy}/auto.cnf; echo "$t0 $(date +%s.%N)" > {run_dir / "settle.time"}\n'
+        )
 
     # -- restore
     def restore_ours(self) -> Run:
@@ -570,7 +599,7 @@ def main(argv: list[str] | None = None) -> int:
                     runs[key].append(run)
                     getattr(pair, who)[stage] = run.seconds
                     if stage == "backup" and family == "mysql":
-                        # What the clone costs beside the settling server the shell has no stage for.
+                        # What the clone costs beside the settling server (both methods run one).
                         settle = run.phases.get("_settle", 0.0)
                         getattr(pair, who)[LESS_SETTLE] = run.seconds - settle
                     C.log(f"  {run.seconds:.2f} s wall, {run.cpu_seconds:.2f} s CPU")

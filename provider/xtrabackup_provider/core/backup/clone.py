@@ -163,7 +163,7 @@ def _clone(target: Server, copy: Path, where: str) -> None:
             ) from exc
 
 
-def _server_layout(target: Server) -> list[str]:
+def server_layout(target: Server) -> list[str]:
     """The source's settings a server on its copy must share to open it."""
     with connection(target) as conn:
         cur = conn.cursor()
@@ -176,17 +176,24 @@ def _server_layout(target: Server) -> list[str]:
     ]
 
 
-def _settle(target: Server, copy: Path, basedir: Path, facts: ServerFacts, mysqld: str | None) -> Settled:
-    """Start a server on the copy once: it finishes the clone and reports the copy's position."""
-    server = SandboxServer.on_datadir(
+def settling_server(
+    copy: Path, basedir: Path, server_id: int, layout: list[str], mysqld: str | None
+) -> SandboxServer:
+    """The server started once on a copy (socket only, no binlog, no grants, no keys): not started."""
+    return SandboxServer.on_datadir(
         copy,
         basedir,
-        server_id=facts.server_id,
+        server_id=server_id,
         family="mysql",
         log_bin=False,
-        extra_args=["--plugin-load-add=mysql_clone.so", *_SETTLER_NO_KEYS, *_server_layout(target)],
+        extra_args=["--plugin-load-add=mysql_clone.so", *_SETTLER_NO_KEYS, *layout],
         mariadbd=mysqld or "mysqld",
     )
+
+
+def _settle(target: Server, copy: Path, basedir: Path, facts: ServerFacts, mysqld: str | None) -> Settled:
+    """Start a server on the copy once: it finishes the clone and reports the copy's position."""
+    server = settling_server(copy, basedir, facts.server_id, server_layout(target), mysqld)
     try:
         server.start()
     except FileNotFoundError as exc:
