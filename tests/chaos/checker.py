@@ -59,7 +59,7 @@ from sampling import (
     time_points,
     transaction_ends,
 )
-from storeview import HostView, StoreReader
+from storeview import HostView, StoreReader, window_binlogs
 
 from helpers import RUN, parse_gtid_pos, replay_until, restored_checksums
 from xtrabackup_provider.core.db.sandbox import SandboxServer, table_checksums
@@ -315,7 +315,7 @@ class Checker:
                 nxt = fulls[i + 1] if i + 1 < len(fulls) else None
                 # A window's binlogs are its full's server's: a re-seeded replica's history ends there.
                 server = view.manifests[full].get("server_uuid")
-                high, times = shipped(view, server)
+                high, times = shipped(view, view.manifests[full])
                 nxt_seq = _seq(view.manifests[nxt]["gtid"]) if nxt else high
                 end = min(nxt_seq, high)
                 closed = nxt is not None and (
@@ -327,7 +327,7 @@ class Checker:
                     self._draw(c, view, full, end, times, closed, offsite)
             if final and fulls and c not in self.standby_planned:
                 self.standby_planned.add(c)
-                self._standby(c, shipped(view, view.manifests[fulls[-1]].get("server_uuid"))[0])
+                self._standby(c, shipped(view, view.manifests[fulls[-1]])[0])
 
     def _chain_target(self, c: str, view: HostView, full: str, nxt: str | None, offsite: HostView) -> None:
         chain = [
@@ -372,7 +372,7 @@ class Checker:
         shipped now (the standby may hold a backup newer than the plan saw)."""
         _reader, view = self.views()[("primary", c)]
         fulls = sorted(b for b, m in view.manifests.items() if m.get("kind") == "full" and m.get("gtid"))
-        high = shipped(view, view.manifests[fulls[-1]].get("server_uuid"))[0] if fulls else 0
+        high = shipped(view, view.manifests[fulls[-1]])[0] if fulls else 0
         if high > seq:
             self.pending.append(Target(c, high, "pitr", f"0-{self.source_id(c)}-{high}", fulls[-1], time.time(),
                                        why="standby, newest shipped", store="standby"))  # fmt: skip
@@ -417,10 +417,10 @@ class Checker:
                 self.skipped += 1  # the reference replica has passed it (checked in GTID order)
             return
         self.windows += 1
-        server = view.manifests[full].get("server_uuid")
-        binlogs = [Binlog(str(m.get("name")), _seq(m.get("gtid_first")), _seq(m.get("gtid_last")), partial)
-                   for partial, group in ((False, view.binlogs), (True, view.partials))
-                   for m in group.values() if m.get("server_uuid") == server]  # fmt: skip
+        # Only the binlogs a replay from the full reads: a re-seeded server's restarted .000001 is not.
+        partials = {id(m) for m in view.partials.values()}
+        binlogs = [Binlog(str(m.get("name")), _seq(m.get("gtid_first")), _seq(m.get("gtid_last")), id(m) in partials)
+                   for m in window_binlogs(view, view.manifests[full])]  # fmt: skip
         moments = self.moments(c)
         tx = self.ledger.acked(c) if self.ledger else []
         edges = candidates(low, end, binlogs, [(acked_at(tx, t), why) for t, why in moments if tx])
@@ -431,7 +431,7 @@ class Checker:
                 self.rng, self.ledger.rows_of(c), low, end, moments, n_time, not_before=began
             )
         # One --to-gtid point restored from the offsite copy, where that store holds the window.
-        reach = shipped(offsite, server)[0] if full in offsite.manifests else 0
+        reach = shipped(offsite, offsite.manifests[full])[0] if full in offsite.manifests else 0
         there = [i for i, p in enumerate(points) if p.kind == "gtid" and p.seq <= reach]
         from_offsite = self.rng.choice(there) if there else -1
         say(f"checker: PITR window of {c} from {full} to seq {end}: {len(points)} point(s) "
@@ -582,9 +582,8 @@ class Checker:
     def position_of(self, t: Target, work: Path) -> str | None:
         reader, view = self.views()[("primary", t.cluster)]
         full = view.manifests.get(t.backup_id)
-        server = full.get("server_uuid") if full else None
-        holding = [m for m in (*view.binlogs.values(), *view.partials.values())
-                   if m.get("server_uuid") == server and span_of(m).first <= t.seq <= span_of(m).last]  # fmt: skip
+        holding = [m for m in (window_binlogs(view, full) if full else [])
+                   if span_of(m).first <= t.seq <= span_of(m).last]  # fmt: skip
         if not holding:
             return None
         m = holding[0]
@@ -679,13 +678,12 @@ def say(text: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {text}", flush=True)
 
 
-def shipped(view: HostView, server: str | None) -> tuple[int, list[tuple[int, int, float]]]:
-    """The newest domain-0 sequence shipped from `server` (complete and partial binlog manifests),
-    and (first seq, last seq, newest event time) of each of its shipped binlogs."""
+def shipped(view: HostView, full: dict[str, Any]) -> tuple[int, list[tuple[int, int, float]]]:
+    """The newest domain-0 sequence a PITR from `full` reaches (storeview.window_binlogs: its
+    server's binlogs from its own on, without a hole), and (first seq, last seq, newest event time)
+    of each of those binlogs."""
     spans = []
-    for m in [*view.binlogs.values(), *view.partials.values()]:
-        if m.get("server_uuid") != server:
-            continue
+    for m in window_binlogs(view, full):
         first, last = _seq(m.get("gtid_first") or ""), _seq(m.get("gtid_last") or "")
         newest = m.get("covers_until") or m.get("last_event_time") or m.get("shipped_at")
         spans.append((first, last, _epoch(newest)))

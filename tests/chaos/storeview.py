@@ -146,3 +146,28 @@ class StoreReader:
             except (ValueError, KeyError, AssertionError) as exc:
                 view.unreadable.append(f"{key}: {exc}")
         return view
+
+
+def window_binlogs(view: HostView, full: dict[str, Any]) -> list[dict[str, Any]]:
+    """The binlog manifests a PITR from `full` replays: its server's, from the binlog its position
+    names on, numbered without a hole, up to the open binlog's partial (a complete manifest wins
+    over a stale partial of the same binlog). A binlog of that server numbered before the full's
+    is another history: the server's binlogs restarted at .000001 (a re-seed under the same
+    server_id) and no replay from the full reads it. No position: every binlog of the server."""
+    server = full.get("server_uuid")
+    mine: dict[str, tuple[dict[str, Any], bool]] = {}
+    for partial, group in ((False, view.binlogs), (True, view.partials)):
+        for m in group.values():
+            if m.get("server_uuid") == server:
+                mine.setdefault(str(m.get("name")), (m, partial))
+    start = full.get("binlog_file")
+    if not start:
+        return [m for m, _partial in mine.values()]
+    base, digits = str(start).rsplit(".", 1)
+    number, out = int(digits), []
+    while (found := mine.get(f"{base}.{number:0{len(digits)}d}")) is not None:
+        out.append(found[0])
+        if found[1]:  # the open binlog: nothing after it is shipped yet
+            break
+        number += 1
+    return out
