@@ -403,6 +403,45 @@ def test_a_new_binlog_history_under_the_old_names_is_refused_and_the_stored_one_
         assert catalog.store.head(seg.object.key) is not None, "a segment of the old history was deleted"
 
 
+@pytest.mark.parametrize(
+    ("mode", "backup_at"),
+    [("continuous", "a later binlog"), ("batch", "further into mysql-bin.000001")],
+)
+def test_a_reset_before_anything_was_shipped_is_refused_against_the_servers_backup(
+    mariadb, s3_server, bucket, gpg_keys, mode, backup_at
+):
+    """The server's backup names a binlog position; none of its binlogs is shipped yet; then its
+    binlogs restart at .000001 (RESET MASTER here). The new files are no binlogs of the backup's
+    history: stored under the server's name, a point-in-time recovery from the backup would read
+    them from the backup's position once they reach it. Refused, naming the backup, and nothing
+    stored. Found by the chaos run (seed 120503): a replica re-seeded a second time under the
+    server_id its full of 3 minutes before was taken with (its unshipped binlogs went with the
+    datadir) shipped its new mysql-bin.000001 under the old server's name for 10 minutes."""
+    db = _table(mariadb)
+    catalog = _catalog(s3_server, bucket)
+    if backup_at == "a later binlog":
+        _write(mariadb, db, 5, flush=True)
+        _write(mariadb, db, 5, flush=True)
+    else:  # the backup far into .000001, past where the new .000001 ends
+        mariadb.query("RESET MASTER")
+        _write(mariadb, db, 600)
+    run_backup(BackupRequest(catalog=catalog, target=_target(mariadb), allow_unencrypted=True, kind="full"))
+    (backup,) = catalog.manifests()
+    _write(mariadb, db, 5)  # never shipped
+    _reset_history(mariadb, db)
+    if mode == "batch":
+        mariadb.query("FLUSH BINARY LOGS")  # the new mysql-bin.000001 is closed: batch ships closed ones
+
+    with pytest.raises(BinlogError, match="reset") as info:
+        if mode == "batch":
+            ship_binlogs(_request(mariadb, catalog, gpg_keys))
+        else:
+            ship_continuous(_request(mariadb, catalog, gpg_keys), duration=3, progress_interval=0.2)
+    assert backup.backup_id in str(info.value) and f"{backup.binlog_file}" in str(info.value), info.value
+    index = BinlogCatalog(catalog, server_facts(_target(mariadb)).server_uuid).index()
+    assert not index.complete and not index.partial, "the new history was stored under the server's name"
+
+
 def test_cli_ships_and_lists_binlogs_without_airflow(mariadb, tmp_path, capsys):
     db = _table(mariadb)
     _write(mariadb, db, 2, flush=True)

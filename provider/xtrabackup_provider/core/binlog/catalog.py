@@ -541,6 +541,29 @@ def check_not_reset(index: BinlogIndex, server_logs: list[tuple[str, int]], wher
     raise BinlogError(f"{where}: {found} (server {index.server_uuid}); {_RESET_ADVICE}")
 
 
+def check_backup_reached(backup: Manifest | None, server_logs: list[tuple[str, int]], where: str) -> None:
+    """Before any binlog of a server is shipped, its newest backup is the only record of its binlog
+    history: the server must still be at or past the backup's position. Writing a binlog numbered
+    below the backup's, or listing the backup's binlog shorter than its position, the server began
+    a new history under the old names (RESET MASTER, a datadir re-seeded under the same server_id):
+    shipped under its name, a point-in-time recovery from the backup would read it from there."""
+    if backup is None or not backup.binlog_file or backup.binlog_position is None or not server_logs:
+        return
+    base, number = binlog_number(backup.binlog_file)
+    open_base, open_number = binlog_number(server_logs[-1][0])
+    if open_base != base:
+        return  # log_bin renamed: binlogs of two basenames do not compare
+    at = f"backup {backup.backup_id} was taken at {backup.binlog_file}:{backup.binlog_position}"
+    size = dict(server_logs).get(backup.binlog_file)
+    if open_number < number:
+        found = f"the server is writing {server_logs[-1][0]}, but {at}"
+    elif size is not None and size < backup.binlog_position:
+        found = f"the server's {backup.binlog_file} is {size} bytes, but {at}"
+    else:
+        return
+    raise BinlogError(f"{where}: {found}, and none of its binlogs is shipped yet; {_RESET_ADVICE}")
+
+
 _RESET_ADVICE = (
     "the server's binlogs were reset (RESET MASTER?) or another server reports the same identity (a server "
     "restored into the old one's place needs a server_id of its own and `xtrabackup-provider promote`, then a "

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..catalog.backups import Catalog
 from ..catalog.lock import DEFAULT_LEASE, SHIP_LOCK_NAME, HostLock
-from ..catalog.manifest import StoredObject
+from ..catalog.manifest import Manifest, StoredObject
 from ..common import children
 from ..common.crashpoints import crash_point
 from ..common.files import sha256_range
@@ -50,6 +50,7 @@ from .catalog import (
     BinlogIndex,
     BinlogManifest,
     BinlogSegment,
+    check_backup_reached,
     check_not_reset,
     find_gap,
     server_uuids,
@@ -310,6 +311,8 @@ class BinlogShipper:
         index = self.index()
         closed = dict(logs[:-1])
         check_not_reset(index, logs, self.where)
+        if not index.complete and not index.partial:  # nothing shipped: its backups tell its history
+            check_backup_reached(self.newest_backup(), logs, self.where)
         gap = self.record_gap(index, [name for name, _ in logs])
         for name, size in closed.items():
             if name in index.complete:
@@ -331,6 +334,15 @@ class BinlogShipper:
         if gap is not None:
             raise self.gap_error(gap)
         return self.report
+
+    def newest_backup(self) -> Manifest | None:
+        """The newest backup of this server with binlog coordinates (unreadable manifests skipped)."""
+        mine = [
+            m
+            for m in self.req.catalog.manifests(problems=[])
+            if m.server_uuid == self.facts.server_uuid and m.binlog_file
+        ]
+        return max(mine, key=lambda m: m.backup_id, default=None)
 
     def drop_stale_partial(self, index: BinlogIndex, name: str) -> None:
         """A partial manifest beside its binlog's complete one: a run killed between registering the
