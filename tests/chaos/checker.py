@@ -409,7 +409,7 @@ class Checker:
         # The newest window at the end may not be shipped past its full yet (within SHIP_BOUND).
         if end < start and self.ledger is not None and (closed or time.time() - began > SHIP_BOUND):
             text = (f"{c}: the PITR window from {full} (seq {start}) ends at seq {end}, before its start: "
-                    "its server shipped nothing past its full")  # fmt: skip
+                    "its server shipped nothing a replay from it reads past it")  # fmt: skip
             self._judge(Finding("window", c, text, t=began), CUTS_HISTORY | STOPS_SHIPPING, time.time())
         low = max(start, self.at.get(c, 0))
         if end < low or (end == low and low > start):
