@@ -347,21 +347,12 @@ class Injector:
                 out.append((pid, argv, worker))
         return out
 
-    def _worker_of(self, pid: int) -> str | None:
+    def _worker_of(self, pid: int, orphans: bool = False) -> str | None:
         stack = self.fleet.stack
         roots = (
             {p.pid: name for name, p in stack.procs.items() if name.startswith("worker-")} if stack else {}
         )
-        for _ in range(20):
-            try:
-                pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                return None
-            if pid in roots:
-                return roots[pid]
-            if pid <= 1:
-                return None
-        return None
+        return worker_of(pid, roots, orphans)
 
     def kill_cli(self, rng: random.Random) -> Fault:
         # The host's worker too: its next backup run's log is the evidence, and a kill_worker that
@@ -650,10 +641,10 @@ class Injector:
             # The holder it names is the follower: a process under a worker that runs the shipping
             # DAG's task (it has no queue of its own: any worker).
             pid = int(re.findall(r"\(pid (\d+)\)", refused.group(0))[-1])
-            holder = self._worker_of(pid)
+            holder = self._worker_of(pid, orphans=True)
             shippers = {f"worker-{h.removesuffix('-worker')}" for h in self.running_hosts(dag)}
             verdict = self._binlogs_intact(c, after=time.time())
-            if holder not in shippers:
+            if holder not in shippers and holder != ORPHANED_TASK:
                 verdict = f"VIOLATION: the refusal names pid {pid} ({holder}), not the follower's (on {sorted(shippers)}); {verdict}"
             self.verdict(tag, verdict)
         finally:
@@ -1027,6 +1018,29 @@ class Injector:
 
     def _fenced(self, c: str, out: str, code: int | None, took: str | None) -> str:
         return fenced(out, code, took, set(self.primary().host(f"backups/{c}/{BACKUP_HOST}").manifests))
+
+
+ORPHANED_TASK = "an Airflow task whose worker was killed"
+
+
+def worker_of(pid: int, roots: dict[int, str], orphans: bool = False) -> str | None:
+    """The worker (named in `roots`, by its pid) whose process tree holds `pid`. With `orphans`, a
+    process under an `airflow supervisor:` whose worker is gone is ORPHANED_TASK: a SIGKILLed
+    Celery worker's task supervisors carry on, and their task with them (seed 120501: the shipping
+    follower of a killed worker still held its lock and renewed it)."""
+    supervised = False
+    for _ in range(20):
+        try:
+            title = Path(f"/proc/{pid}/cmdline").read_bytes()
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            return None
+        supervised = supervised or title.startswith(b"airflow supervisor:")
+        if pid in roots:
+            return roots[pid]
+        if pid <= 1:
+            break
+    return ORPHANED_TASK if orphans and supervised else None
 
 
 def _output(proc: subprocess.CompletedProcess[str]) -> str:

@@ -19,7 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deployment"))  # fleet.py's airflow_stack
 
-from faults import TAKEN_FROM, Injector, _gtid_seq, _stopped, forks  # noqa: E402
+from faults import ORPHANED_TASK, TAKEN_FROM, Injector, _gtid_seq, _stopped, forks, worker_of  # noqa: E402
 from xtrabackup_provider.core.catalog.backups import Catalog  # noqa: E402
 from xtrabackup_provider.core.catalog.lock import LOCK_NAME, HostLock  # noqa: E402
 from xtrabackup_provider.core.storage.local import LocalStore  # noqa: E402
@@ -105,3 +105,28 @@ def test_forks_names_a_parent_two_backups_continue_since_the_fault_only():
     assert forks(twice, t0) == ["2 backups registered since the kill name parent F (a forked chain)"]
     # Forked before the fault: not this fault's.
     assert forks(twice, datetime(2026, 12, 5, 8, 3, tzinfo=UTC).timestamp()) == []
+
+
+def test_a_task_outliving_its_killed_worker_is_told_from_a_stranger():
+    # A parent titled as Airflow's task supervisor, its child the task (the lock holder): with its
+    # worker's pid known it is that worker's; with the worker gone, an orphaned task, not unknown.
+    script = (
+        "import setproctitle, subprocess, sys; setproctitle.setproctitle('airflow supervisor: t1'); "
+        "child = subprocess.Popen(['sleep', '30']); print(child.pid, flush=True); sys.stdin.read()"
+    )
+    sup = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    plain = subprocess.Popen(["sleep", "30"])
+    try:
+        assert sup.stdout is not None
+        task = int(sup.stdout.readline())
+        assert worker_of(task, {os.getpid(): "worker-c1-r1"}, orphans=True) == "worker-c1-r1"
+        assert worker_of(task, {}, orphans=True) == ORPHANED_TASK
+        assert worker_of(task, {}) is None  # kill_tool's victims: only tools under a live worker
+        assert worker_of(plain.pid, {}, orphans=True) is None
+    finally:
+        sup.kill()
+        plain.kill()
+        sup.wait()
+        plain.wait()
