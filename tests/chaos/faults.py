@@ -1019,106 +1019,6 @@ class Injector:
     def _fenced(self, c: str, out: str, code: int | None, took: str | None) -> str:
         return fenced(out, code, took, set(self.primary().host(f"backups/{c}/{BACKUP_HOST}").manifests))
 
-
-ORPHANED_TASK = "an Airflow task whose worker was killed"
-
-
-def worker_of(pid: int, roots: dict[int, str], orphans: bool = False) -> str | None:
-    """The worker (named in `roots`, by its pid) whose process tree holds `pid`. With `orphans`, a
-    process under an `airflow supervisor:` whose worker is gone is ORPHANED_TASK: a SIGKILLed
-    Celery worker's task supervisors carry on, and their task with them (seed 120501: the shipping
-    follower of a killed worker still held its lock and renewed it)."""
-    supervised = False
-    for _ in range(20):
-        try:
-            title = Path(f"/proc/{pid}/cmdline").read_bytes()
-            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except OSError:
-            return None
-        supervised = supervised or title.startswith(b"airflow supervisor:")
-        if pid in roots:
-            return roots[pid]
-        if pid <= 1:
-            break
-    return ORPHANED_TASK if orphans and supervised else None
-
-
-def _output(proc: subprocess.CompletedProcess[str]) -> str:
-    return proc.stdout + proc.stderr
-
-
-def _streams(manifest: dict[str, Any]) -> list[tuple[str, int]]:
-    """(sha256, size) of a backup manifest's streams: two targets' copies hold the same bytes."""
-    return [(str(o.get("sha256")), int(o["size"])) for o in manifest.get("objects", [])]
-
-
-def forks(manifests: list[dict[str, Any]], since: float) -> list[str]:
-    """Each parent that two or more backups finished since `since` continue: a chain forked, as
-    when one run registered twice or two runs of a host ran at once."""
-    parents = Counter(
-        str(m["parent_id"]) for m in manifests if m.get("parent_id") and _epoch(m.get("finished_at")) >= since
-    )
-    return [
-        f"{n} backups registered since the kill name parent {p} (a forked chain)"
-        for p, n in parents.items()
-        if n > 1
-    ]
-
-
-def fenced(out: str, code: int | None, took: str | None, registered: set[str]) -> str:
-    """ "ok: ..." when a run resumed past its lease registered nothing: a run took its lock over
-    (`took`: that line), it failed saying so (`out`, `code`) and `registered` (the backup ids on
-    the store) lacks the backup it was about to register; else "VIOLATION: ..."."""
-    m = re.search(r"not registering (\S+): nothing was registered or deleted by this run", out)
-    if took is None:
-        return f"VIOLATION: no run took the paused run's lock over; it ended with exit {code}: {out.strip()[-300:]}"
-    if code == 0 or m is None:
-        return f"VIOLATION: the resumed run was not fenced: exit {code}: {out.strip()[-400:]}"
-    if m.group(1) in registered:
-        return f"VIOLATION: the resumed run was refused, yet {m.group(1)} is registered"
-    return f"ok: the resumed run (exit {code}) registered nothing: no manifest of {m.group(1)}"
-
-
-def verify_lines(backup_id: str, name: str, damaged: list[str]) -> dict[str, str]:
-    """Storage target -> the line `backups verify --deep` must print for the backup whose object
-    `name` (its stream's file name) is damaged on the `damaged` targets."""
-    bid = re.escape(backup_id)
-    return {store: rf"^{store}\s+{bid}\s+" + (rf"FAILED[^\n]*{re.escape(name)}" if store in damaged else "OK")
-            for store in ("primary", "offsite")}  # fmt: skip
-
-
-def restore_line(what: str, subject: str, name: str, damaged: list[str]) -> str:
-    """What a restore (a backup's, or a PITR through a binlog) must print when object `name` of
-    `subject` is damaged on the `damaged` targets: the primary alone, a fallback note; both, a
-    refusal naming it; the offsite copy read alone, its name in the error."""
-    if damaged == ["primary"]:
-        return rf"note: {what} {re.escape(subject)}: fetched from target offsite because primary: "
-    if len(damaged) == 2:
-        return rf"no storage target holds {re.escape(name)} intact"
-    return re.escape(name)
-
-
-def _segments(manifest: dict[str, Any]) -> list[tuple[str, int]]:
-    """(sha256, size) of a binlog manifest's segment objects."""
-    return [(str(s["object"].get("sha256")), int(s["object"]["size"])) for s in manifest.get("segments", [])]
-
-
-def _gtid_seq(gtid: Any) -> int:
-    """The domain-0 sequence number of a MariaDB GTID position ("0-1-42,1-2-7" -> 42; 0: none)."""
-    for g in str(gtid or "").split(","):
-        parts = g.strip().split("-")
-        if len(parts) == 3 and parts[0] == "0" and parts[2].isdigit():
-            return int(parts[2])
-    return 0
-
-
-def _stopped(pid: int) -> bool:
-    """The process is stopped (SIGSTOP: state T)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
-    except (OSError, IndexError):
-        return False
-
     # -- the workers' temp directory full (issue 39 item 4) ------------------------------------------
 
     def spool_full(self, rng: random.Random) -> Fault:
@@ -1227,6 +1127,106 @@ def _stopped(pid: int) -> bool:
             return f"VIOLATION: {'; '.join(wrong)}"[:800]
         return (f"ok: the {len(victims)} task(s) running or queued at the kill ended {dict(ended)}; every cluster's "
                 f"backup DAG ran a task started after the restart to success; no chain forked")  # fmt: skip
+
+
+ORPHANED_TASK = "an Airflow task whose worker was killed"
+
+
+def worker_of(pid: int, roots: dict[int, str], orphans: bool = False) -> str | None:
+    """The worker (named in `roots`, by its pid) whose process tree holds `pid`. With `orphans`, a
+    process under an `airflow supervisor:` whose worker is gone is ORPHANED_TASK: a SIGKILLed
+    Celery worker's task supervisors carry on, and their task with them (seed 120501: the shipping
+    follower of a killed worker still held its lock and renewed it)."""
+    supervised = False
+    for _ in range(20):
+        try:
+            title = Path(f"/proc/{pid}/cmdline").read_bytes()
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            return None
+        supervised = supervised or title.startswith(b"airflow supervisor:")
+        if pid in roots:
+            return roots[pid]
+        if pid <= 1:
+            break
+    return ORPHANED_TASK if orphans and supervised else None
+
+
+def _output(proc: subprocess.CompletedProcess[str]) -> str:
+    return proc.stdout + proc.stderr
+
+
+def _streams(manifest: dict[str, Any]) -> list[tuple[str, int]]:
+    """(sha256, size) of a backup manifest's streams: two targets' copies hold the same bytes."""
+    return [(str(o.get("sha256")), int(o["size"])) for o in manifest.get("objects", [])]
+
+
+def forks(manifests: list[dict[str, Any]], since: float) -> list[str]:
+    """Each parent that two or more backups finished since `since` continue: a chain forked, as
+    when one run registered twice or two runs of a host ran at once."""
+    parents = Counter(
+        str(m["parent_id"]) for m in manifests if m.get("parent_id") and _epoch(m.get("finished_at")) >= since
+    )
+    return [
+        f"{n} backups registered since the kill name parent {p} (a forked chain)"
+        for p, n in parents.items()
+        if n > 1
+    ]
+
+
+def fenced(out: str, code: int | None, took: str | None, registered: set[str]) -> str:
+    """ "ok: ..." when a run resumed past its lease registered nothing: a run took its lock over
+    (`took`: that line), it failed saying so (`out`, `code`) and `registered` (the backup ids on
+    the store) lacks the backup it was about to register; else "VIOLATION: ..."."""
+    m = re.search(r"not registering (\S+): nothing was registered or deleted by this run", out)
+    if took is None:
+        return f"VIOLATION: no run took the paused run's lock over; it ended with exit {code}: {out.strip()[-300:]}"
+    if code == 0 or m is None:
+        return f"VIOLATION: the resumed run was not fenced: exit {code}: {out.strip()[-400:]}"
+    if m.group(1) in registered:
+        return f"VIOLATION: the resumed run was refused, yet {m.group(1)} is registered"
+    return f"ok: the resumed run (exit {code}) registered nothing: no manifest of {m.group(1)}"
+
+
+def verify_lines(backup_id: str, name: str, damaged: list[str]) -> dict[str, str]:
+    """Storage target -> the line `backups verify --deep` must print for the backup whose object
+    `name` (its stream's file name) is damaged on the `damaged` targets."""
+    bid = re.escape(backup_id)
+    return {store: rf"^{store}\s+{bid}\s+" + (rf"FAILED[^\n]*{re.escape(name)}" if store in damaged else "OK")
+            for store in ("primary", "offsite")}  # fmt: skip
+
+
+def restore_line(what: str, subject: str, name: str, damaged: list[str]) -> str:
+    """What a restore (a backup's, or a PITR through a binlog) must print when object `name` of
+    `subject` is damaged on the `damaged` targets: the primary alone, a fallback note; both, a
+    refusal naming it; the offsite copy read alone, its name in the error."""
+    if damaged == ["primary"]:
+        return rf"note: {what} {re.escape(subject)}: fetched from target offsite because primary: "
+    if len(damaged) == 2:
+        return rf"no storage target holds {re.escape(name)} intact"
+    return re.escape(name)
+
+
+def _segments(manifest: dict[str, Any]) -> list[tuple[str, int]]:
+    """(sha256, size) of a binlog manifest's segment objects."""
+    return [(str(s["object"].get("sha256")), int(s["object"]["size"])) for s in manifest.get("segments", [])]
+
+
+def _gtid_seq(gtid: Any) -> int:
+    """The domain-0 sequence number of a MariaDB GTID position ("0-1-42,1-2-7" -> 42; 0: none)."""
+    for g in str(gtid or "").split(","):
+        parts = g.strip().split("-")
+        if len(parts) == 3 and parts[0] == "0" and parts[2].isdigit():
+            return int(parts[2])
+    return 0
+
+
+def _stopped(pid: int) -> bool:
+    """The process is stopped (SIGSTOP: state T)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+    except (OSError, IndexError):
+        return False
 
 
 def _ti_state(stack: Any, ti: list[str]) -> str | None:
