@@ -41,29 +41,30 @@ FINDINGS: dict[str, tuple[re.Pattern[str], frozenset[str], float]] = {
     "restore_test": (
         re.compile(r"the last restore test \(|no restore test has passed yet|restore test passed [^;]*, over"),
         frozenset({"kill_worker", "kill_tool", "restart_db", "scratch_full", "reseed_replica", "s3_partition",
-                   "damage_object", "kill_scheduler", "kill_redis", "spool_full"}),
+                   "damage_object", "kill_scheduler", "kill_redis", "spool_full", "restart_s3"}),
         25 * MIN,
     ),
     "rpo": (
         re.compile(r"over the RPO|no restorable backup"),
         frozenset({"kill_worker", "kill_tool", "kill_cli", "restart_db", "clock_skew", "reseed_replica", "s3_partition",
-                   "pause_past_lease", "kill_scheduler", "kill_redis", "spool_full", "clock_ahead"}),
+                   "pause_past_lease", "kill_scheduler", "kill_redis", "spool_full", "clock_ahead", "restart_s3"}),
         25 * MIN,
     ),
     "binlogs": (
         re.compile(r"binlogs shipped up to [^;]*, over|no binlog is shipped|binlog gap |binlog lag unknown|"
                    r"cannot read the shipped binlogs|cannot read the binlog gaps"),
-        frozenset({"kill_worker", "restart_db", "reseed_replica", "s3_partition", "kill_redis", "spool_full"}),
+        frozenset({"kill_worker", "restart_db", "reseed_replica", "s3_partition", "kill_redis", "spool_full",
+                   "restart_s3", "pause_shipper"}),
         16 * MIN,
     ),
     "copies": (
         re.compile(r"copy target \S+ cannot be read|copies on \S+: \d+ backup\(s\) behind, the oldest finished (?P<age>[^,;]+) ago"),
-        frozenset({"kill_worker", "kill_tool", "s3_partition", "kill_redis", "spool_full"}),
+        frozenset({"kill_worker", "kill_tool", "s3_partition", "kill_redis", "spool_full", "restart_s3"}),
         25 * MIN,
     ),
     "storage": (
         re.compile(r"cannot read the catalog|unreadable manifest|unreadable restore report|cannot read the restore tests|not restorable: "),
-        frozenset({"s3_partition", "damage_object"}),
+        frozenset({"s3_partition", "damage_object", "restart_s3"}),
         5 * MIN,
     ),
 }  # fmt: skip
@@ -285,7 +286,11 @@ def _explains(finding: str, alert: Alert, faults: list[Fault], proxy: list[Proxy
             continue
         if f.evidence is None or f.seen is None:
             continue  # no victim, or its effect never showed: it explains nothing
-        if f.kind == "s3_partition" and f.note == "offsite" and finding != "copies":
+        if (
+            f.kind in ("s3_partition", "restart_s3")
+            and f.note.split(":")[0] == "offsite"
+            and finding != "copies"
+        ):
             continue  # the offsite copies' endpoint: only the copies can suffer
         if f.t0 <= alert.t <= f.t1 + bound:
             return f"{f.kind} {f.target} at {_hms(f.t0)}"

@@ -15,12 +15,16 @@ under libfaketime), reseed_replica, s3_partition (an endpoint down for minutes, 
 against it meanwhile), second_shipper (a CLI `binlogs ship` beside the follower: refused by the
 shipping lock, and every binlog manifest still names its own bytes), second_restore (two CLI
 restores into one new target started together: one refused by the target's lock, the other's
-restore intact). The proxies' background faults (latency, 5xx, SlowDown, resets, truncated
+restore intact), restart_s3 (an endpoint's fault proxy SIGKILLed and started again on its port
+after 15-60 s, a CLI `list` meanwhile), pause_shipper (the shipping follower SIGSTOPped past its
+lease, a CLI `binlogs ship` elsewhere takes its lock over, then SIGCONT: it registers nothing).
+The proxies' background faults (latency, 5xx, SlowDown, resets, truncated
 answers) are counted from their own logs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -64,10 +68,11 @@ CLI_CRASH_POINTS = (
 )
 KINDS = ("kill_worker", "kill_tool", "kill_cli", "restart_db", "scratch_full", "clock_skew",
          "reseed_replica", "s3_partition", "second_shipper", "second_restore", "damage_object",
-         "pause_past_lease", "kill_scheduler", "kill_redis", "spool_full", "clock_ahead")  # fmt: skip
+         "pause_past_lease", "kill_scheduler", "kill_redis", "spool_full", "clock_ahead", "restart_s3",
+         "pause_shipper")  # fmt: skip
 # Drawn only when CHAOS_FAULTS names them, not in the default bag: none has had a fleet run of its
 # own yet (clock_ahead's hole is closed on one server: tests/chaos/test_clock.py).
-OPT_IN = ("kill_scheduler", "kill_redis", "spool_full", "clock_ahead")
+OPT_IN = ("kill_scheduler", "kill_redis", "spool_full", "clock_ahead", "restart_s3", "pause_shipper")
 DEFAULT_KINDS = tuple(k for k in KINDS if k not in OPT_IN)
 # Kinds whose fault without a victim is not counted (issue 39): logged in faults.jsonl only.
 COUNTED_WITH_VICTIM_ONLY = frozenset(
@@ -80,6 +85,8 @@ COUNTED_WITH_VICTIM_ONLY = frozenset(
         "kill_redis",
         "spool_full",
         "clock_ahead",
+        "restart_s3",
+        "pause_shipper",
     }
 )
 BUSY = "cannot start: another"  # the host lock's refusal (core/catalog/lock.py)
@@ -100,6 +107,13 @@ TARGET_HELD = r"target datadir \S+ (is held by another restore \(|[^\n]*not an e
 HEARTBEAT_TIMEOUT = "audit:heartbeat timeout"
 KILL_CLI_BOUND = 900  # the next scheduled backup (every 4 minutes) or a later one takes the lock over
 # A run taking over the lock of a holder whose lease ran out, on another machine (core/catalog/lock.py).
+# An endpoint that refuses connections, as the product says it (botocore's EndpointConnectionError,
+# core/storage/s3.py s3_hint).
+S3_DOWN = r"(Could not connect to the endpoint URL|Connection refused|Cannot reach the S3 endpoint)"
+# A shipper taking the binlog shipping lock over from a holder whose lease ran out, and the holder
+# finding it lost that lock (core/catalog/lock.py: the renewal's or confirm()'s compare-and-swap).
+SHIP_TAKEN = r"taking over the stale lock \S*/{c}/{host}/binlog-ship\.lock of xtrabackup-provider binlog shipping of {c}/{host} on "
+SHIP_LOST = r"binlog shipping of {c}/{host} lost the host lock \S*/{c}/{host}/binlog-ship\.lock"
 TAKEN_FROM = r"taking over the stale lock \S*/{c}/{host}/backup\.lock of [^\n]*on elsewhere-{c} "
 
 
@@ -1019,6 +1033,154 @@ class Injector:
     def _fenced(self, c: str, out: str, code: int | None, took: str | None) -> str:
         return fenced(out, code, took, set(self.primary().host(f"backups/{c}/{BACKUP_HOST}").manifests))
 
+    # -- an S3 endpoint restarted (issue 39 item 4) -------------------------------------------------
+
+    def restart_s3(self, rng: random.Random) -> Fault:
+        """An endpoint restarted: moto keeps its data in memory, so the fault proxy in front of it
+        is what restarts (SIGKILL: connections in flight are cut), its port closed for 15-60 s,
+        then started again on that port with the same control file. Meanwhile a CLI `list` of a
+        cluster's host on that target: the product says it could not connect. The effect checked
+        after the restart: the same CLI succeeds again (the checker's invariants see that nothing
+        is lost). A CLI whose retries outlasted the downtime (exit 0) found no victim."""
+        held = self.claim(rng, [(f"endpoint:{n}",) for n in sorted(self.fleet.endpoints)])
+        try:
+            name = held[0].split(":")[1]
+            ep, c, down = self.fleet.endpoints[name], rng.choice(self.clusters()), rng.uniform(15, 60)
+            argv = ("list", "--cluster", c, "--host", BACKUP_HOST, "--target-store", name)
+            t0 = time.time()
+            tag = f"restart_s3-{name}-{t0:.0f}"  # its own logs: no other fault's evidence counts
+            proxy = ep.procs[1]
+            os.killpg(proxy.pid, signal.SIGKILL)
+            proxy.wait()
+            box: list[subprocess.CompletedProcess[str]] = []
+            try:
+                time.sleep(1)
+                victim = threading.Thread(
+                    target=lambda: box.append(self.cli(f"{tag}-down", *argv)), daemon=True
+                )
+                victim.start()
+                time.sleep(max(0.0, t0 + down - time.time()))
+            finally:  # never left down, whatever failed
+                ep.procs[1] = self.fleet.start_proxy(ep)
+            back = time.time()
+            victim.join(600)
+            during = (box[0].returncode, _output(box[0])) if box else (None, "it did not end in 10 minutes")
+            after = []
+            for _ in range(3):  # a background proxy fault may fail one try
+                proc = self.cli(f"{tag}-after", *argv)
+                after.append((proc.returncode, _output(proc)))
+                if proc.returncode == 0:
+                    break
+                time.sleep(10)
+            verdict = restarted(during, after)
+            self.verdict(tag, verdict)
+        finally:
+            self.release(held)
+        target = f"{name} down {back - t0:.0f} s"
+        if during[0] == 0:
+            return Fault(
+                "restart_s3", target, t0, None, clusters=self.clusters(), note=f"{name}: {verdict}"[:400]
+            )
+        return Fault("restart_s3", target, t0, S3_DOWN, more_evidence=[r"restart_s3 verdict: ok"],
+                     bound_s=time.time() - t0 + 120, where=f"-{tag}", clusters=self.clusters(),
+                     note=f"{name}: {verdict}"[:400])  # fmt: skip
+
+    # -- a shipping follower that outlives its lease (issue 39 item 4) -------------------------------
+
+    def pause_shipper(self, rng: random.Random) -> Fault:
+        """The binlog shipping follower of a cluster (the task process that holds the host's
+        shipping lock, under a worker) stopped with SIGSTOP, as a paused VM; its mariadb-binlog
+        child goes on writing its local copy. On this machine the lock trusts the process table (a
+        stopped process lives), so past the 2-minute lease a CLI `binlogs ship --continuous 60`
+        runs as another machine (its own hostname: a UTS namespace) and takes the lock over; then
+        SIGCONT. The effect: the resumed follower says it lost the lock and registers nothing (no
+        manifest names an object of its upload id that none named at the pause: core/binlog/ship.py
+        confirm()s before each manifest), its task ends, and every binlog manifest of the host
+        still names its own bytes. No follower holding the lock: no victim."""
+        held = self.claim(rng, [(f"shipper:{c}", f"server:{c}-r1") for c in self.clusters()])
+        try:
+            c = held[0].split(":")[1]
+            dag, t0 = f"mysql_binlog_shipping_{c}", time.time()
+            tag = f"pause_shipper-{c}-{t0:.0f}"
+            while not (victims := self.running(dag)) and time.time() < t0 + 360:
+                time.sleep(2)  # the follower runs 4 of every 5 minutes
+            time.sleep(rng.uniform(5, 20))  # past its start: it holds the lock
+            lock = f"backups/{c}/{BACKUP_HOST}/binlog-ship.lock"
+            holder = self._lock_body(lock)
+            pid = int(holder.get("pid") or 0)
+            if not victims or not pid or self._worker_of(pid, orphans=True) is None:
+                return Fault("pause_shipper", c, t0, None, clusters=[c],
+                             note=f"no follower under a worker held {lock}: {str(holder)[:200]}")  # fmt: skip
+            uid = str(holder["token"])[:8]  # core/binlog/ship.py upload_id: its objects' keys carry it
+            named = upload_keys(self._binlog_manifests(c), uid)
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                return Fault(
+                    "pause_shipper", c, t0, None, clusters=[c], note=f"the follower pid {pid} ended first"
+                )
+            paused = time.time()
+            try:
+                time.sleep(135)  # the 2-minute lease and the store clock's margin
+                took, taker, log = self._take_ship_lock(c, tag, patience=300)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            resumed = time.time()
+            lost = self._wait_for(SHIP_LOST.format(c=c, host=BACKUP_HOST), resumed - 5, 300)
+            stack = self.fleet.stack
+            assert stack is not None
+            deadline = time.time() + 300
+            while (state := _ti_state(stack, victims[0])) == "running" and time.time() < deadline:
+                time.sleep(5)
+            taken = _wait(taker, 400)
+            late = late_registrations(named, self._binlog_manifests(c), uid)
+            parts = [ship_fenced(took, lost, state, late), self._binlogs_intact(c, after=resumed)]
+            verdict = "; ".join(sorted(parts, key=lambda v: v.startswith("ok")))  # a violation first
+            debris = unnamed_uploads(self.primary(), f"backups/{c}/{BACKUP_HOST}/binlogs/", uid, paused)
+            self.verdict(tag, verdict)
+        finally:
+            self.release(held)
+        note = (f"pid {pid} paused {resumed - paused:.0f} s; taker exit {taken} ({Path(log).name}); follower {state}; "
+                f"{len(debris)} object(s) of its upload id stored after the pause and named by no manifest; {verdict}")  # fmt: skip
+        return Fault("pause_shipper", f"{c} follower pid {pid}", t0, SHIP_TAKEN.format(c=c, host=BACKUP_HOST),
+                     more_evidence=[SHIP_LOST.format(c=c, host=BACKUP_HOST), r"pause_shipper verdict: ok"],
+                     bound_s=time.time() - t0 + 120, clusters=[c], victims=victims, note=note[:600])  # fmt: skip
+
+    def _lock_body(self, key: str) -> dict[str, Any]:
+        reader = self.primary()
+        try:
+            return reader.get_json(key)
+        except (reader.client.exceptions.NoSuchKey, ValueError, AssertionError):
+            return {}
+
+    def _binlog_manifests(self, c: str) -> list[dict[str, Any]]:
+        view = self.primary().host(f"backups/{c}/{BACKUP_HOST}")
+        return [*view.binlogs.values(), *view.partials.values()]
+
+    def _take_ship_lock(
+        self, c: str, tag: str, patience: float
+    ) -> tuple[str | None, subprocess.Popen[bytes] | None, str]:
+        """A CLI `binlogs ship --continuous 60` of the cluster's host under another hostname, tried
+        again while the paused follower's lease lasts: (its takeover line, the running process, its
+        log), or (None, None, log) once `patience` ran out."""
+        argv = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', f"elsewhere-{c}",
+                sys.executable, "-c", RUN, "binlogs", "ship", "--continuous", "60", "--cluster", c,
+                "--host", BACKUP_HOST, "--config", str(self.fleet.config)]  # fmt: skip
+        (self.fleet.work / "cli").mkdir(exist_ok=True)
+        pattern, deadline = re.compile(SHIP_TAKEN.format(c=c, host=BACKUP_HOST)), time.time() + patience
+        while True:
+            log = self.fleet.work / "cli" / f"{time.time():.3f}-{tag}-taker.log"
+            with log.open("wb") as fh:
+                proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        env=self.env(), start_new_session=True)  # fmt: skip
+            while proc.poll() is None and not (hit := pattern.search(log.read_text(errors="replace"))):
+                time.sleep(1)
+            if hit := pattern.search(log.read_text(errors="replace")):
+                return hit.group(0), proc, str(log)
+            if time.time() > deadline:
+                return None, None, str(log)
+            time.sleep(10)  # refused: the lease has not run out by the store's clock yet
+
     # -- the workers' temp directory full (issue 39 item 4) ------------------------------------------
 
     def spool_full(self, rng: random.Random) -> Fault:
@@ -1186,6 +1348,85 @@ def fenced(out: str, code: int | None, took: str | None, registered: set[str]) -
     if m.group(1) in registered:
         return f"VIOLATION: the resumed run was refused, yet {m.group(1)} is registered"
     return f"ok: the resumed run (exit {code}) registered nothing: no manifest of {m.group(1)}"
+
+
+def restarted(during: tuple[int | None, str], after: list[tuple[int, str]]) -> str:
+    """restart_s3's verdict from the CLI run while the endpoint was down (exit, output) and its
+    tries after the restart: "ok: ..." when the first failed naming the connection (or rode the
+    downtime out) and a try after the restart succeeded; else "VIOLATION: ..."."""
+    code, out = during
+    if code is None:
+        return f"VIOLATION: the CLI run during the downtime did not end: {out.strip()[-300:]}"
+    if code != 0 and not re.search(S3_DOWN, out):
+        return f"VIOLATION: the CLI failed during the downtime without naming the connection: exit {code}: {out.strip()[-300:]}"
+    if not any(c == 0 for c, _ in after):
+        last = after[-1] if after else (None, "")
+        return f"VIOLATION: the CLI did not succeed after the restart ({len(after)} tries): exit {last[0]}: {last[1].strip()[-300:]}"
+    how = (
+        "its retries rode the downtime out" if code == 0 else f"it failed naming the connection (exit {code})"
+    )
+    return f"ok: during the downtime {how}; after the restart it succeeded"
+
+
+def upload_keys(manifests: list[dict[str, Any]], uid: str) -> set[str]:
+    """The keys of a shipping run's objects (its upload id in them) that binlog manifests name."""
+    return {
+        key
+        for m in manifests
+        for seg in m.get("segments", [])
+        for key, _size in pieces(seg["object"])
+        if f".{uid}." in key
+    }
+
+
+def late_registrations(named: set[str], manifests: list[dict[str, Any]], uid: str) -> list[str]:
+    """Objects of the paused run (upload id `uid`) that a manifest names now and none named at the
+    pause (`named`): registered by it after it was resumed."""
+    return sorted(upload_keys(manifests, uid) - named)
+
+
+def ship_fenced(took: str | None, lost: str | None, state: str | None, late: list[str]) -> str:
+    """pause_shipper's verdict: a shipper took the paused follower's lock over (`took`: its line),
+    the resumed follower said it lost the lock (`lost`), its task ended (`state`: the task
+    instance's), and it registered nothing after (`late`: its objects named since the pause)."""
+    if took is None:
+        return "VIOLATION: no shipper took the paused follower's lock over after its lease ran out"
+    if late:
+        return f"VIOLATION: the resumed follower registered {len(late)} object(s) after its lock was taken over: {', '.join(late)[:400]}"
+    if lost is None:
+        return f"VIOLATION: the resumed follower never said it lost the lock (its task: {state})"
+    if state == "running":
+        return "VIOLATION: the resumed follower's task is still running after it lost its lock"
+    return f"ok: taken over, the resumed follower said it lost the lock, registered nothing and its task ended ({state})"
+
+
+def unnamed_uploads(reader: StoreReader, prefix: str, uid: str, since: float) -> list[str]:
+    """Objects of the shipping run `uid` under `prefix` stored after `since` that no manifest names
+    (what a fenced run uploaded before its confirm() refused: debris retention removes)."""
+    view_keys = reader.list(prefix)
+    manifests = []
+    for key in view_keys:
+        if key.endswith(".json") and "/gaps/" not in key:
+            with contextlib.suppress(Exception):
+                manifests.append(reader.get_json(key))
+    named = upload_keys(manifests, uid)
+    return sorted(
+        k
+        for k, o in view_keys.items()
+        if f".{uid}." in k and o.modified.timestamp() > since and k not in named
+    )
+
+
+def _wait(proc: subprocess.Popen[bytes] | None, seconds: float) -> int | None:
+    """The exit of `proc` within `seconds` (killed after: None)."""
+    if proc is None:
+        return None
+    try:
+        return proc.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return None
 
 
 def verify_lines(backup_id: str, name: str, damaged: list[str]) -> dict[str, str]:

@@ -12,6 +12,7 @@ import json
 import os
 import secrets
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -190,15 +191,11 @@ class Fleet:
             ep = Endpoint(name, f"chaos-{name}", free_port(), free_port(), self.work / f"proxy-{name}.json",
                           self.work / f"proxy-{name}.log")  # fmt: skip
             ep.control_set(seed=0)  # clean until the fault phase starts
-            env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
             with open(self.work / f"moto-{name}.log", "ab") as log:
                 ep.procs.append(subprocess.Popen(
                     [str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(ep.moto_port)],
                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True))  # fmt: skip
-                ep.procs.append(subprocess.Popen(
-                    [sys.executable, str(HERE / "s3chaos.py"), "--upstream", ep.direct, "--port", str(ep.proxy_port),
-                     "--control", str(ep.control), "--log", str(ep.log)],
-                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True))  # fmt: skip
+            ep.procs.append(self.start_proxy(ep, wait=False))
             self.endpoints[name] = ep
         for ep in self.endpoints.values():
             deadline = time.monotonic() + 120
@@ -209,6 +206,28 @@ class Fleet:
                 except Exception:
                     assert time.monotonic() < deadline, f"moto {ep.name} did not start"
                     time.sleep(1)
+
+    def start_proxy(self, ep: Endpoint, wait: bool = True) -> subprocess.Popen[bytes]:
+        """The endpoint's fault proxy (tests/chaos/s3chaos.py) on its port, with its control file;
+        `wait`: until it accepts connections (restart_s3 starts it again on a port just closed)."""
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        with open(self.work / f"moto-{ep.name}.log", "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, str(HERE / "s3chaos.py"), "--upstream", ep.direct, "--port", str(ep.proxy_port),
+                 "--control", str(ep.control), "--log", str(ep.log)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)  # fmt: skip
+        deadline = time.monotonic() + 60
+        while wait:
+            try:
+                socket.create_connection(("127.0.0.1", ep.proxy_port), timeout=2).close()
+                break
+            except OSError:
+                assert proc.poll() is None, (
+                    f"the {ep.name} proxy exited {proc.returncode} (moto-{ep.name}.log)"
+                )
+                assert time.monotonic() < deadline, f"the {ep.name} proxy did not listen within 60 s"
+                time.sleep(0.5)
+        return proc
 
     # -- the fleet config ---------------------------------------------------------------------------
 

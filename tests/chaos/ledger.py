@@ -41,7 +41,17 @@ SHIP_BOUND = 8 * 60.0  # an acknowledged transaction is shipped within this (the
 # Fault kinds that can stop a cluster's binlog shipping for a while (the follower's worker, its
 # server, its endpoint, its gpg), and those that cut the backed-up server's history (a re-seed:
 # what the old server had not shipped is gone with its datadir).
-STOPS_SHIPPING = frozenset({"kill_worker", "kill_tool", "restart_db", "reseed_replica", "s3_partition"})
+STOPS_SHIPPING = frozenset(
+    {
+        "kill_worker",
+        "kill_tool",
+        "restart_db",
+        "reseed_replica",
+        "s3_partition",
+        "restart_s3",
+        "pause_shipper",
+    }
+)
 CUTS_HISTORY = frozenset({"reseed_replica"})
 # How long after a fault ends its effect on shipping may last: the follower's next scheduled run
 # (every 5 minutes, 4 of following) and the bound itself.
@@ -98,8 +108,8 @@ def stops_shipping(kind: str, target: str, note: str, victims: Iterable[Sequence
         return any("binlog_shipping" in v[0] and v[1] == "ship_binlogs" for v in victims if len(v) > 1)
     if kind == "restart_db":
         return target.split(" ")[0].endswith("-r1")
-    if kind == "s3_partition":
-        return note == "primary"
+    if kind in ("s3_partition", "restart_s3"):
+        return note.split(":")[0] == "primary"
     return kind in STOPS_SHIPPING
 
 

@@ -8,20 +8,40 @@ import logging
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deployment"))  # fleet.py's airflow_stack
 
-from faults import ORPHANED_TASK, TAKEN_FROM, Injector, _gtid_seq, _stopped, forks, worker_of  # noqa: E402
+from fleet import Endpoint, Fleet  # noqa: E402
+from ledger import stops_shipping  # noqa: E402
+
+from faults import (  # noqa: E402
+    ORPHANED_TASK,
+    SHIP_LOST,
+    SHIP_TAKEN,
+    TAKEN_FROM,
+    Injector,
+    _gtid_seq,
+    _stopped,
+    forks,
+    late_registrations,
+    restarted,
+    ship_fenced,
+    upload_keys,
+    worker_of,
+)
 from xtrabackup_provider.core.catalog.backups import Catalog  # noqa: E402
-from xtrabackup_provider.core.catalog.lock import LOCK_NAME, HostLock  # noqa: E402
+from xtrabackup_provider.core.catalog.lock import _HELD, LOCK_NAME, SHIP_LOCK_NAME, HostLock, HostLockBusy  # noqa: E402
+from xtrabackup_provider.core.db.sandbox import free_port  # noqa: E402
 from xtrabackup_provider.core.storage.local import LocalStore  # noqa: E402
 
 
@@ -130,3 +150,111 @@ def test_a_task_outliving_its_killed_worker_is_told_from_a_stranger():
         plain.kill()
         sup.wait()
         plain.wait()
+
+
+# -- restart_s3 and pause_shipper ---------------------------------------------------------------------
+
+
+def test_the_shipping_lock_lines_pause_shipper_waits_for_are_the_products_own(tmp_path, caplog):
+    """A follower holding the shipping lock loses it to a shipper elsewhere that took it over past
+    its lease: the taker's line is SHIP_TAKEN, and the fenced follower's refusal before it would
+    register progress is SHIP_LOST and says that nothing was registered."""
+    catalog = Catalog(LocalStore(str(tmp_path / "bucket")), "backups", "c1", "r1")
+    follower = HostLock(catalog, purpose="binlog shipping", name=SHIP_LOCK_NAME)
+    follower.acquire()
+    try:
+        # As the follower's lock reads to a shipper on another machine once its lease ran out.
+        key = f"backups/c1/r1/{SHIP_LOCK_NAME}"
+        body = json.loads(catalog.store.get_bytes(key))
+        body |= {"machine": "c1-r1-host/another-boot", "lease_seconds": 1}
+        catalog.store.put_bytes(key, json.dumps(body).encode())
+        time.sleep(3.5)  # its one-second lease and the store clock's margin, by the store's clock
+        _HELD.discard(follower.token)  # the taker's process is not the follower's
+        with caplog.at_level(logging.WARNING):
+            taker = HostLock(catalog, purpose="binlog shipping", name=SHIP_LOCK_NAME)
+            taker.acquire()
+        _HELD.add(follower.token)
+        took = [r.getMessage() for r in caplog.records if "taking over" in r.getMessage()]
+        assert took and re.search(SHIP_TAKEN.format(c="c1", host="r1"), took[0]), caplog.text
+        assert not re.search(SHIP_TAKEN.format(c="c2", host="r1"), took[0]), "it must name its own cluster"
+        with pytest.raises(HostLockBusy) as lost:
+            follower.confirm("registering the progress of mysql-bin.000007")
+        assert re.search(SHIP_LOST.format(c="c1", host="r1"), str(lost.value)), lost.value
+        assert "nothing was registered or deleted by this run" in str(lost.value)
+        taker.release()
+    finally:
+        follower.release()
+    assert catalog.store.head(key) is None, "the taker released the lock; the follower that lost it kept off"
+
+
+def _manifest(name: str, *keys: str) -> dict[str, Any]:
+    return {"name": name, "segments": [{"object": {"key": k, "size": 1, "sha256": "x"}} for k in keys]}
+
+
+def test_late_registrations_are_the_paused_runs_objects_named_only_since_the_pause():
+    p = "backups/c1/r1/binlogs/u/mysql-bin.000007.partial"
+    at_pause = [_manifest("mysql-bin.000007", f"{p}-000000000000.aaaa1111.zst.gpg")]
+    named = upload_keys(at_pause, "aaaa1111")
+    assert named == {f"{p}-000000000000.aaaa1111.zst.gpg"}
+    # The taker adopted the paused run's segment and stored its own after it: nothing late.
+    adopted = [
+        _manifest(
+            "mysql-bin.000007", f"{p}-000000000000.aaaa1111.zst.gpg", f"{p}-000000004096.bbbb2222.zst.gpg"
+        )
+    ]
+    assert late_registrations(named, adopted, "aaaa1111") == []
+    # The resumed run rewrote the partial with a segment of its own: registered after it lost the lock.
+    late = [
+        _manifest(
+            "mysql-bin.000007", f"{p}-000000000000.aaaa1111.zst.gpg", f"{p}-000000004096.aaaa1111.zst.gpg"
+        )
+    ]
+    assert late_registrations(named, late, "aaaa1111") == [f"{p}-000000004096.aaaa1111.zst.gpg"]
+
+
+def test_ship_fenced_is_ok_only_when_taken_over_said_lost_registered_nothing_and_ended():
+    took, lost = "taking over the stale lock ...", "binlog shipping of c1/r1 lost the host lock ..."
+    assert ship_fenced(took, lost, "failed", []).startswith("ok")
+    assert ship_fenced(took, lost, "up_for_retry", []).startswith("ok")
+    assert "no shipper took" in ship_fenced(None, lost, "failed", [])
+    assert "registered 1 object" in ship_fenced(took, lost, "failed", ["k.aaaa1111.zst"])
+    assert "never said it lost" in ship_fenced(took, None, "success", [])
+    assert "still running" in ship_fenced(took, lost, "running", [])
+
+
+def test_restarted_needs_a_connection_error_or_a_ride_through_and_a_success_after():
+    down = "WARNING: target primary: Cannot reach the S3 endpoint of bucket 'b' at http://127.0.0.1:1: ..."
+    assert restarted((1, down), [(0, "BACKUP ID")]).startswith("ok: during the downtime it failed naming")
+    assert restarted((0, "BACKUP ID"), [(0, "BACKUP ID")]).startswith("ok: during the downtime its retries")
+    assert restarted((1, down), [(1, down), (1, down), (1, down)]).startswith(
+        "VIOLATION: the CLI did not succeed"
+    )
+    assert restarted((1, "Traceback: KeyError"), [(0, "")]).startswith("VIOLATION: the CLI failed during")
+    assert restarted((None, "it did not end"), [(0, "")]).startswith(
+        "VIOLATION: the CLI run during the downtime did not end"
+    )
+
+
+def test_a_restart_of_the_primary_endpoint_stops_shipping_the_offsites_does_not():
+    assert stops_shipping("restart_s3", "primary down 30 s", "primary: ok: ...", [])
+    assert not stops_shipping("restart_s3", "offsite down 30 s", "offsite: ok: ...", [])
+    assert stops_shipping("pause_shipper", "c1 follower pid 5", "", [])
+
+
+def test_a_fault_proxy_killed_listens_again_on_its_port_when_started_again(tmp_path):
+    control = tmp_path / "proxy.json"
+    ep = Endpoint("primary", "b", free_port(), free_port(), control, tmp_path / "proxy.log")
+    ep.control_set(seed=0)
+    fleet = cast(Any, SimpleNamespace(work=tmp_path))
+    proxy = Fleet.start_proxy(fleet, ep)
+    try:
+        socket.create_connection(("127.0.0.1", ep.proxy_port), timeout=5).close()
+        os.killpg(proxy.pid, signal.SIGKILL)
+        proxy.wait()
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", ep.proxy_port), timeout=5).close()
+        proxy = Fleet.start_proxy(fleet, ep)
+        socket.create_connection(("127.0.0.1", ep.proxy_port), timeout=5).close()
+    finally:
+        os.killpg(proxy.pid, signal.SIGKILL)
+        proxy.wait()
