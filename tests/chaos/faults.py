@@ -1102,7 +1102,7 @@ class Injector:
             c = held[0].split(":")[1]
             dag, t0 = f"mysql_binlog_shipping_{c}", time.time()
             tag = f"pause_shipper-{c}-{t0:.0f}"
-            while not (victims := self.running(dag)) and time.time() < t0 + 360:
+            while not (victims := self._following(dag)) and time.time() < t0 + 360:
                 time.sleep(2)  # the follower runs 4 of every 5 minutes
             time.sleep(rng.uniform(5, 20))  # past its start: it holds the lock
             lock = f"backups/{c}/{BACKUP_HOST}/binlog-ship.lock"
@@ -1145,6 +1145,10 @@ class Injector:
         return Fault("pause_shipper", f"{c} follower pid {pid}", t0, SHIP_TAKEN.format(c=c, host=BACKUP_HOST),
                      more_evidence=[SHIP_LOST.format(c=c, host=BACKUP_HOST), r"pause_shipper verdict: ok"],
                      bound_s=time.time() - t0 + 120, clusters=[c], victims=victims, note=note[:600])  # fmt: skip
+
+    def _following(self, dag: str) -> list[list[str]]:
+        """The shipping task instances of `dag` running (its binlog copies run after them)."""
+        return [v for v in self.running(dag) if v[1] == "ship_binlogs"]
 
     def _lock_body(self, key: str) -> dict[str, Any]:
         reader = self.primary()
