@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..catalog.backups import Catalog
-from ..catalog.lock import DEFAULT_LEASE, SHIP_LOCK_NAME, HostLock
+from ..catalog.lock import DEFAULT_LEASE, SHIP_LOCK_NAME, HostLock, HostLockBusy
 from ..catalog.manifest import Manifest, StoredObject
 from ..common import children
 from ..common.crashpoints import crash_point
@@ -441,7 +441,7 @@ class BinlogShipper:
         segment = self.upload_range(path, key, 0, summary.size)
         manifest = self.manifest(name, summary, [segment], complete=True)
         crash_point("binlog.after_object")
-        self.lock.confirm(f"registering {name}")
+        self._confirm(f"registering {name}", [segment])
         self.bcat.write_manifest(manifest)
         crash_point("binlog.after_complete")
         self.bcat.drop_partial(partial)
@@ -473,10 +473,28 @@ class BinlogShipper:
             crash_point("binlog.after_segment")
         segments = (list(partial.segments) if partial else []) + new
         manifest = self.manifest(name, summary, segments, complete=False, covers_until=covers_until)
-        self.lock.confirm(f"registering the progress of {name}")
+        self._confirm(f"registering the progress of {name}", new)
         self.bcat.write_manifest(manifest, new if partial else None)
         self.report.progress_uploads += 1
         return manifest
+
+    def _confirm(self, action: str, uploaded: list[BinlogSegment]) -> None:
+        """Fencing before a manifest. A run that lost the lock (taken over while it was paused past
+        its lease) removes what it has just uploaded before it stops: those keys are its own (its
+        upload id), no manifest names them, and no run removes them later, as its holder is not
+        proven dead (found by the chaos fault pause_shipper)."""
+        try:
+            self.lock.confirm(action)
+        except HostLockBusy:
+            keys = [key for segment in uploaded for key in segment.object.keys]
+            try:
+                if keys:
+                    self.bcat.store.delete(keys)
+            except Exception as exc:  # noqa: BLE001 - never mask the refusal
+                log.warning(
+                    "could not remove %s, uploaded by this run that lost its lock: %s", ", ".join(keys), exc
+                )
+            raise
 
     def upload_range(self, path: Path, key: str, offset: int, size: int) -> BinlogSegment:
         raw_sha = sha256_range(path, offset, size)
