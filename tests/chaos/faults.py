@@ -1095,8 +1095,10 @@ class Injector:
         runs as another machine (its own hostname: a UTS namespace) and takes the lock over; then
         SIGCONT. The effect: the resumed follower says it lost the lock and registers nothing (no
         manifest names an object of its upload id that none named at the pause: core/binlog/ship.py
-        confirm()s before each manifest), its task ends, and every binlog manifest of the host
-        still names its own bytes. No follower holding the lock: no victim."""
+        confirm()s before each manifest) and removes what it uploaded since (no object of its
+        upload id stored after the pause and named by no manifest), its task ends, and every
+        binlog manifest of the host still names its own bytes. No follower holding the lock: no
+        victim."""
         held = self.claim(rng, [(f"shipper:{c}", f"server:{c}-r1") for c in self.clusters()])
         try:
             c = held[0].split(":")[1]
@@ -1135,8 +1137,13 @@ class Injector:
             taken = _wait(taker, 400)
             late = late_registrations(named, self._binlog_manifests(c), uid)
             parts = [ship_fenced(took, lost, state, late), self._binlogs_intact(c, after=resumed)]
-            verdict = "; ".join(sorted(parts, key=lambda v: v.startswith("ok")))  # a violation first
+            # What it uploaded before confirm() refused, it removes (core/binlog/ship.py _confirm).
             debris = unnamed_uploads(self.primary(), f"backups/{c}/{BACKUP_HOST}/binlogs/", uid, paused)
+            if debris:
+                parts.append(
+                    f"VIOLATION: it left {len(debris)} object(s) no manifest names: {', '.join(debris)[:300]}"
+                )
+            verdict = "; ".join(sorted(parts, key=lambda v: v.startswith("ok")))  # a violation first
             self.verdict(tag, verdict)
         finally:
             self.release(held)
