@@ -290,6 +290,14 @@ class Injector:
                         f"{host}-worker")  # fmt: skip
         return [list(r) for r in rows]
 
+    def shipping(self, cluster: str) -> list[list[str]]:
+        """[dag_id, task_id, run_id] of the cluster's running binlog shipping task (on any worker)."""
+        stack = self.fleet.stack
+        assert stack is not None
+        rows = stack.db("SELECT dag_id, task_id, run_id FROM task_instance WHERE state='running' AND dag_id=? "
+                        "AND task_id='ship_binlogs'", f"mysql_binlog_shipping_{cluster}")  # fmt: skip
+        return [list(r) for r in rows]
+
     def victim_clusters(self, cluster: str, victims: list[list[str]]) -> list[str]:
         hit = {cluster} | {c for v in victims for c in self.fleet.clusters if v[0].endswith(f"_{c}")}
         return sorted(hit)
@@ -339,9 +347,7 @@ class Injector:
             name = Path(argv[0]).name
             c = worker.split("-")[1]
             victims = self.running_on(worker.removeprefix("worker-"))
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
+            if not kill_running(pid, argv):
                 return Fault("kill_tool", name, t0, None, note="it ended first")
         finally:
             self.release(held)
@@ -412,6 +418,7 @@ class Injector:
             c = self.fleet.clusters[name.split("-")[0]]
             role = name.split("-")[1]
             server = c.servers()[role]
+            followers = self.shipping(c.name) if role == BACKUP_HOST else []
             t0 = time.time()
             how = "killed" if rng.random() < 0.5 else "stopped"
             server.kill() if how == "killed" else server.stop()
@@ -421,17 +428,12 @@ class Injector:
                 self.fleet.restart_load(c)
         finally:
             self.release(held)
-        # The backed-up replica is the product's server: continuous shipping follows it all the time,
-        # so the shipping task names the lost connection. The others are not the product's.
-        evidence = (
-            r"(Lost connection to|server has gone away|Can't connect to|Connection refused)"
-            if role == "r1"
-            else None
-        )
-        # A source or the other replica down for seconds disturbs nothing the check watches.
+        evidence, note = restart_evidence(role, followers)
+        # In the log of the shipping run that followed it (its retry writes to the same run's).
+        where = f"dag_id={followers[0][0]}/run_id={followers[0][2]}/" if len(followers) == 1 else ""
         return Fault("restart_db", f"{c.name}-{role} {how}", t0, evidence, bound_s=600,
-                     clusters=[c.name] if evidence else [],
-                     note="" if evidence else "the product does not talk to this server")  # fmt: skip
+                     clusters=[c.name] if role == BACKUP_HOST else [], note=note, victims=followers,
+                     where=where)  # fmt: skip
 
     def reseed_replica(self, rng: random.Random) -> Fault:
         """r1's datadir replaced by a copy of r2's (same server_id, port, path). Binlog shipping
@@ -1303,6 +1305,57 @@ class Injector:
 
 
 ORPHANED_TASK = "an Airflow task whose worker was killed"
+# MySQLdb says "Server has gone away" (2006): seed 120503's shipper did, and it was not matched.
+DB_LOST = r"(?i)(Lost connection to|server has gone away|Can't connect to|Connection refused)"
+
+
+def restart_evidence(role: str, followers: list[list[str]]) -> tuple[str | None, str]:
+    """What a restart of the cluster's `role` server must show, and the fault's note; `followers`:
+    the cluster's binlog shipping tasks running when it went down."""
+    # The backed-up replica is the product's server: its continuous shipping task names the lost
+    # connection. Between runs, or while its runs are refused (seed 120503, 11:36: a re-seeded r1),
+    # nothing of the product talks to it. The others are not the product's.
+    if role != BACKUP_HOST:
+        # A source or the other replica down for seconds disturbs nothing the check watches.
+        return None, "the product does not talk to this server"
+    if not followers:
+        return None, "no binlog shipping task was following it"
+    return DB_LOST, ""
+
+
+def kill_running(pid: int, argv: list[str]) -> bool:
+    """SIGKILL `pid` if it still runs `argv`; False: it had ended first (its parent reads its own
+    exit status). Stopped first, so it cannot end between the check and the kill: a process that
+    has exited but is not reaped takes SIGKILL without an error (seed 120503: a binlog segment's
+    gpg, counted killed, its task never failed), and an ended one's pid can be reused."""
+    try:
+        os.kill(pid, signal.SIGSTOP)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + 2
+    while (state := _state(pid)) not in (None, "T", "t", "Z", "X") and time.monotonic() < deadline:
+        time.sleep(0.005)  # the stop lands once it leaves the kernel
+    if state in (None, "Z", "X") or _cmdline(pid) != "\0".join(argv).rstrip("\0"):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)  # not the tool scanned: leave it as it was
+        return False
+    os.kill(pid, signal.SIGKILL)
+    return True
+
+
+def _state(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def _cmdline(pid: int) -> str:
+    """Its argv, NUL-separated (empty for a zombie)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").rstrip("\0")
+    except OSError:
+        return ""
 
 
 def worker_of(pid: int, roots: dict[int, str], orphans: bool = False) -> str | None:
