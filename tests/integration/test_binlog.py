@@ -491,6 +491,32 @@ def test_after_a_server_id_change_the_binlogs_the_old_id_wrote_are_skipped_and_t
     )
 
 
+def test_the_old_server_ids_binlogs_stay_skipped_once_the_new_server_has_shipped(
+    mariadb, s3_server, bucket, gpg_keys
+):
+    """The runs after the first that shipped the new server_id's binlogs: the old id's files are
+    still on the server, below the new server's first shipped binlog, and stay its history (chaos
+    seed 120503: c1-r1, re-seeded and given server_id 211, shipped its mysql-bin.000002 at 11:15,
+    then every run from 11:20 refused 'the copy of mysql-bin.000001 was written by server_id 202',
+    and nothing of c1 was shipped for 26 minutes)."""
+    db = _table(mariadb)
+    catalog = _catalog(s3_server, bucket)
+    _write(mariadb, db, 5)  # written by the old server_id, never shipped
+    mariadb.stop()
+    mariadb.server_id += 1000
+    mariadb.start()
+    _write(mariadb, db, 5, flush=True)
+    first = ship_binlogs(_request(mariadb, catalog, gpg_keys, accept_new_server=True))
+    assert first.not_ours and first.shipped, first
+
+    gtid = _write(mariadb, db, 5, flush=True)
+    second = ship_binlogs(_request(mariadb, catalog, gpg_keys))
+    assert second.not_ours == first.not_ours and second.shipped, second
+    index = BinlogCatalog(catalog, server_facts(_target(mariadb)).server_uuid).index()
+    assert any(m.gtid_last == gtid for m in index.complete.values()), "the new writes are not shipped"
+    assert not set(index.complete) & set(first.not_ours)
+
+
 def test_a_reset_below_the_binlog_shipped_in_part_is_refused(mariadb, s3_server, bucket, gpg_keys):
     """Continuous shipping stored the open mysql-bin.000002 in part (nothing complete: the server had
     purged .000001); the server's binlogs then restart at .000001 (RESET MASTER, a re-seeded

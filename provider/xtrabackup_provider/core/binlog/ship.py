@@ -28,7 +28,14 @@ from ..common import children
 from ..common.crashpoints import crash_point
 from ..common.files import sha256_range
 from ..common.tempdirs import private_dir
-from ..common.values import GtidSet, check_gtid_for, format_gtid_pos, gtid_form, parse_gtid_pos
+from ..common.values import (
+    GtidSet,
+    binlog_number,
+    check_gtid_for,
+    format_gtid_pos,
+    gtid_form,
+    parse_gtid_pos,
+)
 from ..db.dialect import Dialect, dialect_for
 from ..db.server import (
     MySQLTarget,
@@ -356,17 +363,21 @@ class BinlogShipper:
             log.warning("dropped the partial manifest of %s, stored complete by an interrupted run", name)
 
     def not_ours(self, name: str, summary: BinlogSummary, index: BinlogIndex) -> bool:
-        """A binlog another server_id wrote before this server has any shipped binlog: the server_id
-        changed (a re-seeded or restored server given one of its own), and the files before the
-        change are the old server's history. Skipped, not refused: refusing them would ship none of
-        this server's binlogs, ever. After this server's own binlogs, another server_id is refused
-        (check_origin): the connection reached another server."""
-        if summary.server_id in (None, self.identity.server_id) or index.complete or self.report.shipped:
+        """A binlog another server_id wrote before this server's first shipped binlog (or before
+        any): the server_id changed (a re-seeded or restored server given one of its own), and the
+        files before the change are the old server's history. Skipped, not refused: refusing them
+        would ship none of this server's binlogs, or none after its first run that shipped one
+        (chaos seed 120503), until they are purged. From this server's first shipped binlog on,
+        another server_id is refused (check_origin): the connection reached another server."""
+        if summary.server_id in (None, self.identity.server_id):
+            return False
+        ours = [binlog_number(n) for n in (*index.complete, *index.partial, *self.report.shipped)]
+        if ours and binlog_number(name) >= min(ours):
             return False
         log.warning(
-            "%s was written by server_id %s, before this server (%s) wrote any binlog shipped here: it "
-            "is that server's history, not shipped as this one's; a point-in-time recovery of that "
-            "server's backups ends at its last shipped binlog",
+            "%s was written by server_id %s, before this server (%s) wrote its first binlog shipped "
+            "here: it is that server's history, not shipped as this one's; a point-in-time recovery of "
+            "that server's backups ends at its last shipped binlog",
             name,
             summary.server_id,
             self.identity.describe(),
