@@ -114,6 +114,10 @@ S3_DOWN = r"(Could not connect to the endpoint URL|Connection refused|Cannot rea
 # finding it lost that lock (core/catalog/lock.py: the renewal's or confirm()'s compare-and-swap).
 SHIP_TAKEN = r"taking over the stale lock \S*/{c}/{host}/binlog-ship\.lock of xtrabackup-provider binlog shipping of {c}/{host} on "
 SHIP_LOST = r"binlog shipping of {c}/{host} lost the host lock \S*/{c}/{host}/binlog-ship\.lock"
+# pause_shipper's own: the takeover of the paused pid's lock, the loss to its taker elsewhere (seed 77:
+# SHIP_TAKEN alone matched the follower's own takeover from its killed first attempt).
+SHIP_TAKEN_FROM = SHIP_TAKEN + r"[^\n]*\(pid {pid}\)"
+SHIP_LOST_TO = SHIP_LOST + r" to another run; it (is now held by [^\n]* on elsewhere-{c} |is gone)"
 TAKEN_FROM = r"taking over the stale lock \S*/{c}/{host}/backup\.lock of [^\n]*on elsewhere-{c} "
 
 
@@ -1130,7 +1134,7 @@ class Injector:
             finally:
                 os.kill(pid, signal.SIGCONT)
             resumed = time.time()
-            lost = self._wait_for(SHIP_LOST.format(c=c, host=BACKUP_HOST), resumed - 5, 300)
+            lost = self._wait_for(SHIP_LOST_TO.format(c=c, host=BACKUP_HOST), resumed - 5, 300)
             stack = self.fleet.stack
             assert stack is not None
             deadline = time.time() + 300
@@ -1151,8 +1155,8 @@ class Injector:
             self.release(held)
         note = (f"pid {pid} paused {resumed - paused:.0f} s; taker exit {taken} ({Path(log).name}); follower {state}; "
                 f"{len(debris)} object(s) of its upload id stored after the pause and named by no manifest; {verdict}")  # fmt: skip
-        return Fault("pause_shipper", f"{c} follower pid {pid}", t0, SHIP_TAKEN.format(c=c, host=BACKUP_HOST),
-                     more_evidence=[SHIP_LOST.format(c=c, host=BACKUP_HOST), r"pause_shipper verdict: ok"],
+        return Fault("pause_shipper", f"{c} follower pid {pid}", t0, SHIP_TAKEN_FROM.format(c=c, host=BACKUP_HOST, pid=pid),
+                     more_evidence=[SHIP_LOST_TO.format(c=c, host=BACKUP_HOST), r"pause_shipper verdict: ok"],
                      bound_s=time.time() - t0 + 120, clusters=[c], victims=victims, note=note[:600])  # fmt: skip
 
     def _following(self, dag: str) -> list[list[str]]:

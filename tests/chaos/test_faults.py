@@ -27,7 +27,9 @@ from ledger import stops_shipping  # noqa: E402
 from faults import (  # noqa: E402
     ORPHANED_TASK,
     SHIP_LOST,
+    SHIP_LOST_TO,
     SHIP_TAKEN,
+    SHIP_TAKEN_FROM,
     TAKEN_FROM,
     Injector,
     _gtid_seq,
@@ -177,9 +179,18 @@ def test_the_shipping_lock_lines_pause_shipper_waits_for_are_the_products_own(tm
         took = [r.getMessage() for r in caplog.records if "taking over" in r.getMessage()]
         assert took and re.search(SHIP_TAKEN.format(c="c1", host="r1"), took[0]), caplog.text
         assert not re.search(SHIP_TAKEN.format(c="c2", host="r1"), took[0]), "it must name its own cluster"
+        assert re.search(SHIP_TAKEN_FROM.format(c="c1", host="r1", pid=os.getpid()), took[0]), took[0]
+        assert not re.search(SHIP_TAKEN_FROM.format(c="c1", host="r1", pid=1), took[0]), (
+            "only the paused pid's"
+        )
+        # The taker runs elsewhere (pause_shipper's CLI has its own hostname).
+        taken = json.loads(catalog.store.get_bytes(key)) | {"hostname": "elsewhere-c1"}
+        catalog.store.put_bytes(key, json.dumps(taken).encode())
+        taker.etag = catalog.store.get_versioned(key).etag
         with pytest.raises(HostLockBusy) as lost:
             follower.confirm("registering the progress of mysql-bin.000007")
         assert re.search(SHIP_LOST.format(c="c1", host="r1"), str(lost.value)), lost.value
+        assert re.search(SHIP_LOST_TO.format(c="c1", host="r1"), str(lost.value)), lost.value
         assert "nothing was registered or deleted by this run" in str(lost.value)
         taker.release()
     finally:
