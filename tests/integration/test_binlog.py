@@ -388,19 +388,24 @@ def test_a_new_binlog_history_under_the_old_names_is_refused_and_the_stored_one_
     (name,) = bcat.index().partial
     stored = catalog.store.get_bytes(bcat.manifest_key(name, partial=True))
     _reset_history(mariadb, db)
-    if mode == "batch":
-        mariadb.query("FLUSH BINARY LOGS")  # the new mysql-bin.000001 is closed: batch ships closed ones
-
-    with pytest.raises(BinlogError, match="reset") as info:
-        if mode == "batch":
-            ship_binlogs(_request(mariadb, catalog, gpg_keys))
-        else:
-            ship_continuous(_request(mariadb, catalog, gpg_keys), duration=3, progress_interval=0.2)
+    info = _refused_after_reset(mariadb, catalog, gpg_keys, mode)
     assert name in str(info.value), info.value
     assert catalog.store.get_bytes(bcat.manifest_key(name, partial=True)) == stored
     assert name not in bcat.index().complete
     for seg in bcat.index().partial[name].segments:
         assert catalog.store.head(seg.object.key) is not None, "a segment of the old history was deleted"
+
+
+def _refused_after_reset(mariadb, catalog, gpg_keys, mode: str) -> pytest.ExceptionInfo[BinlogError]:
+    """Ship (batch or continuous) after the reset: refused as a reset."""
+    if mode == "batch":
+        mariadb.query("FLUSH BINARY LOGS")  # the new mysql-bin.000001 is closed: batch ships closed ones
+    with pytest.raises(BinlogError, match="reset") as info:
+        if mode == "batch":
+            ship_binlogs(_request(mariadb, catalog, gpg_keys))
+        else:
+            ship_continuous(_request(mariadb, catalog, gpg_keys), duration=3, progress_interval=0.2)
+    return info
 
 
 @pytest.mark.parametrize(
@@ -429,14 +434,7 @@ def test_a_reset_before_anything_was_shipped_is_refused_against_the_servers_back
     (backup,) = catalog.manifests()
     _write(mariadb, db, 5)  # never shipped
     _reset_history(mariadb, db)
-    if mode == "batch":
-        mariadb.query("FLUSH BINARY LOGS")  # the new mysql-bin.000001 is closed: batch ships closed ones
-
-    with pytest.raises(BinlogError, match="reset") as info:
-        if mode == "batch":
-            ship_binlogs(_request(mariadb, catalog, gpg_keys))
-        else:
-            ship_continuous(_request(mariadb, catalog, gpg_keys), duration=3, progress_interval=0.2)
+    info = _refused_after_reset(mariadb, catalog, gpg_keys, mode)
     assert backup.backup_id in str(info.value) and f"{backup.binlog_file}" in str(info.value), info.value
     index = BinlogCatalog(catalog, server_facts(_target(mariadb)).server_uuid).index()
     assert not index.complete and not index.partial, "the new history was stored under the server's name"
