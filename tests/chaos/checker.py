@@ -45,6 +45,7 @@ from ledger import (
     retention_floor,
     sha256_of,
     span_of,
+    stall_to_judge,
     unrecoverable,
 )
 from restorer import decrypting_home, fetch_binlog, restore_chain
@@ -110,7 +111,9 @@ class Checker:
     standby_planned: set[str] = field(default_factory=set)  # clusters whose standby is a target
     backups_lost: set[str] = field(default_factory=set)
     transactions_lost: int = 0
-    stalled: dict[str, float] = field(default_factory=dict)  # cluster -> when its shipping stall began
+    stalled: dict[str, float] = field(
+        default_factory=dict
+    )  # cluster -> until when its ongoing stall was judged
     history: dict[str, list[tuple[float, float, float]]] = field(
         default_factory=dict
     )  # cluster -> (t, lag, rpo age)
@@ -220,16 +223,16 @@ class Checker:
         self.ledger.write({"type": "rpo", "cluster": c, "t": now, "shipped_seq": shipped, "acked_seq": acked_at(tx, now),
                            "lag_s": round(behind, 1), "backup_age_s": round(age, 1),
                            "recoverable": recoverable(restore_points(view), spans)})  # fmt: skip
+        since = stall_to_judge(self.stalled.get(c), behind, now)
         if behind <= SHIP_BOUND:
             self.stalled.pop(c, None)
+        if since is None:
             return
-        if c in self.stalled:
-            return
-        began = now - behind
-        self.stalled[c] = began
-        text = (f"{c}: shipping stopped: shipped up to seq {shipped}, the source acknowledged seq {shipped + 1} "
+        still = "still " if c in self.stalled else ""
+        self.stalled[c] = now
+        text = (f"{c}: shipping {still}stopped: shipped up to seq {shipped}, the source acknowledged seq {shipped + 1} "
                 f"{behind:.0f} s ago (bound {SHIP_BOUND:.0f} s)")  # fmt: skip
-        self._judge(Finding("shipping stopped", c, text, t=began), STOPS_SHIPPING, now)
+        self._judge(Finding("shipping stopped", c, text, t=since), STOPS_SHIPPING, now)
 
     def _judge(self, f: Finding, kinds: frozenset[str], until: float) -> None:
         """A ledger finding over [f.t, until]: explained by a fault of `kinds` on its cluster that

@@ -228,6 +228,19 @@ def lag(tx: Sequence[tuple[float, int]], shipped: int, now: float) -> float:
     return 0.0 if waiting is None else now - waiting
 
 
+def stall_to_judge(judged_until: float | None, behind: float, now: float) -> float | None:
+    """Where the next judgement of a shipping stall begins, or None while none is due. A stall is
+    judged when first seen (from when its oldest unshipped transaction was acknowledged) and again
+    every SHIP_BOUND while it lasts, over what came after the last judgement: so a fault explains
+    only the part of a stall its effect can reach, and shipping that never resumes after it is
+    named, not excused by the fault that began it."""
+    if behind <= SHIP_BOUND:
+        return None
+    if judged_until is None:
+        return now - behind
+    return judged_until if now - judged_until >= SHIP_BOUND else None
+
+
 def blame(cluster: str, t0: float, t1: float, faults: Iterable[FaultSeen], kinds: frozenset[str],
           after: float = AFTER_FAULT) -> str:  # fmt: skip
     """The fault of `kinds` on `cluster` that had an effect and overlaps [t0, t1] (its effect lasting

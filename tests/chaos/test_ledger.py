@@ -11,7 +11,9 @@ from pathlib import Path
 
 from invariants import digests, intact_binlogs
 from ledger import (
+    AFTER_FAULT,
     CUTS_HISTORY,
+    SHIP_BOUND,
     STOPS_SHIPPING,
     FaultSeen,
     Ledger,
@@ -21,6 +23,7 @@ from ledger import (
     lag,
     recoverable,
     retention_floor,
+    stall_to_judge,
     stops_shipping,
     unrecoverable,
 )
@@ -133,6 +136,28 @@ def test_a_stall_of_shipping_is_explained_only_by_a_fault_whose_effect_reached_s
     ):
         f = FaultSeen(kind, ("c1",), 1100.0, 1200.0, on_shipping=stops_shipping(kind, target, note, victims))
         assert (blame("c1", *stall, [f], STOPS_SHIPPING) != "lost") is reached, (kind, target, victims)
+
+
+def test_a_stall_that_outlasts_the_fault_that_began_it_is_named_when_shipping_never_resumes() -> None:
+    """A shipper that silently stops after a fault: the fault explains the stall's start only."""
+    fault = FaultSeen("kill_worker", ("c1",), 1000.0, 1060.0, on_shipping=True)
+    judged: float | None = None
+    verdicts = []
+    for now in range(
+        1000 + int(SHIP_BOUND) + 60, 1000 + 3600, 60
+    ):  # a sweep a minute, shipping stuck at 1000
+        behind = now - 1000.0
+        since = stall_to_judge(judged, behind, float(now))
+        if since is not None:
+            judged = float(now)
+            verdicts.append((now, blame("c1", since, float(now), [fault], STOPS_SHIPPING)))
+    assert verdicts[0][1].startswith("kill_worker"), verdicts
+    assert [v for _, v in verdicts if v == "lost"], verdicts  # judged only once, it was excused for an hour
+    first_lost = next(t for t, v in verdicts if v == "lost")
+    assert first_lost - 1060.0 <= AFTER_FAULT + 2 * SHIP_BOUND, verdicts  # named within 30 minutes
+    # shipping that catches up ends the stall: no judgement is due, the next stall is judged anew
+    assert stall_to_judge(judged, SHIP_BOUND - 1, 5000.0) is None
+    assert stall_to_judge(None, SHIP_BOUND + 10, 5000.0) == 5000.0 - SHIP_BOUND - 10
 
 
 def test_the_lag_is_the_wait_of_the_oldest_acknowledged_transaction_not_shipped() -> None:
