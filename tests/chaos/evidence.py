@@ -47,7 +47,8 @@ FINDINGS: dict[str, tuple[re.Pattern[str], frozenset[str], float]] = {
     "rpo": (
         re.compile(r"over the RPO|no restorable backup"),
         frozenset({"kill_worker", "kill_tool", "kill_cli", "restart_db", "clock_skew", "reseed_replica", "s3_partition",
-                   "pause_past_lease", "kill_scheduler", "kill_redis", "spool_full", "clock_ahead", "restart_s3"}),
+                   "pause_past_lease", "kill_scheduler", "kill_redis", "spool_full", "clock_ahead", "restart_s3",
+                   "worker_clock"}),
         25 * MIN,
     ),
     "binlogs": (
@@ -59,7 +60,8 @@ FINDINGS: dict[str, tuple[re.Pattern[str], frozenset[str], float]] = {
     ),
     "copies": (
         re.compile(r"copy target \S+ cannot be read|copies on \S+: \d+ backup\(s\) behind, the oldest finished (?P<age>[^,;]+) ago"),
-        frozenset({"kill_worker", "kill_tool", "s3_partition", "kill_redis", "spool_full", "restart_s3"}),
+        # worker_clock: a backup registered 20 minutes behind has "finished" 20 minutes before its copy.
+        frozenset({"kill_worker", "kill_tool", "s3_partition", "kill_redis", "spool_full", "restart_s3", "worker_clock"}),
         25 * MIN,
     ),
     "storage": (

@@ -17,7 +17,9 @@ shipping lock, and every binlog manifest still names its own bytes), second_rest
 restores into one new target started together: one refused by the target's lock, the other's
 restore intact), restart_s3 (an endpoint's fault proxy SIGKILLed and started again on its port
 after 15-60 s, a CLI `list` meanwhile), pause_shipper (the shipping follower SIGSTOPped past its
-lease, a CLI `binlogs ship` elsewhere takes its lock over, then SIGCONT: it registers nothing).
+lease, a CLI `binlogs ship` elsewhere takes its lock over, then SIGCONT: it registers nothing),
+worker_clock (the backed-up host's Celery worker restarted under libfaketime, 10 minutes ahead or
+20 minutes behind, for one backup DAG run: refused naming the clock, or registered in the past).
 The proxies' background faults (latency, 5xx, SlowDown, resets, truncated
 answers) are counted from their own logs.
 """
@@ -69,10 +71,11 @@ CLI_CRASH_POINTS = (
 KINDS = ("kill_worker", "kill_tool", "kill_cli", "restart_db", "scratch_full", "clock_skew",
          "reseed_replica", "s3_partition", "second_shipper", "second_restore", "damage_object",
          "pause_past_lease", "kill_scheduler", "kill_redis", "spool_full", "clock_ahead", "restart_s3",
-         "pause_shipper")  # fmt: skip
+         "pause_shipper", "worker_clock")  # fmt: skip
 # Drawn only when CHAOS_FAULTS names them, not in the default bag: none has had a fleet run of its
 # own yet (clock_ahead's hole is closed on one server: tests/chaos/test_clock.py).
-OPT_IN = ("kill_scheduler", "kill_redis", "spool_full", "clock_ahead", "restart_s3", "pause_shipper")
+OPT_IN = ("kill_scheduler", "kill_redis", "spool_full", "clock_ahead", "restart_s3", "pause_shipper",
+          "worker_clock")  # fmt: skip
 DEFAULT_KINDS = tuple(k for k in KINDS if k not in OPT_IN)
 # Kinds whose fault without a victim is not counted (issue 39): logged in faults.jsonl only.
 COUNTED_WITH_VICTIM_ONLY = frozenset(
@@ -87,6 +90,7 @@ COUNTED_WITH_VICTIM_ONLY = frozenset(
         "clock_ahead",
         "restart_s3",
         "pause_shipper",
+        "worker_clock",
     }
 )
 BUSY = "cannot start: another"  # the host lock's refusal (core/catalog/lock.py)
@@ -118,6 +122,17 @@ SHIP_LOST = r"binlog shipping of {c}/{host} lost the host lock \S*/{c}/{host}/bi
 # SHIP_TAKEN alone matched the follower's own takeover from its killed first attempt).
 SHIP_TAKEN_FROM = SHIP_TAKEN + r"[^\n]*\(pid {pid}\)"
 SHIP_LOST_TO = SHIP_LOST + r" to another run; it (is now held by [^\n]* on elsewhere-{c} |is gone)"
+# worker_clock's skews (libfaketime's FAKETIME): a worker 10 minutes ahead, or 20 minutes behind.
+WORKER_SKEWS = ("+10m", "-20m")
+# A backup refused by the store's clock (core/backup/run.py _check_clock: more than 60 s ahead),
+# and one refused because the newest backup's id is later than its clock (_start_after_newest).
+CLOCK_AHEAD_REFUSED = r"this worker's clock is \d+ s ahead of the store's"
+CLOCK_BEHIND_REFUSED = (
+    r"is later than this worker's clock \([^)]*\); backup ids must follow each other in time: sync the clocks"
+)
+CLOCK_REFUSED = f"{CLOCK_AHEAD_REFUSED}|{CLOCK_BEHIND_REFUSED}"
+MAX_CLOCK_AHEAD_S = 60  # core/backup/run.py MAX_CLOCK_AHEAD
+BACKUP_TASK = "backup.backup"  # the backup DAG's mapped backup task (dags/backup.py, group "backup")
 TAKEN_FROM = r"taking over the stale lock \S*/{c}/{host}/backup\.lock of [^\n]*on elsewhere-{c} "
 
 
@@ -611,6 +626,129 @@ class Injector:
         # 2 minutes from its last try (the tries before met a partitioned endpoint or a busy lock).
         return Fault("clock_skew", f"{c} CLI -20m", t0, r"sync the clocks", bound_s=time.time() - t0 + 120, clusters=[c],
                      note=f"exit {proc.returncode}")  # fmt: skip
+
+    def worker_clock(self, rng: random.Random) -> Fault:
+        """The backed-up host's Celery worker restarted with its clock 10 minutes ahead or 20 minutes
+        behind (libfaketime, as clock_skew's CLI: the task processes it forks inherit it; the
+        tools they start get a scrubbed environment), a backup DAG run of its cluster triggered,
+        and once that run has ended and the worker is idle (or 15 minutes passed) the worker is
+        started again on the true clock (always: a finally). Meanwhile it takes its host's queue
+        alone (the backup and standby tasks of its host), not the default one: retention, copies,
+        restore tests and binlog shipping of any cluster would run skewed there too, each a
+        question of its own. Airflow itself minds little: a task's heartbeat is stamped by the API
+        server's clock (execution API, last_heartbeat_at), so a skewed worker's task is no zombie;
+        the start and end dates it reports are its own clock's. What must show (worker_clock_verdict):
+        ahead, the scheduled backup is refused naming the clock (the store's Date) and nothing is
+        registered; behind, it is refused because the newest backup's id is later than its clock
+        (sync the clocks), or, no backup that recent, it registers one whose id lies in the past,
+        still after the newest; no id later than the true clock; then a run on the true clock
+        succeeds. A run that failed for another reason (not reaching the clock check) found no
+        victim."""
+        # The host lock (no CLI backup of the cluster) and its server are left to the run. kill_tool
+        # waits too: a tool killed on the skewed worker would cut the run short, and a task log
+        # written 20 minutes behind holds its evidence under times before the kill.
+        held = self.claim(
+            rng, [(f"worker:{c}", f"cli:{c}", f"server:{c}-{BACKUP_HOST}", "tool") for c in self.clusters()]
+        )
+        stack = self.fleet.stack
+        assert stack is not None
+        c, skew = held[0].split(":")[1], rng.choice(WORKER_SKEWS)
+        host, dag, t0 = f"{c}-{BACKUP_HOST}", f"mysql_backup_{c}", time.time()
+        tag, target = f"worker_clock-{c}-{t0:.0f}", f"worker-{c}-{BACKUP_HOST} {skew}"
+        skewed = False
+        try:
+            if not self._idle(host, 360):  # a restart cuts what it runs: wait for a pause (shipping)
+                return Fault(
+                    "worker_clock", target, t0, None, clusters=[c], note="its worker never idle for 6 minutes"
+                )
+            if not FAKETIME.exists():
+                raise AssertionError(
+                    f"{FAKETIME} is missing: `apt-get install libfaketime` (make chaos installs it)"
+                )
+            before = self._backup_ids(c)
+            skewed = True  # from here on, whatever fails, the finally starts it on the true clock
+            self._restart_worker(host, **skewed_env(skew, stack.extra_env.get("PYTHONPATH")))
+            run = stack.trigger(dag)
+            taken = self._skewed_window(c, host, dag, run, before, 900)
+            ran = self._backup_task(dag, run)
+            self._restart_worker(host)
+            skewed = False
+            after = self._honest_runs(dag)
+            newest = max(before, default=None)
+            verdict = worker_clock_verdict(skew, ran, newest, taken, after)
+            self.verdict(tag, verdict)
+        finally:
+            if skewed:
+                self._restart_worker(host)
+            self.release(held)
+        victims = [[dag, BACKUP_TASK, run]]
+        if verdict.startswith("no victim"):
+            return Fault("worker_clock", target, t0, None, clusters=[c], victims=victims, note=verdict[:400])
+        return Fault("worker_clock", target, t0, r"worker_clock verdict: ok", bound_s=time.time() - t0 + 120,
+                     where=f"-{tag}", clusters=[c], victims=victims, note=verdict[:400])  # fmt: skip
+
+    def _idle(self, host: str, seconds: float) -> bool:
+        """Wait (at most `seconds`) until the host's worker runs no task; whether it is idle."""
+        deadline = time.time() + seconds
+        while (busy := self.running_on(host)) and time.time() < deadline:
+            time.sleep(5)
+        return not busy
+
+    def _restart_worker(self, host: str, **env: str) -> None:
+        """The host's Celery worker stopped (SIGTERM; SIGKILL after a minute) and started again: with
+        `env` (a skewed clock) on its host's queue alone, without it as the fleet started it."""
+        stack = self.fleet.stack
+        assert stack is not None
+        if f"worker-{host}" in stack.procs:
+            stack.stop(f"worker-{host}")
+        stack.start_worker(host, queue=host, default=not env, **env)
+
+    def _backup_ids(self, c: str) -> set[str]:
+        """The ids of the host's registered (finished) backups on the primary store."""
+        view = self.primary().host(f"backups/{c}/{BACKUP_HOST}")
+        return {b for b, m in view.manifests.items() if m.get("finished_at")}
+
+    def _skewed_window(
+        self, c: str, host: str, dag: str, run: str, before: set[str], bound: float
+    ) -> dict[str, float]:
+        """The host's backups registered from now until the run has ended and the worker is idle (at
+        most `bound` s): id -> when (true clock) it was first seen."""
+        stack = self.fleet.stack
+        assert stack is not None
+        seen: dict[str, float] = {}
+        deadline = time.time() + bound
+        while True:
+            for b in self._backup_ids(c) - before:
+                seen.setdefault(b, time.time())
+            if (stack.finished(dag, run) and not self.running_on(host)) or time.time() > deadline:
+                return seen
+            time.sleep(15)
+
+    def _backup_task(self, dag: str, run: str) -> tuple[str | None, str]:
+        """The state of a backup DAG run's backup task and its log."""
+        stack = self.fleet.stack
+        assert stack is not None
+        states = [
+            ti["state"] for (task, _), ti in stack.task_instances(dag, run).items() if task == BACKUP_TASK
+        ]
+        logs = sorted((stack.home / "logs").glob(f"dag_id={dag}/run_id={run}/task_id={BACKUP_TASK}/**/*.log"))
+        return (states[0] if states else None), "\n".join(p.read_text(errors="replace") for p in logs)
+
+    def _honest_runs(self, dag: str, tries: int = 3) -> list[tuple[str | None, str]]:
+        """Backup DAG runs on the true clock, until one succeeds or is refused naming the clock (a
+        try failed by another fault is tried again): (backup task state, its log) of each."""
+        stack = self.fleet.stack
+        assert stack is not None
+        out: list[tuple[str | None, str]] = []
+        for _ in range(tries):
+            run = stack.trigger(dag)
+            deadline = time.time() + 900
+            while not stack.finished(dag, run) and time.time() < deadline:
+                time.sleep(10)
+            out.append(self._backup_task(dag, run))
+            if out[-1][0] == "success" or re.search(CLOCK_REFUSED, out[-1][1]):
+                break
+        return out
 
     def s3_partition(self, rng: random.Random) -> Fault:
         held = self.claim(rng, [(f"endpoint:{n}",) for n in sorted(self.fleet.endpoints)])
@@ -1434,6 +1572,74 @@ def restarted(during: tuple[int | None, str], after: list[tuple[int, str]]) -> s
         "its retries rode the downtime out" if code == 0 else f"it failed naming the connection (exit {code})"
     )
     return f"ok: during the downtime {how}; after the restart it succeeded"
+
+
+def skewed_env(skew: str, pythonpath: str | None) -> dict[str, str]:
+    """What a process's environment gets for a clock `skew` (libfaketime's FAKETIME: "+10m"), as
+    clock_skew's CLI does; the sitecustomize in faketime/ mends libfaketime's sleep (its docstring).
+    `pythonpath`: the process's own, kept after it (a planted copy: tests/chaos/plant.py)."""
+    path = os.pathsep.join(p for p in (str(HERE / "faketime"), pythonpath) if p)
+    return {
+        "LD_PRELOAD": str(FAKETIME),
+        "FAKETIME": skew,
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        "PYTHONPATH": path,
+    }
+
+
+def backup_time(backup_id: str) -> float:
+    """When a backup id says its backup started ("20261205T081138Z-inc"), by its worker's clock."""
+    return datetime.strptime(backup_id[:16], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC).timestamp()
+
+
+def worker_clock_verdict(skew: str, ran: tuple[str | None, str], newest_before: str | None,
+                         registered: dict[str, float], after: list[tuple[str | None, str]]) -> str:  # fmt: skip
+    """worker_clock's verdict. `skew`: the worker's FAKETIME ("+10m", "-20m"); `ran`: its backup
+    task's state and log; `newest_before`: the host's newest backup id before; `registered`: the
+    ids registered while it was skewed -> when each was first seen (true clock); `after`: the runs
+    on the true clock after (state, log). "VIOLATION: ..." for what the product must never do: an
+    id later than the true clock, ids out of order, a worker ahead not refused, an honest run
+    refused after (or none succeeding); "no victim: ..." when the skewed run never met the clock
+    check (it failed for another reason); else "ok: ..."."""
+    state, out = ran
+    wrong = []
+    if future := sorted(b for b, seen in registered.items() if backup_time(b) > seen + MAX_CLOCK_AHEAD_S):
+        wrong.append(f"registered {', '.join(future)} under an id later than the true clock: every honest run of "
+                     "the host is refused until then")  # fmt: skip
+    if newest_before and (late := sorted(b for b in registered if b[:16] <= newest_before[:16])):
+        wrong.append(f"registered {', '.join(late)}, not later than the newest before ({newest_before}): backup "
+                     "ids no longer follow each other in time")  # fmt: skip
+    what = None
+    if skew.startswith("+"):
+        if state == "success" or registered:
+            wrong.append(f"a worker {skew} ahead was not refused: its backup task {state}, registered "
+                         f"{', '.join(sorted(registered)) or 'nothing'}")  # fmt: skip
+        elif re.search(CLOCK_AHEAD_REFUSED, out):
+            what = "refused naming the clock (the store's), nothing registered"
+    elif re.search(CLOCK_AHEAD_REFUSED, out):
+        wrong.append(f"a worker {skew} behind was refused as ahead of the store's clock")
+    elif re.search(CLOCK_BEHIND_REFUSED, out):
+        what = "refused: the newest backup's id is later than its clock (sync the clocks)"
+    elif state == "success" and registered:
+        past = ", ".join(
+            f"{b} ({seen - backup_time(b):.0f} s before it showed)" for b, seen in sorted(registered.items())
+        )
+        what = (
+            f"no backup as recent as its clock: registered {past}, after the newest before ({newest_before})"
+        )
+    elif state == "success":
+        wrong.append("its backup task succeeded, yet no backup of the host was registered")
+    if refused := [log for _s, log in after if re.search(CLOCK_REFUSED, log)]:
+        wrong.append(f"a run on the true clock after was refused: {error_lines(refused[0], 300)}")
+    elif not any(s == "success" for s, _log in after):
+        last = after[-1] if after else (None, "")
+        wrong.append(f"no backup run on the true clock succeeded after ({len(after)} tries; the last "
+                     f"{last[0]}: {error_lines(last[1], 300)})")  # fmt: skip
+    if wrong:
+        return f"VIOLATION: {'; '.join(wrong)}"
+    if what is None:
+        return f"no victim: its backup task ended {state} before the clock check: {error_lines(out, 300)}"
+    return f"ok: a worker {skew}: {what}; the next run on the true clock succeeded"
 
 
 def upload_keys(manifests: list[dict[str, Any]], uid: str) -> set[str]:

@@ -209,9 +209,10 @@ class AirflowStack:
         for component in ("dag-processor", "triggerer", "scheduler"):
             self.start(component, [airflow, component])
 
-    def start_worker(self, host: str, queue: str) -> None:
-        """A Celery worker "on" `host`: it takes that host's queue and the default one, and reports
-        `<host>-worker` as its host name."""
+    def start_worker(self, host: str, queue: str, default: bool = True, **env: str) -> None:
+        """A Celery worker "on" `host`: it takes that host's queue and (`default`) the default one,
+        and reports `<host>-worker` as its host name; `env`: more of its environment (the chaos
+        fleet's worker_clock fault: libfaketime)."""
         self.start(
             f"worker-{host}",
             [
@@ -219,14 +220,14 @@ class AirflowStack:
                 "celery",
                 "worker",
                 "--queues",
-                f"{queue},default",
+                f"{queue},default" if default else queue,
                 "--celery-hostname",
                 f"{host}@%h",
                 "--without-mingle",
                 "--without-gossip",
             ],  # fmt: skip
             XBP_WORKER_HOSTNAME=f"{host}-worker",
-            **self.worker_env,
+            **{**self.worker_env, **env},
         )
 
     def stop(self, name: str, grace: float = 60) -> None:
