@@ -276,10 +276,12 @@ def test_each_target_keeps_its_own_retention_and_is_not_refilled(fleet):
     assert fleet.offsite.backup_ids() == [second]
 
 
-def test_a_part_damaged_on_every_target_is_the_object_the_refusal_names(fleet):
-    # A K-part backup whose tail (not its first part) is altered on all three targets: the
-    # refusal's headline must name the tail (it named the first part, which every target holds
-    # intact: a DBA would go and check the wrong object).
+@pytest.mark.parametrize("damage", ["altered", "deleted"])
+def test_a_part_damaged_on_every_target_is_the_object_the_refusal_names(fleet, damage):
+    # A K-part backup whose tail (not its first part) is altered or deleted on all three targets:
+    # the refusal's headline must name the tail (it named the first part, which every target holds
+    # intact: a DBA would go and check the wrong object; the chaos hour run of seed 120511 found
+    # the deleted case after the altered one was fixed).
     config = yaml.safe_load(fleet.config.read_text())
     config["policy"].update(max_parts=2, part_min_gib=0)  # the test's datadir is small
     fleet.config.write_text(yaml.safe_dump(config))
@@ -288,6 +290,9 @@ def test_a_part_damaged_on_every_target_is_the_object_the_refusal_names(fleet):
     assert names[-1] == "backup.tail.xbstream.zst.gpg" and len(names) == 3, names
     for catalog in (fleet.first, fleet.offsite, fleet.vault):
         key = catalog.get(full).objects[-1].key
+        if damage == "deleted":
+            catalog.store.delete([key])
+            continue
         data = bytearray(catalog.store.get_bytes(key))
         data[len(data) // 2] ^= 0x01
         if isinstance(catalog.store, S3Store):

@@ -36,7 +36,7 @@ from ..engine.tools import ToolVersion, detect_tool
 from ..pipeline.from_store import Cancelled, cancellable, stream_from_store
 from ..pipeline.gpg import GpgError, GpgHome, passphrase_pipe
 from ..pipeline.process import ChecksumMismatch, PipelineError
-from ..storage.base import ARCHIVE_CLASSES
+from ..storage.base import ARCHIVE_CLASSES, StorageError
 from . import prepare
 from .errors import RestoreError as RestoreError  # its old home: everyone imports it from here
 from .option_files import restore_option_files
@@ -409,7 +409,7 @@ def _fetch_stream(
         )
         if obj.role is None:
             _require_checkpoints(tool, dest)
-    except ChecksumMismatch as exc:
+    except (ChecksumMismatch, StorageError) as exc:  # the object is named: a backup has several
         exc.object_key = obj.key
         raise
     except Cancelled:

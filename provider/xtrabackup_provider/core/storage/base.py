@@ -49,6 +49,8 @@ STORAGE_CLASSES = frozenset(
 class StorageError(RuntimeError):
     """An object store operation failed; the message names the bucket/directory and key."""
 
+    object_key = ""  # the backup's object it failed on, when a reader of several sets it
+
 
 @dataclass(frozen=True)
 class ObjectInfo:
