@@ -162,6 +162,18 @@ def _from_a_clone_backup(source, tmp_path) -> None:
         "a MySQL GTID set (uuid:first-last, e.g. 3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5)"
     ], wrong.stderr
     assert not target.exists(), "nothing is restored for a refused target"
+    # A set naming a server this host never had (alone, or beside the host's own): refused by name.
+    stranger = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+    for to in (f"{stranger}:1-5", f"{at_stop},{stranger}:1-3"):
+        foreign = cli(
+            "restore", *common, "--target-datadir", str(target), "--create-parents", "--to-gtid", to
+        )
+        errors = [line for line in foreign.stderr.splitlines() if line.startswith("error:")]
+        assert foreign.returncode != 0 and len(errors) == 1, foreign.stderr
+        assert (
+            f"server {stranger}" in errors[0] and "no backup or shipped binlog of host c1/db1" in errors[0]
+        ), errors
+        assert not target.exists(), "nothing is restored for a refused target"
 
     restored = cli(
         "restore", *common, "--target-datadir", str(target), "--create-parents", "--to-gtid", drop["to_gtid"]

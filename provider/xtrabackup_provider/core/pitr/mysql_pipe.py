@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..binlog.catalog import BinlogCatalog, BinlogError, BinlogManifest
+from ..binlog.catalog import BinlogCatalog, BinlogError, BinlogManifest, server_uuids
 from ..binlog.ship import check_binlog_client
 from ..catalog.backups import Catalog
 from ..catalog.manifest import Manifest
@@ -135,6 +135,26 @@ def _session(server: MySQLTarget | Session) -> Iterator[Session]:
         return
     with Session(server) as db:
         yield db
+
+
+def _check_known_servers(catalog: Catalog, backups: list[Manifest], wanted: GtidSet, whose: str) -> None:
+    """PitrError naming the servers of `wanted` whose transactions no backup and no shipped binlog
+    of the host holds: no replay can reach them (a set of another host, a typo), so say so rather
+    than that no backup is before it. The binlogs are read only when the backups do not know them."""
+    unknown = _servers(wanted) - {s for m in backups for s in _servers(GtidSet.parse(m.gtid))}
+    for uuid in server_uuids(catalog) if unknown else []:
+        for m in BinlogCatalog(catalog, uuid).index().shipped():
+            unknown -= _servers(m.gtid_sets()[0] | m.gtid_sets()[1])
+    if unknown:
+        raise PitrError(
+            f"--to-gtid names server {', '.join(sorted(unknown))}, whose transactions no backup or shipped binlog "
+            f"of {whose} holds (another host's GTID set, or binlogs not shipped yet: `binlogs ship --flush`); "
+            "give this host's set, as `binlogs events` prints it"
+        )
+
+
+def _servers(gtids: GtidSet) -> set[str]:
+    return {source.partition(":")[0] for source in gtids.intervals()}  # a tagged GTID's uuid
 
 
 def binlogs_to(catalog: Catalog, backup: Manifest, target: PitrTarget) -> list[BinlogManifest]:
@@ -317,6 +337,7 @@ def choose_mysql_backup(catalog: Catalog, target: PitrTarget, backup_id: str | N
             wanted = GtidSet.parse(target.gtid, "--to-gtid")
         except ValueError as exc:
             raise PitrError(str(exc)) from None
+        _check_known_servers(catalog, usable, wanted, whose)
 
     def before(m: Manifest) -> bool:
         if target.kind == "gtid":
