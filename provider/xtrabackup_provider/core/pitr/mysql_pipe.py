@@ -138,11 +138,15 @@ def _session(server: MySQLTarget | Session) -> Iterator[Session]:
 
 
 def _check_known_servers(catalog: Catalog, backups: list[Manifest], wanted: GtidSet, whose: str) -> None:
-    """PitrError naming the servers of `wanted` whose transactions no backup and no shipped binlog
-    of the host holds: no replay can reach them (a set of another host, a typo), so say so rather
-    than that no backup is before it. The binlogs are read only when the backups do not know them."""
-    unknown = _servers(wanted) - {s for m in backups for s in _servers(GtidSet.parse(m.gtid))}
-    for uuid in server_uuids(catalog) if unknown else []:
+    """PitrError naming the servers of `wanted` that are none of the host's own and whose
+    transactions no backup and no shipped binlog of the host holds: no replay can reach them (a set
+    of another host, a typo), so say so rather than that no backup is before it. The binlogs are
+    read only when the backups do not know them."""
+    known = {m.server_uuid for m in backups} | {s for m in backups for s in _servers(GtidSet.parse(m.gtid))}
+    unknown = _servers(wanted) - known
+    hosts = server_uuids(catalog) if unknown else []
+    unknown -= set(hosts)
+    for uuid in hosts if unknown else []:
         for m in BinlogCatalog(catalog, uuid).index().shipped():
             unknown -= _servers(m.gtid_sets()[0] | m.gtid_sets()[1])
     if unknown:
