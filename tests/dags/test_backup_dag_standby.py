@@ -19,6 +19,7 @@ from xtrabackup_provider.core.catalog.backups import Catalog
 from xtrabackup_provider.core.config.schema import ConfigError
 from xtrabackup_provider.core.db.sandbox import table_checksums
 from xtrabackup_provider.core.restore.standby import load_state, restore_standby
+from xtrabackup_provider.core.restore.standby_lock import standby_lock
 from xtrabackup_provider.policy import STANDBY_QUEUE
 
 
@@ -49,6 +50,27 @@ def test_the_backup_dag_refreshes_the_hosts_standby_after_each_backup(fleet, tmp
     target = tmp_path / "restored" / "data"
     assert restore_standby(catalog, standby, target).backup_id == newest.backup_id
     assert restored_checksums(target, tmp_path / "sb", [db], server_id=961) == expected
+
+
+def test_a_standby_held_by_another_run_is_skipped_not_retried_and_the_run_succeeds(fleet, tmp_path):
+    """A restore from the standby (or a CLI refresh) holds it: the backup run's refresh is skipped,
+    naming the holder, and the run ends; the next run refreshes it. A retry would hold the run (one
+    at a time) and so the host's next backups (chaos seed 120516: a standby task's 15-minute retry
+    held c1's backups for 20 minutes)."""
+    server, catalog = fleet
+    db = unique_name("sbb")
+    seed_database(server, db, rows=200)
+    standby = tmp_path / "standby"
+    standby.mkdir()
+    _with_standby(standby)
+    dag = load_dag_module("mysql_backup").mysql_backup_dagtest
+    with standby_lock(standby, "restore from the standby"):
+        dagrun = run_dag(dag, run_conf={"kind": "full"})
+    assert labels(dagrun)[("backup.standby", "db1")] == "skipped", labels(dagrun)
+    assert task_states(dagrun, dag)["db1.backup"] == "success", task_states(dagrun, dag)
+    assert dagrun.state == "success", dagrun.state
+    assert load_state(standby) is None, "the held standby was written"
+    assert len(catalog.manifests()) == 1
 
 
 def test_a_host_without_standby_dir_has_no_standby_task(fleet):

@@ -587,6 +587,31 @@ def test_operator_logs_the_plan_and_is_a_dry_run_until_confirmed(catalog):
         _execute(ApplyRetentionOperator(task_id="r2", policy={"weekly": -1}, **args))
 
 
+def test_retention_finding_the_hosts_lock_held_is_skipped_for_the_next_run_not_retried(catalog):
+    """A backup started elsewhere (the CLI) holds the host's lock: retention deletes nothing and the
+    task is skipped, naming the holder; the next backup run applies it. A retry would hold the backup
+    DAG's run (one at a time) and so the host's next backups (chaos seed 120516: a killed standby
+    task's 15-minute retry held c1's backups for 20 minutes)."""
+    from airflow.providers.common.compat.sdk import AirflowSkipException
+
+    from xtrabackup_provider.core.catalog.lock import HostLock
+    from xtrabackup_provider.operators.retention import ApplyRetentionOperator
+
+    register(catalog, weekly_chains(2, incrementals=0, end=datetime.now(UTC) - timedelta(days=1)))
+    args = dict(cluster=CLUSTER, host=HOST, local_path=str(catalog.store.root), prefix=PREFIX)
+    op = ApplyRetentionOperator(
+        task_id="r", policy={"keep_last_chains": 1, "min_age_days": 0}, confirm=True, **args
+    )
+    lock = HostLock(catalog, purpose="backup")
+    lock.acquire()
+    try:
+        with pytest.raises(AirflowSkipException, match=r"cannot start: another backup of .*next backup run"):
+            op.execute({})
+    finally:
+        lock.release()
+    assert len(catalog.backup_ids()) == 2, "nothing is deleted while another run holds the lock"
+
+
 def _execute(op) -> dict:
     """Run an operator's execute() and return its XCom value; its log must hold the plan table."""
     records: list[str] = []

@@ -50,6 +50,10 @@ from ..operators.retention import ApplyRetentionOperator
 from ..operators.standby import XtraBackupStandbyOperator
 from . import fleet_dags
 
+# The retry of a task after the backup (retention, the standby): soon, since the run it holds holds
+# the host's next backups (one run at a time); the next run repeats these tasks anyway.
+FOLLOW_UP_RETRY = timedelta(minutes=1)
+
 
 def _storage_args(config: FleetConfig) -> dict[str, Any]:
     s = config.storage
@@ -147,7 +151,7 @@ def _copy_tasks(config: FleetConfig, cluster: ClusterConfig, host: str, upstream
                 policy=retention.model_dump(exclude={"confirm"}),
                 confirm=retention.confirm,
                 retries=2,
-                retry_delay=timedelta(minutes=15),
+                retry_delay=FOLLOW_UP_RETRY,
                 pool=target.pool.name if target.pool else None,
                 map_index_template="{{ task.host }}",
                 bucket=target.bucket,
@@ -253,9 +257,9 @@ def _backup_group(
             host=host,
             policy=config.retention.model_dump(exclude={"confirm"}),
             confirm=config.retention.confirm,
-            # A backup of this host started elsewhere (the CLI) holds its lock: try again later.
+            # A lock held elsewhere skips it (the next run applies it); a retry is for what failed.
             retries=2,
-            retry_delay=timedelta(minutes=15),
+            retry_delay=FOLLOW_UP_RETRY,
             pool=config.storage.pool.name if config.storage.pool else None,  # storage API work only
             map_index_template="{{ task.host }}",
             **_storage_args(config),
@@ -272,9 +276,9 @@ def _backup_group(
                 standby_dir=standby_dir,
                 binary=binary,
                 queue=standby_task_queue,  # where the standbys live (policy.py routes a placeholder)
-                # Another run holding the standby (a CLI refresh, a restore from it): try again later.
+                # A standby held elsewhere skips it (the next run refreshes it); a retry is for what failed.
                 retries=2,
-                retry_delay=timedelta(minutes=15),
+                retry_delay=FOLLOW_UP_RETRY,
                 gpg_conn_id=config.encryption.private_gpg_conn_id if config.encryption.enabled else None,
                 map_index_template="{{ task.host }}",
                 **_storage_args(config),

@@ -18,7 +18,9 @@ class ApplyRetentionOperator(BackupStorageOperator):
 
     Dry run until `confirm=True`: the plan is logged and nothing is deleted. When confirmed,
     manifests are deleted before the data they name (core/retention/apply.py). Returns small
-    metadata for XCom: counts, bytes, and the first deleted names.
+    metadata for XCom: counts, bytes, and the first deleted names. A backup started elsewhere (or
+    another retention run) holding the host's lock skips it, naming the holder: nothing is deleted,
+    and the next backup run applies it.
     """
 
     ui_color = "#fdebd0"
@@ -37,6 +39,9 @@ class ApplyRetentionOperator(BackupStorageOperator):
         self.max_table_rows = max_table_rows
 
     def execute(self, context: Any) -> dict[str, Any]:
+        from airflow.providers.common.compat.sdk import AirflowSkipException
+
+        from ..core.catalog.lock import HostLockBusy
         from ..core.retention.apply import apply_plan, plan_host
         from ..core.retention.model import parse_policy, plan_table
 
@@ -53,4 +58,10 @@ class ApplyRetentionOperator(BackupStorageOperator):
             mode,
             plan_table(plan, self.max_table_rows),
         )
-        return apply_plan(catalog, plan, confirm=bool(self.confirm)).summary()
+        try:
+            return apply_plan(catalog, plan, confirm=bool(self.confirm)).summary()
+        except HostLockBusy as exc:
+            # A backup started elsewhere (or another retention run) holds the lock. The next backup
+            # run applies retention again; retrying here would hold this run, and with it (one run
+            # at a time) the host's next backups.
+            raise AirflowSkipException(f"{exc}; the next backup run of the host applies it") from exc
