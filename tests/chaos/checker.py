@@ -358,17 +358,24 @@ class Checker:
         tool's own file in its base), then rolled forward (_standby_forward). Checked after every
         other target up to `high` (the newest shipped): a refresh may hand it a newer backup than
         the file says now, and the reference, moved there, would pass the window's last points."""
+        gtid = self.standby_gtid(c)
+        if gtid is None:
+            self.violation(
+                f"{c}: the standby {self.standby_dir(c)} holds no prepared base with its GTID at the end"
+            )
+            return
+        self.pending.append(Target(c, max(_seq(gtid), high), "standby", gtid, why="standby", store="standby"))
+
+    def standby_gtid(self, c: str) -> str | None:
+        """The GTID the standby's prepared base is at, from the tool's own file in it; None while
+        it is being rebuilt (or holds none)."""
         base = self.standby_dir(c) / "base"
         try:
             info = sorted(base.glob("*_binlog_info")) if base.is_dir() else []
             fields = info[0].read_text().split() if info else []
         except OSError:  # being rebuilt
             fields = []
-        if len(fields) < 3:
-            self.violation(f"{c}: the standby {base.parent} holds no prepared base with its GTID at the end")
-            return
-        gtid = _domain0(fields[2])
-        self.pending.append(Target(c, max(_seq(gtid), high), "standby", gtid, why="standby", store="standby"))
+        return _domain0(fields[2]) if len(fields) >= 3 else None
 
     def _standby_forward(self, c: str, seq: int) -> None:
         """After the standby restored as it is (at `seq`): rolled forward to the newest transaction
@@ -637,7 +644,20 @@ class Checker:
             self.skipped += 1
             say(f"PITR check {t.cluster} {t.gtid}: skipped, retention dropped its window ({error[-160:]})")
             return
+        if t.store == "standby" and standby_passed(error, self.standby_gtid(cluster.name), t.seq):
+            self.skipped += 1  # rightly refused: a refresh moved the standby past the point meanwhile
+            say(
+                f"PITR check {t.cluster} {t.gtid} from the standby: skipped, it was refreshed past it ({error[-200:]})"
+            )
+            return
         self.violation(f"PITR of {t.cluster} to {t.gtid} ({t.why}) failed: {error}")
+
+
+def standby_passed(error: str, standby_gtid: str | None, seq: int) -> bool:
+    """Whether a roll-forward from the standby to `seq` was refused because the standby now holds a
+    backup taken after it (a refresh between the checker's draw and its run): the product's refusal
+    `... was taken after GTID ...; pick an older one`, and the standby's base past `seq` now."""
+    return "was taken after GTID" in error and standby_gtid is not None and _seq(standby_gtid) > seq
 
 
 def _json_report(stdout: str) -> dict[str, Any]:
