@@ -437,7 +437,7 @@ class Injector:
             c = self.fleet.clusters[name.split("-")[0]]
             role = name.split("-")[1]
             server = c.servers()[role]
-            followers = self.shipping(c.name) if role == BACKUP_HOST else []
+            followers = self._live_followers(c.name) if role == BACKUP_HOST else []
             t0 = time.time()
             how = "killed" if rng.random() < 0.5 else "stopped"
             server.kill() if how == "killed" else server.stop()
@@ -1296,6 +1296,15 @@ class Injector:
         return Fault("pause_shipper", f"{c} follower pid {pid}", t0, SHIP_TAKEN_FROM.format(c=c, host=BACKUP_HOST, pid=pid),
                      more_evidence=[SHIP_LOST_TO.format(c=c, host=BACKUP_HOST), r"pause_shipper verdict: ok"],
                      bound_s=time.time() - t0 + 120, clusters=[c], victims=victims, note=note[:600])  # fmt: skip
+
+    def _live_followers(self, c: str) -> list[list[str]]:
+        """The cluster's running shipping task instances, if a live follower under a worker holds the
+        shipping lock: a task instance of a SIGKILLed worker stays running for minutes (until its
+        heartbeat times out) with no process behind it (seed 120515: a restart 3 minutes after a
+        kill_worker expected the dead follower to name the lost connection)."""
+        followers = self.shipping(c)
+        pid = int(self._lock_body(f"backups/{c}/{BACKUP_HOST}/binlog-ship.lock").get("pid") or 0)
+        return followers if followers and pid and self._worker_of(pid, orphans=True) is not None else []
 
     def _following(self, dag: str) -> list[list[str]]:
         """The shipping task instances of `dag` running (its binlog copies run after them)."""
