@@ -148,7 +148,8 @@ def _check_known_servers(catalog: Catalog, backups: list[Manifest], wanted: Gtid
     unknown -= set(hosts)
     for uuid in hosts if unknown else []:
         for m in BinlogCatalog(catalog, uuid).index().shipped():
-            unknown -= _servers(m.gtid_sets()[0] | m.gtid_sets()[1])
+            before, held = m.gtid_sets()
+            unknown -= _servers(before | held)
     if unknown:
         raise PitrError(
             f"--to-gtid names server {', '.join(sorted(unknown))}, whose transactions no backup or shipped binlog "
