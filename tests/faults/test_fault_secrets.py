@@ -33,6 +33,7 @@ from faultkit import (
 
 from helpers import add_orders, cli, commit_known, is_cli, seed_database, unique_name
 from xtrabackup_provider.core.backup.run import BackupRequest, run_backup
+from xtrabackup_provider.core.db.sandbox import SandboxServer
 from xtrabackup_provider.core.restore.restore_test import RestoreTestRequest, run_restore_test
 
 
@@ -94,6 +95,13 @@ class _Watch:
                 follow.start()
                 self._threads.append(follow)
 
+    def sandbox_up(self, server: SandboxServer) -> None:
+        """Called the moment a sandbox answers: the /proc scan alone can miss a short-lived one
+        on a loaded machine, this look cannot."""
+        if server.skip_grant_tables and server.pid:
+            self.restore_sandbox_samples += 1
+            self._look(server.pid, str(server.socket))
+
     def _look(self, pid: int, sock: str) -> None:
         if sock and os.path.exists(sock):
             self.restore_sandbox_sockets.add(sock)
@@ -123,12 +131,19 @@ def _assert_no_secret(label: str, text: str, secrets: dict[str, str]) -> None:
 
 
 def test_backups_and_a_restore_test_keep_every_secret_out_of_argv_env_and_logs(
-    seeded, s3_server, bucket, gpg_keys, tmp_path
+    seeded, s3_server, bucket, gpg_keys, tmp_path, monkeypatch
 ):
     server, db = seeded
     secrets = _secrets(server.root_password, gpg_keys)
     catalog = s3_catalog(s3_server.endpoint_url, bucket)
     watch = _Watch()
+    start = SandboxServer.start
+
+    def start_and_look(sandbox: SandboxServer, *args, **kwargs) -> None:
+        start(sandbox, *args, **kwargs)
+        watch.sandbox_up(sandbox)
+
+    monkeypatch.setattr(SandboxServer, "start", start_and_look)
     keys = dict(private_key=gpg_keys.private_key, passphrase=gpg_keys.passphrase)
     with _all_logs() as logs, ProcScanner(secrets, watch=watch) as scan:
         full = run_backup(
