@@ -192,6 +192,15 @@ class Injector:
     in_flight: dict[int, float] = field(default_factory=dict)  # thread id -> when its running fault began
     damaged: dict[str, tuple[float, float, str]] = field(default_factory=dict)  # key -> (from, to, by what)
     mutex: threading.Lock = field(default_factory=threading.Lock)
+    # Process groups of paused CLIs: a run stopped meanwhile must not leave them SIGSTOPped behind.
+    paused_groups: set[int] = field(default_factory=set)
+
+    def close(self) -> None:
+        """Kill what a fault left paused (SIGKILL ends a stopped process too)."""
+        for pgid in list(self.paused_groups):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+            self.paused_groups.discard(pgid)
 
     def env(self, **extra: str) -> dict[str, str]:
         clean = {
@@ -1142,6 +1151,7 @@ class Injector:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+            self.paused_groups.discard(proc.pid)
             out = Path(log).read_text(errors="replace")
             verdict = self._fenced(c, out, proc.returncode, took)
             self.verdict(tag, verdict)
@@ -1168,6 +1178,7 @@ class Injector:
             while proc.poll() is None and not _stopped(proc.pid):
                 time.sleep(1)
             if proc.poll() is None:
+                self.paused_groups.add(proc.pid)
                 return proc, str(log)
             out = log.read_text(errors="replace")
             if not any(w in out for w in (BUSY, UNREACHABLE)) or time.time() > deadline:

@@ -98,6 +98,7 @@ def main() -> int:
     finally:
         if writer:
             writer.close()
+        injector.close()
         fleet.close()
 
 

@@ -3,6 +3,7 @@ what the product logs, and its bookkeeping of damaged objects and paused process
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -269,3 +270,36 @@ def test_a_fault_proxy_killed_listens_again_on_its_port_when_started_again(tmp_p
     finally:
         os.killpg(proxy.pid, signal.SIGKILL)
         proxy.wait()
+
+
+def test_a_run_stopped_during_a_pause_leaves_no_stopped_cli_behind():
+    """pause_past_lease's CLI is SIGSTOPped in its own session; the run's teardown (Injector.close)
+    must end its whole group, or a stopped CLI outlives the fleet."""
+    cli = subprocess.Popen(["sh", "-c", "sleep 300 & wait"], start_new_session=True)
+    injector = Injector(cast(Any, None))
+    try:
+        os.killpg(cli.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while not _stopped(cli.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        injector.paused_groups.add(cli.pid)
+        injector.close()
+        assert cli.wait(timeout=10) == -signal.SIGKILL
+        deadline = time.monotonic() + 10
+        while _group_alive(cli.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _group_alive(cli.pid), "the paused CLI's child (its tools) outlived the run"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(cli.pid, signal.SIGKILL)
+        cli.wait()
+
+
+def _group_alive(pgid: int) -> bool:
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                if int(fields[2]) == pgid and fields[0] != "Z":
+                    return True
+    return False
