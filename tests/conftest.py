@@ -176,6 +176,16 @@ def mariadb(mariadb_factory: MariaDBFactory) -> Iterator[SandboxServer]:
         mariadb_factory.discard(server)
 
 
+@pytest.fixture
+def mysql(mysql_factory: MariaDBFactory) -> Iterator[SandboxServer]:
+    """A fresh MySQL server for this test only (root password, binlog, GTID mode ON); removed afterwards."""
+    server = mysql_factory("myfn", root_password=secrets.token_urlsafe(16))
+    try:
+        yield server
+    finally:
+        mysql_factory.discard(server)
+
+
 @pytest.fixture(scope="module")
 def seeded(mariadb_factory) -> Iterator[tuple[SandboxServer, str]]:
     """One server per test module with a seeded schema; tests use their own bucket or directory."""

@@ -6,7 +6,6 @@ events, and a binlog client of the wrong family refused by name before anything 
 from __future__ import annotations
 
 import json
-import secrets
 import shutil
 from pathlib import Path
 
@@ -18,15 +17,6 @@ from helpers import cli_capture, unique_name
 pytestmark = pytest.mark.mysql
 
 MARIADB_BINLOG = "/usr/bin/mariadb-binlog"  # the host's MariaDB 10.11 client (tests/integration uses it)
-
-
-@pytest.fixture
-def mysql(mysql_factory):
-    server = mysql_factory("mybl", root_password=secrets.token_urlsafe(12))
-    try:
-        yield server
-    finally:
-        mysql_factory.discard(server)
 
 
 def _config(tmp_path: Path, server, **host: object) -> Path:

@@ -5,7 +5,6 @@ stored within seconds with the GTID set it holds so far, and a rotation ships it
 
 from __future__ import annotations
 
-import secrets
 import shutil
 import threading
 
@@ -21,15 +20,6 @@ from xtrabackup_provider.core.db.server import MySQLTarget
 from xtrabackup_provider.core.storage.local import LocalStore
 
 pytestmark = pytest.mark.mysql
-
-
-@pytest.fixture
-def mysql(mysql_factory):
-    server = mysql_factory("myfollow", root_password=secrets.token_urlsafe(12))
-    try:
-        yield server
-    finally:
-        mysql_factory.discard(server)
 
 
 def test_the_open_mysql_binlog_is_followed_and_shipped_with_its_gtids(mysql, tmp_path):

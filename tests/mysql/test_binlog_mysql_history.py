@@ -8,7 +8,6 @@ GTIDs it holds."""
 
 from __future__ import annotations
 
-import secrets
 import shutil
 import time
 
@@ -28,15 +27,6 @@ from xtrabackup_provider.core.pitr.plan import PitrError, PitrTarget
 from xtrabackup_provider.core.storage.local import LocalStore
 
 pytestmark = pytest.mark.mysql
-
-
-@pytest.fixture
-def mysql(mysql_factory):
-    server = mysql_factory("myhist", root_password=secrets.token_urlsafe(12))
-    try:
-        yield server
-    finally:
-        mysql_factory.discard(server)
 
 
 @pytest.fixture

@@ -44,15 +44,6 @@ U2 = "9b2f8a10-0000-11f1-81ec-02fc00000001"  # another source's uuid, for sets o
 HUGE = 9_000_000_000_000_000_000  # a transaction number whose serialised form takes nine bytes
 
 
-@pytest.fixture
-def mysql(mysql_factory):
-    server = mysql_factory("mytag", root_password=secrets.token_urlsafe(12))
-    try:
-        yield server
-    finally:
-        mysql_factory.discard(server)
-
-
 def _executed(server) -> str:
     return "".join(str(server.query("SELECT @@global.gtid_executed")[0][0]).split())
 
