@@ -1520,11 +1520,16 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+# Airflow 3's process titles: a task's supervisor, and the task runner it forks.
+TASK_TITLES = (b"airflow supervisor:", b"airflow worker -- ")
+
+
 def worker_of(pid: int, roots: dict[int, str], orphans: bool = False) -> str | None:
     """The worker (named in `roots`, by its pid) whose process tree holds `pid`. With `orphans`, a
-    process under an `airflow supervisor:` whose worker is gone is ORPHANED_TASK: a SIGKILLed
-    Celery worker's task supervisors carry on, and their task with them (seed 120501: the shipping
-    follower of a killed worker still held its lock and renewed it)."""
+    process in a task (under TASK_TITLES) whose worker is gone is ORPHANED_TASK: a SIGKILLed Celery
+    worker's task supervisors carry on, and their task with them (seed 120501: the shipping
+    follower of a killed worker still held its lock and renewed it); or the supervisor died with
+    the worker and the task runner lives on, a child of init (seed 120521)."""
     supervised = False
     for _ in range(20):
         try:
@@ -1532,7 +1537,7 @@ def worker_of(pid: int, roots: dict[int, str], orphans: bool = False) -> str | N
             pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
         except OSError:
             return None
-        supervised = supervised or title.startswith(b"airflow supervisor:")
+        supervised = supervised or title.startswith(TASK_TITLES)
         if pid in roots:
             return roots[pid]
         if pid <= 1:

@@ -155,6 +155,26 @@ def test_a_task_outliving_its_killed_worker_is_told_from_a_stranger():
         plain.wait()
 
 
+def test_a_task_runner_whose_supervisor_died_with_its_worker_is_an_orphaned_task():
+    # Seed 120521: the kill took the worker and the supervisor; the task runner ("airflow worker --
+    # <ti id>", a child of init) went on following the binlog and holding the shipping lock.
+    script = (
+        "import setproctitle, sys; setproctitle.setproctitle('airflow worker -- ti1'); "
+        "print('titled', flush=True); sys.stdin.read()"
+    )
+    runner = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert runner.stdout is not None and runner.stdout.readline() == "titled\n"
+        assert worker_of(runner.pid, {}, orphans=True) == ORPHANED_TASK
+        assert worker_of(runner.pid, {os.getpid(): "worker-c1-r1"}, orphans=True) == "worker-c1-r1"
+        assert worker_of(runner.pid, {}) is None
+    finally:
+        runner.kill()
+        runner.wait()
+
+
 # -- restart_s3 and pause_shipper ---------------------------------------------------------------------
 
 
