@@ -1130,7 +1130,7 @@ class Injector:
         The effect: the resumed run registers nothing (fencing: `not registering <id>: nothing was
         registered or deleted by this run`, and no manifest of that id on the store)."""
         # Not the endpoint: a partition meanwhile only delays the takeover (fencing must hold anyway).
-        held = self.claim(rng, [(f"cli:{c}",) for c in self.clusters()])
+        held = self.claim(rng, [pause_resources(c) for c in self.clusters()])
         try:
             c = held[0].split(":")[1]
             t0 = time.time()
@@ -1518,6 +1518,13 @@ def _cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").rstrip("\0")
     except OSError:
         return ""
+
+
+def pause_resources(c: str) -> tuple[str, ...]:
+    """What pause_past_lease holds: the cluster's CLI, and its backed-up host's worker. A
+    kill_worker of the run that takes the lock over orphans its task, whose log then ends before
+    the takeover line (seed 120531: the takeover and the backup happened, the evidence was lost)."""
+    return (f"cli:{c}", f"worker:{c}")
 
 
 # Airflow 3's process titles: a task's supervisor, and the task runner it forks.

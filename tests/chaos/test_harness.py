@@ -15,7 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deployment"))  # fleet.py's airflow_stack
 
-from faults import Injector, NoTarget, clip, error_lines  # noqa: E402
+from faults import Injector, NoTarget, clip, error_lines, pause_resources  # noqa: E402
 
 # The start of what mariabackup printed when the harness's copy of a re-seed's r2 failed (seed
 # 3901): the old note kept its first 500 characters, all banner, and none of the error.
@@ -90,6 +90,16 @@ def test_a_resource_held_for_evidence_is_busy_until_then_and_free_after_the_boun
     while _busy(injector, "worker:c1") and time.time() < deadline:
         time.sleep(0.5)
     assert not _busy(injector, "worker:c1"), "still held past its bound"
+
+
+def test_a_paused_backup_keeps_kill_worker_off_its_cluster(tmp_path):
+    """kill_worker claims worker:<c>: while pause_past_lease waits for the takeover on c1, the
+    worker of the run that takes it over is not killed; c2's still can be."""
+    injector = _injector(tmp_path)
+    held = injector.claim(random.Random(0), [pause_resources("c1")])
+    assert _busy(injector, "worker:c1") and not _busy(injector, "worker:c2")
+    injector.release(held)
+    assert not _busy(injector, "worker:c1")
 
 
 @pytest.fixture(autouse=True)
