@@ -244,8 +244,9 @@ def stall_to_judge(judged_until: float | None, behind: float, now: float) -> flo
 def blame(cluster: str, t0: float, t1: float, faults: Iterable[FaultSeen], kinds: frozenset[str],
           after: float = AFTER_FAULT) -> str:  # fmt: skip
     """The fault of `kinds` on `cluster` that had an effect and overlaps [t0, t1] (its effect lasting
-    `after` past its end), named; else "lost"."""
-    for f in sorted(faults, key=lambda f: f.t0):
+    `after` past its end), named; else "lost". Of several, the latest to begin: the nearest cause
+    (seed 120533: three re-seeds overlapped a range, and the first, 15 minutes before it, was named)."""
+    for f in sorted(faults, key=lambda f: f.t0, reverse=True):
         if f.kind not in kinds or cluster not in f.clusters or not f.effect:
             continue
         if kinds & STOPS_SHIPPING and f.kind not in CUTS_HISTORY and not f.on_shipping:

@@ -19,6 +19,7 @@ from ledger import (
     Ledger,
     Policy,
     Span,
+    _hms,
     blame,
     lag,
     recoverable,
@@ -117,6 +118,14 @@ def test_an_unrecoverable_range_is_lost_unless_a_fault_on_its_cluster_predicts_i
     # a range from the floor's oldest backup, which is gone: lost, though a re-seed came in it
     assert unrecoverable("c1", tx, 201, 259, have, [reseed])[0].cause.startswith("reseed_replica")
     assert [f.cause for f in unrecoverable("c1", tx, 201, 259, have, [reseed], start_gone=True)] == ["lost"]
+
+
+def test_of_several_faults_that_explain_a_range_the_nearest_is_named() -> None:
+    # Seed 120533: re-seeds at 17:51, 18:04 and 18:08 all overlap what was acknowledged 18:06-18:10.
+    tx = [(1000.0 + s, s) for s in range(1, 2001)]
+    reseeds = [FaultSeen("reseed_replica", ("c1",), t, t + 60.0) for t in (1000.0, 1780.0, 2035.0)]
+    [found] = unrecoverable("c1", tx, 100, 1300, [(100, 1100)], reseeds)
+    assert found.cause == f"reseed_replica at {_hms(2035.0)}"
 
 
 def test_a_stall_of_shipping_is_explained_only_by_a_fault_whose_effect_reached_shipping() -> None:
