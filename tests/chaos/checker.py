@@ -382,7 +382,7 @@ class Checker:
         shipped now (the standby may hold a backup newer than the plan saw)."""
         _reader, view = self.views()[("primary", c)]
         fulls = sorted(b for b, m in view.manifests.items() if m.get("kind") == "full" and m.get("gtid"))
-        high = shipped(view, view.manifests[fulls[-1]])[0] if fulls else 0
+        high = shipped_whole(view, view.manifests[fulls[-1]]) if fulls else 0
         if high > seq:
             self.pending.append(Target(c, high, "pitr", f"0-{self.source_id(c)}-{high}", fulls[-1], time.time(),
                                        why="standby, newest shipped", store="standby"))  # fmt: skip
@@ -711,6 +711,17 @@ def shipped(view: HostView, full: dict[str, Any]) -> tuple[int, list[tuple[int, 
         newest = m.get("covers_until") or m.get("last_event_time") or m.get("shipped_at")
         spans.append((first, last, _epoch(newest)))
     return max((hi for _lo, hi, _t in spans), default=0), spans
+
+
+def shipped_whole(view: HostView, full: dict[str, Any]) -> int:
+    """The newest domain-0 sequence a PITR from `full` holds whole. The open binlog is stored as the
+    server sent it: its partial manifest's last GTID may be a transaction stored in part, which the
+    product refuses to restore to (`only in part`), rightly; so that one counts from the one before
+    (seed 120534: the standby's roll-forward to the partial's last GTID was drawn and refused)."""
+    partials = {id(m) for m in view.partials.values()}
+    return max(
+        (_seq(m.get("gtid_last") or "") - (id(m) in partials) for m in window_binlogs(view, full)), default=0
+    )
 
 
 def _epoch(value: Any) -> float:
